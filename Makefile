@@ -1,0 +1,27 @@
+# `make run` and `make test` are the two commands a fresh machine needs; both go through `setup`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup run test test-fast bench
+
+setup: $(STAMP)
+	$(BIN)/swarmscope fetch-model default
+
+# A torch already in the venv (ROCm, CUDA) is kept; otherwise the pinned CPU build goes in first
+# so that no dependency pulls a multi-GB CUDA wheel.
+$(STAMP): pyproject.toml
+	test -d $(VENV) || $(PY) -m venv $(VENV)
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install torch==2.13.0
+	$(BIN)/pip install -e '.[test]'
+	touch $(STAMP)
+
+run: setup
+	$(BIN)/swarmscope
+
+test: setup
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest
+
+test-fast: setup
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -m "not slow"

@@ -1,0 +1,1 @@
+"""The `swarmscope` command line: one module per subcommand."""

@@ -1,0 +1,40 @@
+"""`swarmscope`: with no subcommand it starts the desktop app; otherwise runs a subcommand.
+
+Each subcommand lives in its own module under engine/cli/ exposing `register(subparsers)`, which
+adds its parser and sets `func` to a callable taking the parsed args and returning an exit code."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Modules under engine/cli/ that each add one subcommand.
+COMMANDS = (
+    "generate_cmd",
+    "fetch_model_cmd",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="swarmscope",
+        description="Watch and steer how batching and speculative decoding share one pool of "
+                    "compute slack. With no subcommand, starts the desktop app.")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"engine.cli.{name}").register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
+        # The app owns its own options (--model, --trace-out, --screenshot, ...); engine/ never
+        # imports Qt, so the app is loaded by name only here.
+        return importlib.import_module("app.main").main(argv)
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""Model architecture config: one validated dataclass and its named presets."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(slots=True)
+class ModelConfig:
+    """A Llama-family decoder. Qwen2 adds qkv bias, Qwen3 adds q/k RMSNorm."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int = 0  # 0: hidden_size // num_heads
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-5
+    max_position: int = 8192
+    tie_word_embeddings: bool = False
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+    architecture: str = "llama"
+
+    def __post_init__(self) -> None:
+        if self.head_dim == 0:
+            self.head_dim = self.hidden_size // self.num_heads
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
+                     "num_kv_heads", "head_dim", "max_position"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"ModelConfig.{name} must be positive, got {getattr(self, name)}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of "
+                             f"num_kv_heads ({self.num_kv_heads})")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
+        self.eos_token_ids = tuple(self.eos_token_ids)
+
+    @property
+    def group_size(self) -> int:
+        """Query heads per KV head (GQA)."""
+        return self.num_heads // self.num_kv_heads
+
+    def with_(self, **changes) -> "ModelConfig":
+        return replace(self, **changes)
+
+
+PRESETS: dict[str, ModelConfig] = {
+    # A small random model of the same architecture, for fast tests (byte-level tokenizer).
+    "tiny-test": ModelConfig(vocab_size=320, hidden_size=64, intermediate_size=128, num_layers=2,
+                             num_heads=4, num_kv_heads=2, rope_theta=10000.0, max_position=4096,
+                             tie_word_embeddings=True, eos_token_ids=(257,), bos_token_id=256),
+    # SmolLM2-135M-Instruct, as read from its GGUF (the embedded default).
+    "smollm2-135m": ModelConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536,
+                                num_layers=30, num_heads=9, num_kv_heads=3, rope_theta=100000.0,
+                                max_position=8192, tie_word_embeddings=True,
+                                eos_token_ids=(2,), bos_token_id=1),
+}

@@ -1,0 +1,75 @@
+"""Live controls (DESIGN.md §3) and the mailbox the engine reads at step boundaries.
+
+The window (or a CLI) posts changes from any thread; the engine drains them before a step, so a
+change takes effect at the next step and is logged once as a control event."""
+from __future__ import annotations
+
+import threading
+from dataclasses import asdict, dataclass, field, fields, replace
+
+from engine.telemetry.records import LAYOUTS, POLICIES
+
+CATEGORIES = ("code-edit", "chat", "json")
+
+
+@dataclass(slots=True)
+class Controls:
+    policy: str = "goodput"          # off | fixed | uniform | goodput
+    k: int = 4                       # drafts per lane for the fixed policy (and the cap for others)
+    batch_ceiling: int = 16          # most lanes decoding at once; the rest wait
+    spec_ceiling: int = 64           # no drafting when the live batch exceeds this
+    budget_override: int | None = None  # T to use instead of the calibrated one
+    ragged: str = "packed"           # packed | padded
+    drafter: str = "lookup"          # lookup | self | a draft model path
+    min_acceptance: float = 0.1      # a lane or category below this stops drafting (re-probed)
+    swarm_size: int = 8              # agents in the swarm
+    tool_latency_s: float = 1.0      # median tool-call latency
+    mix: dict[str, float] = field(default_factory=lambda: {c: 1.0 for c in CATEGORIES})
+    paused: bool = False
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}, got {self.policy!r}")
+        if self.ragged not in LAYOUTS:
+            raise ValueError(f"ragged must be one of {LAYOUTS}, got {self.ragged!r}")
+        if not 0 <= self.k <= 64:
+            raise ValueError(f"k must be in 0..64, got {self.k}")
+        if self.batch_ceiling < 1 or self.spec_ceiling < 0 or self.swarm_size < 1:
+            raise ValueError("batch_ceiling and swarm_size must be >= 1, spec_ceiling >= 0")
+        if self.budget_override is not None and self.budget_override < 1:
+            raise ValueError(f"budget_override must be >= 1, got {self.budget_override}")
+        if not 0.0 <= self.min_acceptance <= 1.0:
+            raise ValueError(f"min_acceptance must be in [0, 1], got {self.min_acceptance}")
+        if self.tool_latency_s < 0:
+            raise ValueError(f"tool_latency_s must be >= 0, got {self.tool_latency_s}")
+        unknown = set(self.mix) - set(CATEGORIES)
+        if unknown or not self.mix or min(self.mix.values()) < 0 or sum(self.mix.values()) <= 0:
+            raise ValueError(f"mix must weigh {CATEGORIES} with non-negative weights, got {self.mix}")
+
+    def updated(self, changes: dict) -> "Controls":
+        """A validated copy with `changes` applied; unknown names are an error."""
+        names = {f.name for f in fields(self)}
+        unknown = set(changes) - names
+        if unknown:
+            raise ValueError(f"unknown control(s): {sorted(unknown)}")
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class ControlMailbox:
+    """Thread-safe inbox of control changes; later posts of the same name win."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict = {}
+
+    def post(self, **changes) -> None:
+        with self._lock:
+            self._pending.update(changes)
+
+    def drain(self) -> dict:
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        return pending
