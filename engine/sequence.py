@@ -1,0 +1,38 @@
+"""One sequence (a prompt, or an agent's running context) as the scheduler and the step see it.
+
+There are no phases: a sequence has tokens and a count of how many are in the KV cache. A step
+feeds some of the uncached tokens; if it reaches the last one, the lane is decoding this step and
+may carry drafts after it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.sampling import SamplingParams
+
+
+@dataclass(slots=True)
+class Sequence:
+    seq_id: int
+    token_ids: list[int]               # prompt + committed output
+    prompt_len: int
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    max_new_tokens: int = 256
+    stop_ids: tuple[int, ...] = ()
+    agent: int = 0
+    cat: str = "chat"
+    num_cached: int = 0                # tokens whose KV is valid in the cache
+    finished: bool = False
+
+    @property
+    def pending(self) -> int:
+        """Tokens still to feed through the model (the last committed token included)."""
+        return len(self.token_ids) - self.num_cached
+
+    @property
+    def output_ids(self) -> list[int]:
+        return self.token_ids[self.prompt_len:]
+
+    @classmethod
+    def make_dummy(cls, seq_id: int = 0, prompt_len: int = 8, cat: str = "chat") -> "Sequence":
+        return cls(seq_id=seq_id, token_ids=[(seq_id + i) % 200 + 1 for i in range(prompt_len)],
+                   prompt_len=prompt_len, agent=seq_id, cat=cat)
