@@ -1,0 +1,183 @@
+"""Continuous batching over sequences. It counts tokens and has no phases (STYLE rule 4): each
+sequence has tokens and a count of those cached; a step feeds some of the uncached ones. A chunk
+that reaches a sequence's last token makes it a decoding lane (the executor adds drafts).
+
+Sequences are in one of three places:
+- running: admitted, at most `batch_ceiling` of them; each gets tokens every step.
+- waiting: want compute but are not admitted (FIFO; preempted ones go to the front).
+- idle:    want no compute now (their agent is in a tool call) but keep their KV blocks, so the
+           tool output only needs its own prefill. Idle sequences are the first to lose their
+           blocks when the cache runs out (least recently parked first), then the running ones
+           admitted last. A preempted sequence keeps its tokens; num_cached drops to 0 and it is
+           recomputed when scheduled again — no agent loses its text.
+
+Fair rotation: a running sequence that has held its place for `rotate_after_steps` steps while
+others wait goes to the back of the queue (its KV stays)."""
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+from engine.errors import KVCacheFull
+from engine.sequence import Sequence
+
+
+@dataclass(slots=True)
+class SchedulerConfig:
+    max_step_tokens: int = 256     # tokens fed per step (decode tokens + prefill chunks; not drafts)
+    rotate_after_steps: int = 256  # steps a sequence may run while others wait
+
+    def __post_init__(self) -> None:
+        if self.max_step_tokens < 1 or self.rotate_after_steps < 1:
+            raise ValueError(f"max_step_tokens and rotate_after_steps must be >= 1: {self}")
+
+
+@dataclass(slots=True)
+class SchedulerOutput:
+    scheduled: list[tuple[Sequence, int]]  # (sequence, uncached tokens to feed this step)
+    preempted: list[Sequence] = field(default_factory=list)  # lost their KV this step
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(n for _, n in self.scheduled)
+
+    @classmethod
+    def make_dummy(cls, n: int = 3) -> "SchedulerOutput":
+        return cls(scheduled=[(Sequence.make_dummy(i), 1) for i in range(n)])
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, blocks) -> None:
+        self.config = config
+        self.blocks = blocks  # engine.block_manager.BlockManager
+        self.running: list[Sequence] = []
+        self.waiting: deque[Sequence] = deque()
+        self.idle: OrderedDict[int, Sequence] = OrderedDict()
+        # Membership by id: Sequence is a dataclass whose == compares every token.
+        self._place: dict[int, str] = {}    # seq_id -> "running" | "waiting" | "idle"
+        self._ran_for: dict[int, int] = {}  # seq_id -> steps run since admitted
+        self.num_preemptions = 0
+
+    # -- what the engine tells it --
+    def add(self, seq: Sequence) -> None:
+        """`seq` wants compute (a new turn or tool output was appended)."""
+        if self._place.get(seq.seq_id) in ("running", "waiting"):
+            return
+        self.idle.pop(seq.seq_id, None)
+        self.waiting.append(seq)
+        self._place[seq.seq_id] = "waiting"
+
+    def park(self, seq: Sequence) -> None:
+        """`seq` wants no compute for now (its agent called a tool); its KV stays."""
+        self._unlink(seq)
+        self.idle[seq.seq_id] = seq
+        self._place[seq.seq_id] = "idle"
+
+    def drop(self, seq: Sequence) -> None:
+        """`seq` is gone (agent finished or started a fresh task): free its blocks."""
+        self._unlink(seq)
+        self.blocks.free(seq.seq_id)
+        seq.num_cached = 0
+
+    def place(self, seq: Sequence) -> str | None:
+        return self._place.get(seq.seq_id)
+
+    # -- each step --
+    def schedule(self, batch_ceiling: int) -> SchedulerOutput:
+        self._fit_ceiling(batch_ceiling)
+        self._rotate()
+        while self.waiting and len(self.running) < batch_ceiling:
+            self._admit(self.waiting.popleft())
+        preempted: list[Sequence] = []
+        scheduled: list[tuple[Sequence, int]] = []
+        budget = self.config.max_step_tokens
+        # Decode lanes (one token to feed) first, so a long prefill never stalls the batch;
+        # then prefill chunks in admission order from what is left of the token budget.
+        for seq in sorted(self.running, key=lambda s: s.pending > 1):
+            if self._place.get(seq.seq_id) != "running":  # preempted for an earlier lane
+                continue
+            n = min(seq.pending, budget)
+            if n <= 0:
+                continue
+            if not self._reserve(seq, seq.num_cached + n, preempted):
+                break  # seq itself was preempted: nothing later fits either
+            scheduled.append((seq, n))
+            budget -= n
+        for seq, _ in scheduled:
+            self._ran_for[seq.seq_id] += 1
+        return SchedulerOutput(scheduled=scheduled, preempted=preempted)
+
+    def preempt_one(self, keep: Sequence | None = None) -> Sequence | None:
+        """Free one victim's blocks: an idle sequence holding KV (least recently parked), else
+        a waiting one holding KV, else the running sequence admitted last other than `keep`.
+        The engine calls this when drafts need KV room the cache does not have."""
+        # Waiting sequences can hold KV too (sent back by a lowered ceiling or by rotation).
+        holders = [s for s in self.idle.values() if s.num_cached > 0] + \
+            [s for s in reversed(self.waiting) if s.num_cached > 0 and s is not keep]
+        if holders:
+            victim = holders[0]
+            self.blocks.free(victim.seq_id)
+            victim.num_cached = 0
+            self.num_preemptions += 1
+            return victim
+        for victim in reversed(self.running):
+            if victim is not keep:
+                self._unlink(victim)
+                self.blocks.free(victim.seq_id)
+                victim.num_cached = 0
+                self.waiting.appendleft(victim)
+                self._place[victim.seq_id] = "waiting"
+                self.num_preemptions += 1
+                return victim
+        return None
+
+    # -- internals --
+    def _reserve(self, seq: Sequence, num_tokens: int, preempted: list[Sequence]) -> bool:
+        """Blocks for `num_tokens` of `seq`, preempting others as needed. False when `seq`
+        itself had to be preempted (it was the last admitted)."""
+        while True:
+            try:
+                self.blocks.ensure(seq.seq_id, num_tokens)
+                return True
+            except KVCacheFull:
+                alone = len(self.running) == 1 and self.running[0] is seq
+                holders = any(s.num_cached for s in (*self.idle.values(), *self.waiting))
+                victim = None if alone and not holders else self.preempt_one()
+                if victim is None:
+                    raise KVCacheFull(f"sequence {seq.seq_id} needs KV for {num_tokens} tokens, "
+                                      f"more than the whole cache holds") from None
+                preempted.append(victim)
+                if victim is seq:
+                    return False
+
+    def _admit(self, seq: Sequence) -> None:
+        self.running.append(seq)
+        self._place[seq.seq_id] = "running"
+        self._ran_for[seq.seq_id] = 0
+
+    def _fit_ceiling(self, batch_ceiling: int) -> None:
+        # A lowered ceiling sends the last admitted back to the front of the queue (KV kept).
+        while len(self.running) > batch_ceiling:
+            seq = self.running[-1]
+            self._unlink(seq)
+            self.waiting.appendleft(seq)
+            self._place[seq.seq_id] = "waiting"
+
+    def _rotate(self) -> None:
+        if not self.waiting:
+            return
+        for seq in [s for s in self.running
+                    if self._ran_for[s.seq_id] >= self.config.rotate_after_steps]:
+            self._unlink(seq)
+            self.waiting.append(seq)
+            self._place[seq.seq_id] = "waiting"
+
+    def _unlink(self, seq: Sequence) -> None:
+        place = self._place.pop(seq.seq_id, None)
+        if place == "running":
+            self.running = [s for s in self.running if s is not seq]
+        elif place == "waiting":
+            self.waiting = deque(s for s in self.waiting if s is not seq)
+        elif place == "idle":
+            del self.idle[seq.seq_id]
+        self._ran_for.pop(seq.seq_id, None)

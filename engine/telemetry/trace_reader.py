@@ -1,0 +1,139 @@
+"""Reads and validates a trace file (DESIGN.md §3). Every line is checked; a bad one is a
+TraceError naming the file and line (or, leniently, skipped with a warning) — never a traceback."""
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from engine.errors import TraceError
+from engine.telemetry.records import LAYOUTS, POLICIES, StepRecord
+from engine.telemetry.trace_writer import TRACE_VERSION
+
+AGENT_EVENTS = ("decode", "tool", "done")
+_STEP_FIELDS = {f.name for f in fields(StepRecord)}
+
+
+@dataclass
+class Trace:
+    session: dict
+    steps: list[StepRecord] = field(default_factory=list)
+    controls: list[dict] = field(default_factory=list)  # {"type": "control", "t", "changes"}
+    agents: list[dict] = field(default_factory=list)    # {"type": "agent", "t", "agent", "event"}
+    warnings: list[str] = field(default_factory=list)
+
+
+def read_trace(path: str | Path, lenient: bool = False) -> Trace:
+    path = Path(path)
+    lines, warnings = _read_lines(path)
+    if not lines:
+        raise TraceError(path, None, "empty file (no session line)")
+    trace = Trace(session=_parse_session(path, lines[0]), warnings=warnings)
+    for number, text in enumerate(lines[1:], start=2):
+        try:
+            _add_record(trace, number, text)
+        except TraceError as exc:
+            if not lenient:
+                raise TraceError(path, exc.line, exc.problem) from None
+            trace.warnings.append(f"line {exc.line}: {exc.problem} (skipped)")
+    return trace
+
+
+def _read_lines(path: Path) -> tuple[list[str], list[str]]:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise TraceError(path, None, f"cannot read trace: {exc.strerror}") from None
+    warnings = []
+    if path.name.endswith(".gz"):
+        inflate = zlib.decompressobj(47)  # 47: gzip or zlib header, detected
+        try:
+            raw = inflate.decompress(raw)
+        except zlib.error as exc:
+            raise TraceError(path, None, f"not a readable gzip file ({exc})") from None
+        if not inflate.eof:
+            # What a killed writer leaves: everything up to its last sync flush, no trailer.
+            warnings.append("gzip stream has no end (the writer did not close it); "
+                            "read up to its last flush")
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError as exc:
+        raise TraceError(path, raw[:exc.start].count(b"\n") + 1, "not UTF-8 text") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    elif lines:
+        lines[-1] += "\0"  # marks a last line cut short (no newline) for a clearer message
+    return lines, warnings
+
+
+def _loads(number: int, text: str) -> dict:
+    truncated = text.endswith("\0")
+    try:
+        obj = json.loads(text.rstrip("\0"))
+    except json.JSONDecodeError as exc:
+        problem = "truncated line (file ends mid-record)" if truncated else f"not JSON ({exc.msg})"
+        raise TraceError(None, number, problem) from None
+    if not isinstance(obj, dict):
+        raise TraceError(None, number, "a record must be a JSON object")
+    return obj
+
+
+def _parse_session(path: Path, text: str) -> dict:
+    try:
+        obj = _loads(1, text)
+    except TraceError as exc:
+        raise TraceError(path, 1, exc.problem) from None
+    if obj.get("type") != "session":
+        raise TraceError(path, 1, "the first line must be the session record (type=session)")
+    if obj.get("version") != TRACE_VERSION:
+        raise TraceError(path, 1, f"unsupported trace version {obj.get('version')!r} "
+                                  f"(this build reads version {TRACE_VERSION})")
+    return obj
+
+
+def _add_record(trace: Trace, number: int, text: str) -> None:
+    obj = _loads(number, text)
+    kind = obj.get("type")
+    if kind == "step":
+        trace.steps.append(_parse_step(number, obj))
+    elif kind == "control":
+        if not _is_number(obj.get("t")) or not isinstance(obj.get("changes"), dict):
+            raise TraceError(None, number, "control record needs a number t and a dict changes")
+        trace.controls.append(obj)
+    elif kind == "agent":
+        if not _is_number(obj.get("t")) or type(obj.get("agent")) is not int \
+                or obj.get("event") not in AGENT_EVENTS:
+            raise TraceError(None, number, f"agent record needs a number t, an int agent and "
+                                           f"an event in {AGENT_EVENTS}")
+        trace.agents.append(obj)
+    elif kind == "session":
+        raise TraceError(None, number, "a second session record (only line 1 may be one)")
+    else:
+        raise TraceError(None, number, f"unknown record type {kind!r}")
+
+
+def _parse_step(number: int, obj: dict) -> StepRecord:
+    keys = set(obj) - {"type"}
+    if keys != _STEP_FIELDS:
+        missing, extra = sorted(_STEP_FIELDS - keys), sorted(keys - _STEP_FIELDS)
+        raise TraceError(None, number, f"step record fields wrong (missing {missing}, "
+                                       f"unexpected {extra})")
+    if obj["policy"] not in POLICIES or obj["ragged"] not in LAYOUTS:
+        raise TraceError(None, number, f"unknown policy {obj['policy']!r} or layout "
+                                       f"{obj['ragged']!r}")
+    bad = [name for name in ("step", "batch", "prefill", "budget") if type(obj[name]) is not int]
+    bad += [name for name in ("t", "dt_ms") if not _is_number(obj[name])]
+    if bad:
+        raise TraceError(None, number, f"step record has non-numeric {bad}")
+    if not isinstance(obj["lanes"], list) or not all(isinstance(x, dict) for x in obj["lanes"]):
+        raise TraceError(None, number, "step lanes must be a list of objects")
+    try:
+        return StepRecord.from_dict(obj)
+    except (TypeError, ValueError) as exc:
+        raise TraceError(None, number, f"bad step record: {exc}") from None
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -1,0 +1,126 @@
+"""Scheduler unit tests on dummy sequences and a real (pure Python) block manager; no model."""
+import pytest
+
+from engine.block_manager import BlockManager
+from engine.errors import KVCacheFull
+from engine.sequence import Sequence
+from engine.swarm.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+
+
+def make(num_blocks=64, block_size=4, max_step_tokens=32, rotate_after_steps=256):
+    return Scheduler(SchedulerConfig(max_step_tokens, rotate_after_steps),
+                     BlockManager(num_blocks, block_size))
+
+
+def feed(out: SchedulerOutput) -> None:
+    """What the executor does to a sequence: cache the fed tokens; a lane that reached its end
+    decodes one new token."""
+    for seq, n in out.scheduled:
+        seq.num_cached += n
+        if seq.pending == 0:
+            seq.token_ids.append(7)
+
+
+def test_chunked_prefill_mixes_with_decode_under_the_token_budget():
+    sched = make(max_step_tokens=10)
+    decoding = Sequence.make_dummy(0, prompt_len=5)
+    decoding.num_cached = 4  # one token left: a decode lane
+    long = Sequence.make_dummy(1, prompt_len=23)
+    sched.add(decoding)
+    sched.add(long)
+    chunks = []
+    for _ in range(4):
+        out = sched.schedule(batch_ceiling=8)
+        assert out.num_tokens <= 10
+        assert out.scheduled[0] == (decoding, 1)  # the decode lane is never starved by prefill
+        chunks.append(dict((s.seq_id, n) for s, n in out.scheduled).get(1))
+        feed(out)
+    assert chunks == [9, 9, 5, 1]  # 23 prompt tokens in chunks, then it decodes
+
+
+def test_batch_ceiling_admits_fifo_and_lowering_it_requeues_the_last_admitted():
+    sched = make()
+    seqs = [Sequence.make_dummy(i, prompt_len=2) for i in range(5)]
+    for s in seqs:
+        sched.add(s)
+    out = sched.schedule(batch_ceiling=3)
+    assert [s.seq_id for s, _ in out.scheduled] == [0, 1, 2]
+    assert [s.seq_id for s in sched.waiting] == [3, 4]
+    feed(out)
+    out = sched.schedule(batch_ceiling=2)
+    assert [s.seq_id for s, _ in out.scheduled] == [0, 1]
+    assert [s.seq_id for s in sched.waiting] == [2, 3, 4]
+    assert seqs[2].num_cached == 2  # sent back with its KV
+
+
+def test_fair_rotation_lets_waiting_sequences_in():
+    sched = make(rotate_after_steps=3)
+    seqs = [Sequence.make_dummy(i, prompt_len=1) for i in range(3)]
+    for s in seqs:
+        sched.add(s)
+    seen = []
+    for _ in range(12):
+        out = sched.schedule(batch_ceiling=2)
+        assert len(out.scheduled) == 2
+        seen += [s.seq_id for s, _ in out.scheduled]
+        feed(out)
+    counts = [seen.count(i) for i in range(3)]
+    assert min(counts) >= 6 and max(counts) - min(counts) <= 3, counts
+
+
+def test_park_keeps_kv_and_add_resumes_without_recompute():
+    sched = make()
+    seq = Sequence.make_dummy(0, prompt_len=6)
+    sched.add(seq)
+    feed(sched.schedule(4))
+    assert seq.num_cached == 6
+    sched.park(seq)
+    assert sched.schedule(4).scheduled == []
+    seq.token_ids += [1, 2, 3]  # tool output
+    sched.add(seq)
+    out = sched.schedule(4)
+    assert out.scheduled == [(seq, 4)] and seq.num_cached == 6  # only the new tokens + last
+
+
+def test_kv_exhaustion_preempts_idle_first_then_last_admitted_and_keeps_text():
+    sched = make(num_blocks=6, block_size=4)  # 24 tokens in all
+    idle = Sequence.make_dummy(0, prompt_len=10)
+    sched.add(idle)
+    feed(sched.schedule(4))
+    sched.park(idle)
+    a, b = Sequence.make_dummy(1, prompt_len=8), Sequence.make_dummy(2, prompt_len=8)
+    sched.add(a)
+    sched.add(b)
+    text_b = list(b.token_ids)
+    out = sched.schedule(4)  # 3 + 2 + 2 blocks do not fit 6: idle loses its KV
+    assert out.preempted == [idle] and idle.num_cached == 0
+    assert idle.token_ids[:10] == Sequence.make_dummy(0, prompt_len=10).token_ids
+    feed(out)
+    for _ in range(8):  # a and b grow until one must yield
+        out = sched.schedule(4)
+        feed(out)
+        if out.preempted:
+            break
+    assert out.preempted == [b] and b.num_cached == 0 and b.token_ids[:8] == text_b
+    assert sched.place(b) == "waiting" and sched.waiting[0] is b
+    assert sched.num_preemptions == 2
+
+
+def test_a_sequence_larger_than_the_cache_is_an_error():
+    sched = make(num_blocks=2, block_size=4)
+    sched.add(Sequence.make_dummy(0, prompt_len=20))
+    with pytest.raises(KVCacheFull, match="more than the whole cache"):
+        sched.schedule(4)
+
+
+def test_drop_frees_blocks_and_preempt_one_spares_keep():
+    sched = make(num_blocks=8, block_size=4)
+    a, b = Sequence.make_dummy(0, prompt_len=4), Sequence.make_dummy(1, prompt_len=4)
+    sched.add(a)
+    sched.add(b)
+    feed(sched.schedule(4))
+    assert sched.preempt_one(keep=b) is a and a.num_cached == 0
+    assert sched.preempt_one(keep=b) is None or sched.running == [b]
+    free_before = sched.blocks.num_free_blocks
+    sched.drop(b)
+    assert sched.blocks.num_free_blocks > free_before and sched.place(b) is None
