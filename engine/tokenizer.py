@@ -1,0 +1,111 @@
+"""Tokenizers: a Hugging Face `tokenizers` wrapper and a byte-level one for the tiny test model."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import tokenizers
+
+from engine.chat_template import render_chat
+from engine.errors import ModelLoadError
+
+
+def _token_text(value) -> str | None:
+    # tokenizer_config.json spells special tokens either as strings or as AddedToken dicts.
+    if isinstance(value, dict):
+        return value.get("content")
+    return value if isinstance(value, str) else None
+
+
+class Tokenizer:
+    """Text <-> ids for one model, plus its chat template."""
+
+    def __init__(self, inner: tokenizers.Tokenizer, *, chat_template: str | None = None,
+                 bos_token: str | None = None, eos_tokens: tuple[str, ...] = (),
+                 eos_ids: tuple[int, ...] = ()) -> None:
+        self.inner = inner
+        self.chat_template = chat_template
+        self.bos_token = bos_token
+        self.vocab_size: int = inner.get_vocab_size(with_added_tokens=True)
+        known = [inner.token_to_id(t) for t in eos_tokens]
+        self.eos_ids: tuple[int, ...] = tuple(dict.fromkeys(
+            [*eos_ids, *(i for i in known if i is not None)]))
+        self.eos_token = inner.id_to_token(self.eos_ids[0]) if self.eos_ids else None
+
+    @classmethod
+    def from_file(cls, path: str | Path, tokenizer_config: dict | None = None, *,
+                  eos_ids: tuple[int, ...] = ()) -> "Tokenizer":
+        """Read tokenizer.json; tokenizer_config (the parsed tokenizer_config.json) adds the chat
+        template and special tokens; eos_ids (from config.json) are merged with its eos_token."""
+        path = Path(path)
+        try:
+            inner = tokenizers.Tokenizer.from_file(str(path))
+        except FileNotFoundError:
+            raise ModelLoadError(path, "file not found") from None
+        except Exception as exc:  # the Rust side raises a bare Exception on malformed JSON
+            raise ModelLoadError(path, f"not a valid tokenizer.json ({exc})") from None
+        cfg = tokenizer_config or {}
+        template = cfg.get("chat_template")
+        if isinstance(template, list):  # a list of named templates: take "default"
+            template = next((t.get("template") for t in template if t.get("name") == "default"),
+                            None)
+        eos = _token_text(cfg.get("eos_token"))
+        return cls(inner, chat_template=template, bos_token=_token_text(cfg.get("bos_token")),
+                   eos_tokens=(eos,) if eos else (), eos_ids=eos_ids)
+
+    def encode(self, text: str) -> list[int]:
+        # Special tokens written in the text (e.g. "<|im_start|>") become their single ids, and
+        # no BOS/EOS is added: prompts come from the chat template, which places its own.
+        return self.inner.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int], skip_special: bool = False) -> str:
+        return self.inner.decode(list(ids), skip_special_tokens=skip_special)
+
+    def chat_prompt(self, user: str, system: str | None = None) -> str:
+        messages = ([{"role": "system", "content": system}] if system is not None else [])
+        messages.append({"role": "user", "content": user})
+        return render_chat(self.chat_template, messages, bos_token=self.bos_token or "",
+                           eos_token=self.eos_token or "")
+
+
+class ByteTokenizer:
+    """Ids 0..255 are bytes; a few specials follow. For the tiny-test model (vocab 320)."""
+
+    SPECIALS = ("<s>", "</s>", "<|im_start|>", "<|im_end|>")  # ids 256, 257, 258, 259
+    BOS, EOS, IM_START, IM_END = 256, 257, 258, 259
+
+    def __init__(self) -> None:
+        self.vocab_size = 256 + len(self.SPECIALS)
+        # A chat turn ends with <|im_end|>; plain text ends with </s>.
+        self.eos_ids: tuple[int, ...] = (self.EOS, self.IM_END)
+        self.chat_template = None
+
+    def encode(self, text: str) -> list[int]:
+        ids: list[int] = []
+        pos = 0
+        while pos < len(text):
+            nxt = min(((i, s) for s in self.SPECIALS if (i := text.find(s, pos)) >= 0),
+                      default=(len(text), ""))
+            ids.extend(text[pos:nxt[0]].encode("utf-8"))
+            if nxt[1]:
+                ids.append(256 + self.SPECIALS.index(nxt[1]))
+            pos = nxt[0] + len(nxt[1])
+        return ids
+
+    def decode(self, ids: list[int], skip_special: bool = False) -> str:
+        out, run = [], bytearray()
+        for i in ids:
+            if 0 <= i < 256:
+                run.append(i)
+                continue
+            out.append(run.decode("utf-8", errors="replace"))
+            run = bytearray()
+            # Ids past the specials exist in the model's vocab (320) but name nothing.
+            if not skip_special and 256 <= i < 256 + len(self.SPECIALS):
+                out.append(self.SPECIALS[i - 256])
+        out.append(run.decode("utf-8", errors="replace"))
+        return "".join(out)
+
+    def chat_prompt(self, user: str, system: str | None = None) -> str:
+        messages = ([{"role": "system", "content": system}] if system is not None else [])
+        messages.append({"role": "user", "content": user})
+        return render_chat(None, messages)
