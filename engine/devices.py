@@ -1,0 +1,38 @@
+"""Which device and dtype the engine runs on. ROCm builds of torch expose their GPUs through
+torch.cuda, so "rocm" and "cuda" both mean torch.cuda here."""
+from __future__ import annotations
+
+import torch
+
+from engine.errors import SwarmscopeError
+
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
+           "fp64": torch.float64}
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    name = name.lower()
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cpu":
+        return torch.device("cpu")
+    if name.split(":")[0] in ("cuda", "rocm", "gpu"):
+        if not torch.cuda.is_available():
+            build = "ROCm" if torch.version.hip else "CUDA" if torch.version.cuda else "CPU-only"
+            raise SwarmscopeError(f"device {name!r} requested but torch ({build} build) sees no GPU")
+        index = name.split(":")[1] if ":" in name else "0"
+        return torch.device(f"cuda:{index}")
+    raise SwarmscopeError(f"unknown device {name!r}; use auto, cpu, cuda, rocm or cuda:N")
+
+
+def resolve_dtype(name: str, device: torch.device | str) -> torch.dtype:
+    device = torch.device(device)
+    name = name.lower()
+    if name == "auto":
+        return torch.bfloat16
+    if name not in _DTYPES:
+        raise SwarmscopeError(f"unknown dtype {name!r}; use {', '.join(_DTYPES)} or auto")
+    if name == "fp16" and device.type == "cpu":
+        # CPU fp16 matmuls fall back to slow paths and overflow where bf16 does not.
+        raise SwarmscopeError("fp16 is for GPUs; on CPU use bf16 or fp32")
+    return _DTYPES[name]

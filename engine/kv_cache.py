@@ -1,0 +1,48 @@
+"""Paged KV storage: one torch tensor per layer for K and for V, indexed by the block manager's
+block ids. The model sees only slot mappings and block tables, never sequences."""
+from __future__ import annotations
+
+import torch
+
+from engine.block_manager import BlockManager
+from engine.config import ModelConfig
+
+
+class PagedKVCache:
+    def __init__(self, config: ModelConfig, num_blocks: int, block_size: int = 16,
+                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> None:
+        self.config = config
+        self.blocks = BlockManager(num_blocks, block_size)
+        self.dtype, self.device = dtype, torch.device(device)
+        shape = (config.num_layers, num_blocks, block_size, config.num_kv_heads, config.head_dim)
+        # Zeros, not empty: padding queries of the padded layout may read unwritten slots, and
+        # garbage there must at least be finite.
+        self.k = torch.zeros(shape, dtype=dtype, device=self.device)  # [layers, blocks, bs, kvh, hd]
+        self.v = torch.zeros(shape, dtype=dtype, device=self.device)
+
+    @staticmethod
+    def bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
+        elem = torch.empty((), dtype=dtype).element_size()
+        return 2 * config.num_layers * block_size * config.num_kv_heads * config.head_dim * elem
+
+    @classmethod
+    def from_memory_budget(cls, config: ModelConfig, budget_bytes: int, block_size: int = 16,
+                           dtype: torch.dtype = torch.float32,
+                           device: torch.device | str = "cpu") -> "PagedKVCache":
+        num_blocks = budget_bytes // cls.bytes_per_block(config, block_size, dtype)
+        if num_blocks < 1:
+            raise ValueError(f"a KV budget of {budget_bytes} bytes holds no block of "
+                             f"{cls.bytes_per_block(config, block_size, dtype)} bytes")
+        return cls(config, int(num_blocks), block_size, dtype, device)
+
+    @property
+    def block_size(self) -> int:
+        return self.blocks.block_size
+
+    @property
+    def num_bytes(self) -> int:
+        return 2 * self.k.numel() * self.k.element_size()
+
+    def layer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V storage of one layer, each [num_blocks, block_size, num_kv_heads, head_dim]."""
+        return self.k[index], self.v[index]

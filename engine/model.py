@@ -1,0 +1,233 @@
+"""The Llama-family decoder (Llama, Mistral, Qwen2 with qkv bias, Qwen3 with q/k RMSNorm,
+SmolLM) as one forward over packed tokens of many lanes and a paged KV cache.
+
+Weights arrive under Hugging Face names; q/k/v and gate/up are stored fused so each layer runs
+two matmuls fewer (Python overhead per op matters with 30 layers on CPU). RoPE follows HF's
+rotate_half convention."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from engine.attention import AttentionPlan, paged_attention, write_kv
+from engine.config import ModelConfig
+from engine.kv_cache import PagedKVCache
+
+
+@dataclass(slots=True)
+class StepMetadata:
+    """Where this step's tokens sit; built once per step by the runner, shared by all layers."""
+    positions: Tensor      # [num_tokens] int64
+    write_rows: Tensor | None  # [num_written] rows whose KV is stored (None: all rows)
+    slot_mapping: Tensor   # [num_written] int64 cache slot of each stored row
+    block_tables: Tensor   # [num_lanes, max_blocks] int32
+    cu_q_lens: Tensor      # [num_lanes + 1] int32
+    ctx_lens: Tensor       # [num_lanes] int32
+    plan: AttentionPlan
+
+
+def _rotate_half(x: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, dtype: torch.dtype, device) -> None:
+        super().__init__()
+        c, kw = config, {"dtype": dtype, "device": device}
+        self.q_size, self.kv_size = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+        self.input_norm = nn.Parameter(torch.empty(c.hidden_size, **kw))
+        self.qkv = nn.Parameter(torch.empty(self.q_size + 2 * self.kv_size, c.hidden_size, **kw))
+        self.qkv_bias = (nn.Parameter(torch.empty(self.q_size + 2 * self.kv_size, **kw))
+                         if c.qkv_bias else None)
+        self.q_norm = nn.Parameter(torch.empty(c.head_dim, **kw)) if c.qk_norm else None
+        self.k_norm = nn.Parameter(torch.empty(c.head_dim, **kw)) if c.qk_norm else None
+        self.o_proj = nn.Parameter(torch.empty(c.hidden_size, self.q_size, **kw))
+        self.post_norm = nn.Parameter(torch.empty(c.hidden_size, **kw))
+        self.gate_up = nn.Parameter(torch.empty(2 * c.intermediate_size, c.hidden_size, **kw))
+        self.down = nn.Parameter(torch.empty(c.hidden_size, c.intermediate_size, **kw))
+        self.config = config
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, k_cache: Tensor, v_cache: Tensor,
+                meta: StepMetadata) -> Tensor:
+        c = self.config
+        n = x.shape[0]                                                    # x: [n, hidden]
+        h = F.rms_norm(x, (c.hidden_size,), self.input_norm, c.rms_norm_eps)
+        qkv = F.linear(h, self.qkv, self.qkv_bias)                        # [n, q + 2 kv]
+        q, k, v = qkv.split((self.q_size, self.kv_size, self.kv_size), dim=-1)
+        q = q.view(n, c.num_heads, c.head_dim)
+        k = k.view(n, c.num_kv_heads, c.head_dim)
+        v = v.view(n, c.num_kv_heads, c.head_dim)
+        if self.q_norm is not None:
+            q = F.rms_norm(q, (c.head_dim,), self.q_norm, c.rms_norm_eps)
+            k = F.rms_norm(k, (c.head_dim,), self.k_norm, c.rms_norm_eps)
+        q = q * cos + _rotate_half(q) * sin                               # cos, sin: [n, 1, hd]
+        k = k * cos + _rotate_half(k) * sin
+        if meta.write_rows is None:
+            write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+        else:
+            write_kv(k[meta.write_rows], v[meta.write_rows], k_cache, v_cache, meta.slot_mapping)
+        o = paged_attention(q, k_cache, v_cache, meta.block_tables, meta.cu_q_lens, meta.ctx_lens,
+                            c.head_dim ** -0.5, plan=meta.plan)           # [n, nh, hd]
+        x = x + F.linear(o.reshape(n, self.q_size), self.o_proj)
+        h = F.rms_norm(x, (c.hidden_size,), self.post_norm, c.rms_norm_eps)
+        gate, up = F.linear(h, self.gate_up).chunk(2, dim=-1)             # [n, inter] each
+        return x + F.linear(F.silu(gate) * up, self.down)
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, config: ModelConfig, dtype: torch.dtype = torch.float32,
+                 device: torch.device | str = "cpu") -> None:
+        super().__init__()
+        kw = {"dtype": dtype, "device": device}
+        self.config = config
+        self.embed = nn.Parameter(torch.empty(config.vocab_size, config.hidden_size, **kw))
+        self.layers = nn.ModuleList(DecoderLayer(config, dtype, device)
+                                    for _ in range(config.num_layers))
+        self.norm = nn.Parameter(torch.empty(config.hidden_size, **kw))
+        self.lm_head = (None if config.tie_word_embeddings else
+                        nn.Parameter(torch.empty(config.vocab_size, config.hidden_size, **kw)))
+        hd = config.head_dim
+        inv_freq = 1.0 / config.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd)
+        self.register_buffer("inv_freq", inv_freq.to(device), persistent=False)  # [hd / 2]
+        self.requires_grad_(False)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed.device
+
+    def num_weight_bytes(self) -> int:
+        """Bytes of all parameters (a tied LM head counted once)."""
+        return sum(p.numel() * p.element_size() for p in self.parameters())
+
+    def streamed_weight_bytes(self) -> int:
+        """Bytes a decode step must read: every weight except an untied embedding table, of
+        which only the looked-up rows are touched. Divided by memory bandwidth, the step's floor."""
+        untied_embed = 0 if self.lm_head is None else self.embed.numel() * self.embed.element_size()
+        return self.num_weight_bytes() - untied_embed
+
+    def forward(self, input_ids: Tensor, meta: StepMetadata, kv: PagedKVCache,
+                logit_rows: Tensor) -> Tensor:
+        """Run the packed tokens through every layer, storing their KV; logits of the chosen rows."""
+        # input_ids: [n]; logit_rows: [m] -> [m, vocab] float32
+        x = F.embedding(input_ids, self.embed)                            # [n, hidden]
+        freqs = meta.positions[:, None].float() * self.inv_freq           # [n, hd / 2]
+        emb = torch.cat((freqs, freqs), dim=-1)[:, None, :]               # [n, 1, hd]
+        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+        for index, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, kv.k[index], kv.v[index], meta)
+        h = F.rms_norm(x[logit_rows], (self.config.hidden_size,), self.norm,
+                       self.config.rms_norm_eps)
+        head = self.embed if self.lm_head is None else self.lm_head
+        return F.linear(h, head).float()
+
+    @classmethod
+    def random(cls, config: ModelConfig, seed: int = 0, dtype: torch.dtype = torch.float32,
+               device: torch.device | str = "cpu") -> "LlamaModel":
+        """A model with small random weights (std 0.02, norms near 1), for tests and benchmarks."""
+        gen = torch.Generator().manual_seed(seed)
+        tensors = {}
+        for name, shape in _hf_shapes(config).items():
+            if name.endswith("norm.weight"):
+                tensors[name] = 1 + 0.1 * torch.randn(shape, generator=gen)
+            else:
+                tensors[name] = 0.02 * torch.randn(shape, generator=gen)
+        return cls.from_state_dict(config, tensors, dtype, device)
+
+    @classmethod
+    def from_state_dict(cls, config: ModelConfig, tensors: dict[str, Tensor],
+                        dtype: torch.dtype = torch.float32,
+                        device: torch.device | str = "cpu") -> "LlamaModel":
+        """Build from Hugging Face names; ValueError lists missing, unexpected or misshapen ones."""
+        expected = _hf_shapes(config)
+        tensors = {name: t for name, t in tensors.items() if not name.endswith("rotary_emb.inv_freq")}
+        if config.tie_word_embeddings and "lm_head.weight" in tensors:
+            # Some tied checkpoints store the head anyway; accept it only as the same matrix.
+            head = tensors.pop("lm_head.weight")
+            embed = tensors.get("model.embed_tokens.weight")
+            if embed is not None and not torch.equal(head, embed):
+                raise ValueError("tie_word_embeddings is set but lm_head.weight differs from "
+                                 "model.embed_tokens.weight")
+        missing = sorted(set(expected) - set(tensors))
+        unexpected = sorted(set(tensors) - set(expected))
+        misshapen = [f"{name}: {tuple(tensors[name].shape)} != {shape}"
+                     for name, shape in expected.items()
+                     if name in tensors and tuple(tensors[name].shape) != shape]
+        problems = [f"{label}: {', '.join(names)}" for label, names in
+                    (("missing", missing), ("unexpected", unexpected), ("wrong shape", misshapen))
+                    if names]
+        if problems:
+            raise ValueError("; ".join(problems))
+        model = cls(config, dtype, device)
+        with torch.no_grad():
+            for param, names in model._hf_sources():
+                param.copy_(torch.cat([tensors[name].to(param.dtype) for name in names])
+                            if len(names) > 1 else tensors[names[0]])
+        return model
+
+    def hf_state_dict(self) -> dict[str, Tensor]:
+        """The weights under Hugging Face names (fused tensors split back), e.g. to save a folder."""
+        shapes = _hf_shapes(self.config)
+        out = {}
+        for param, names in self._hf_sources():
+            for name, part in zip(names, param.split([shapes[n][0] for n in names])):
+                out[name] = part.clone()
+        return out
+
+    def _hf_sources(self) -> list[tuple[Tensor, tuple[str, ...]]]:
+        """Each parameter and the HF tensors it is made of (concatenated along dim 0)."""
+        sources = [(self.embed, ("model.embed_tokens.weight",)), (self.norm, ("model.norm.weight",))]
+        if self.lm_head is not None:
+            sources.append((self.lm_head, ("lm_head.weight",)))
+        for i, layer in enumerate(self.layers):
+            p = f"model.layers.{i}."
+            sources += [
+                (layer.input_norm, (p + "input_layernorm.weight",)),
+                (layer.qkv, tuple(p + f"self_attn.{x}_proj.weight" for x in "qkv")),
+                (layer.o_proj, (p + "self_attn.o_proj.weight",)),
+                (layer.post_norm, (p + "post_attention_layernorm.weight",)),
+                (layer.gate_up, (p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight")),
+                (layer.down, (p + "mlp.down_proj.weight",)),
+            ]
+            if layer.qkv_bias is not None:
+                sources.append((layer.qkv_bias, tuple(p + f"self_attn.{x}_proj.bias" for x in "qkv")))
+            if layer.q_norm is not None:
+                sources += [(layer.q_norm, (p + "self_attn.q_norm.weight",)),
+                            (layer.k_norm, (p + "self_attn.k_norm.weight",))]
+        return sources
+
+
+def _hf_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor a Hugging Face checkpoint of this config holds, with its shape."""
+    c = config
+    q, kv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+    shapes = {"model.embed_tokens.weight": (c.vocab_size, c.hidden_size),
+              "model.norm.weight": (c.hidden_size,)}
+    if not c.tie_word_embeddings:
+        shapes["lm_head.weight"] = (c.vocab_size, c.hidden_size)
+    for i in range(c.num_layers):
+        p = f"model.layers.{i}."
+        shapes.update({
+            p + "input_layernorm.weight": (c.hidden_size,),
+            p + "post_attention_layernorm.weight": (c.hidden_size,),
+            p + "self_attn.q_proj.weight": (q, c.hidden_size),
+            p + "self_attn.k_proj.weight": (kv, c.hidden_size),
+            p + "self_attn.v_proj.weight": (kv, c.hidden_size),
+            p + "self_attn.o_proj.weight": (c.hidden_size, q),
+            p + "mlp.gate_proj.weight": (c.intermediate_size, c.hidden_size),
+            p + "mlp.up_proj.weight": (c.intermediate_size, c.hidden_size),
+            p + "mlp.down_proj.weight": (c.hidden_size, c.intermediate_size),
+        })
+        if c.qkv_bias:
+            shapes.update({p + f"self_attn.{x}_proj.bias": (n,) for x, n in (("q", q), ("k", kv), ("v", kv))})
+        if c.qk_norm:
+            shapes.update({p + "self_attn.q_norm.weight": (c.head_dim,),
+                           p + "self_attn.k_norm.weight": (c.head_dim,)})
+    return shapes

@@ -1,0 +1,83 @@
+"""The decoder against Hugging Face transformers, built from the same random weights."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.config import PRESETS
+from engine.forward_batch import LaneInput
+from engine.model import LlamaModel
+
+transformers = pytest.importorskip("transformers")
+
+TINY = PRESETS["tiny-test"]
+
+
+def _hf_model(arch: str, tie: bool):
+    common = dict(vocab_size=TINY.vocab_size, hidden_size=TINY.hidden_size,
+                  intermediate_size=TINY.intermediate_size, num_hidden_layers=TINY.num_layers,
+                  num_attention_heads=TINY.num_heads, num_key_value_heads=TINY.num_kv_heads,
+                  head_dim=TINY.head_dim, rope_theta=TINY.rope_theta, rms_norm_eps=1e-6,
+                  max_position_embeddings=TINY.max_position, tie_word_embeddings=tie)
+    cls_config, cls_model = {
+        "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+        "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+        "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
+    }[arch]
+    torch.manual_seed(0)
+    model = cls_model(cls_config(**common)).eval()
+    with torch.no_grad():  # HF initialises norms to exactly 1 and biases to 0; make them matter
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight") or name.endswith("bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    return model
+
+
+@pytest.mark.parametrize("arch,tie", [("llama", True), ("llama", False), ("qwen2", False),
+                                      ("qwen3", True)])
+def test_logits_match_transformers(arch, tie, make_runner):
+    hf = _hf_model(arch, tie)
+    config = TINY.with_(tie_word_embeddings=tie, rms_norm_eps=1e-6,
+                        qkv_bias=arch == "qwen2", qk_norm=arch == "qwen3", architecture=arch)
+    ours = LlamaModel.from_state_dict(config, dict(hf.state_dict()), torch.float32)
+    ids = [5, 17, 200, 3, 99, 41, 8, 250, 11, 64, 7, 300]
+    with torch.no_grad():
+        expected = hf(torch.tensor([ids])).logits[0]                     # [12, vocab]
+    runner = make_runner(ours)
+    # Fed as a 5-token prefill chunk, then a 7-token chunk: the cache path is exercised too.
+    first = runner.forward([LaneInput(0, ids[:5], 0, 5)]).logits[0]
+    second = runner.forward([LaneInput(0, ids[5:], 5, 7)]).logits[0]
+    got = torch.cat([first, second])
+    assert got.dtype == torch.float32 and got.shape == expected.shape
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_from_state_dict_names_problems(tiny_config):
+    tensors = {name: p for name, p in LlamaModel.random(tiny_config).hf_state_dict().items()}
+    del tensors["model.layers.1.mlp.up_proj.weight"]
+    tensors["model.layers.0.self_attn.q_proj.weight"] = torch.zeros(3, 3)
+    tensors["model.extra.weight"] = torch.zeros(1)
+    with pytest.raises(ValueError) as err:
+        LlamaModel.from_state_dict(tiny_config, tensors)
+    message = str(err.value)
+    assert "missing: model.layers.1.mlp.up_proj.weight" in message
+    assert "unexpected: model.extra.weight" in message
+    assert "model.layers.0.self_attn.q_proj.weight: (3, 3)" in message
+
+
+def test_tied_head_must_equal_embedding(tiny_config):
+    tensors = LlamaModel.random(tiny_config).hf_state_dict()
+    tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()
+    LlamaModel.from_state_dict(tiny_config, tensors)  # an identical stored head is accepted
+    tensors["lm_head.weight"] = tensors["lm_head.weight"] + 1
+    with pytest.raises(ValueError, match="lm_head.weight differs"):
+        LlamaModel.from_state_dict(tiny_config, tensors)
+
+
+def test_random_is_seeded_and_weight_bytes(tiny_config):
+    a, b = LlamaModel.random(tiny_config, seed=3), LlamaModel.random(tiny_config, seed=3)
+    c = LlamaModel.random(tiny_config, seed=4)
+    assert torch.equal(a.embed, b.embed) and not torch.equal(a.embed, c.embed)
+    params = sum(p.numel() for p in a.parameters())
+    assert a.num_weight_bytes() == 4 * params
+    assert LlamaModel.random(tiny_config, dtype=torch.bfloat16).num_weight_bytes() == 2 * params
