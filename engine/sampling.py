@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 
 @dataclass(slots=True, frozen=True)
 class SamplingParams:
@@ -19,3 +21,42 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+
+class LaneSampler:
+    """Turns one lane's logits into probabilities and tokens, drawing only from its own generator."""
+
+    def __init__(self, params: SamplingParams) -> None:
+        self.params = params
+        self.generator = torch.Generator().manual_seed(params.seed)
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """[n, vocab] logits -> [n, vocab] float32 probabilities after temperature, top-k, top-p;
+        greedy gives the one-hot argmax (what speculative verification compares drafts with)."""
+        logits = logits.float()
+        if self.params.greedy:
+            return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+        logits = logits / self.params.temperature
+        top_k = self.params.top_k
+        if 0 < top_k < logits.shape[-1]:
+            keep = torch.zeros_like(logits, dtype=torch.bool)
+            keep.scatter_(-1, logits.topk(top_k, dim=-1).indices, True)
+            logits = logits.masked_fill(~keep, float("-inf"))
+        probs = logits.softmax(-1)
+        if self.params.top_p < 1:
+            sorted_probs, order = probs.sort(-1, descending=True)
+            # Drop a token once the more likely ones already hold top_p of the mass; the most
+            # likely token always stays.
+            before = sorted_probs.cumsum(-1) - sorted_probs
+            drop_sorted = before >= self.params.top_p
+            drop = torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
+            probs = probs.masked_fill(drop, 0.0)
+            probs = probs / probs.sum(-1, keepdim=True)
+        return probs
+
+    def sample(self, logits: torch.Tensor) -> list[int]:
+        """One token per row of [n, vocab] logits."""
+        if self.params.greedy:
+            return logits.argmax(-1).tolist()
+        probs = self.probs(logits).cpu()  # the generator lives on the CPU
+        return torch.multinomial(probs, 1, generator=self.generator).squeeze(-1).tolist()
