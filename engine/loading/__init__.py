@@ -1,0 +1,72 @@
+"""Turn a model name or folder into weights + config + tokenizer: `load_model`."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from engine.config import PRESETS, ModelConfig
+from engine.devices import resolve_device, resolve_dtype
+from engine.errors import ModelLoadError
+from engine.loading import default_model
+from engine.loading.hf_folder import read_config, read_tensors, read_tokenizer, weight_files
+from engine.model import LlamaModel
+from engine.tokenizer import ByteTokenizer, Tokenizer
+
+Progress = Callable[[str, float], None]
+
+
+@dataclass(slots=True)
+class LoadedModel:
+    name: str              # "SmolLM2-135M-Instruct", the folder's name, or "tiny-test"
+    source: str            # the folder or preset it came from
+    config: ModelConfig
+    model: LlamaModel
+    tokenizer: Tokenizer | ByteTokenizer
+    dtype: torch.dtype
+    device: torch.device
+
+
+def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
+               progress: Progress | None = None) -> LoadedModel:
+    """spec: "default" (the embedded SmolLM2-135M-Instruct, fetched and converted on first use),
+    "tiny-test" (random weights, seed 0, byte tokenizer) or a Hugging Face folder.
+    progress(message, fraction 0..1) hears about fetching, converting and loading.
+    Bad input raises ModelLoadError naming the file at fault."""
+    torch_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, torch_device)
+    report = progress or (lambda message, fraction: None)
+    if spec == "tiny-test":
+        config = PRESETS["tiny-test"]
+        model = LlamaModel.random(config, seed=0, dtype=torch_dtype, device=torch_device)
+        return LoadedModel("tiny-test", "preset:tiny-test", config, model, ByteTokenizer(),
+                           torch_dtype, torch_device)
+    if spec == "default":
+        folder, name = default_model.ensure_default_model(progress), default_model.NAME
+    else:
+        folder = Path(spec).expanduser()
+        name = folder.resolve().name
+        if not folder.is_dir():
+            raise ModelLoadError(folder, "no such model folder (expected 'default', "
+                                         "'tiny-test' or a Hugging Face model folder)")
+    report(f"reading {folder / 'config.json'}", 0.0)
+    config = read_config(folder)
+    tokenizer = read_tokenizer(folder, config)
+    report(f"loading weights from {folder}", 0.1)
+    model = _build(folder, config, read_tensors(folder, torch_dtype), torch_dtype, torch_device)
+    report(f"loaded {name}", 1.0)
+    return LoadedModel(name, str(folder), config, model, tokenizer, torch_dtype, torch_device)
+
+
+def _build(folder: Path, config: ModelConfig, tensors: dict[str, torch.Tensor],
+           dtype: torch.dtype, device: torch.device) -> LlamaModel:
+    try:
+        return LlamaModel.from_state_dict(config, tensors, dtype, device)
+    except ValueError as exc:
+        # Name the weights (the index when sharded) and say the config disagrees with them.
+        index = folder / "model.safetensors.index.json"
+        files = sorted({str(p) for p in weight_files(folder).values()})
+        where = index if index.is_file() else files[0] if len(files) == 1 else folder
+        raise ModelLoadError(where, f"weights do not match config.json: {exc}") from None

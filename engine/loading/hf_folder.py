@@ -1,0 +1,141 @@
+"""Hugging Face model folders: config.json -> ModelConfig, *.safetensors -> tensors, tokenizer.
+
+Every problem a user's folder can have becomes a ModelLoadError naming the file at fault."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+
+from engine.config import ModelConfig
+from engine.errors import ModelLoadError
+from engine.tokenizer import Tokenizer
+
+# architectures[0] in config.json -> (our architecture name, its switches).
+SUPPORTED = {
+    "LlamaForCausalLM": ("llama", {}),
+    "MistralForCausalLM": ("mistral", {}),
+    "Qwen2ForCausalLM": ("qwen2", {"qkv_bias": True}),
+    "Qwen3ForCausalLM": ("qwen3", {"qk_norm": True}),
+}
+
+
+def read_json(path: Path, required: bool = True) -> dict | None:
+    if not path.is_file():
+        if required:
+            raise ModelLoadError(path, "file not found")
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ModelLoadError(path, f"not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ModelLoadError(path, "expected a JSON object")
+    return data
+
+
+def _ids(value) -> list[int]:
+    if value is None:
+        return []
+    return [int(v) for v in (value if isinstance(value, list) else [value])]
+
+
+def _rope_theta(cfg: dict, path: Path) -> float:
+    # transformers >= 5 nests RoPE settings in rope_parameters; older configs use rope_theta and
+    # rope_scaling. Only plain RoPE is implemented: scaled variants would decode wrongly, silently.
+    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind != "default":
+        raise ModelLoadError(path, f"RoPE scaling {kind!r} is not supported (plain RoPE only)")
+    return float(params.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+
+
+def read_config(folder: Path) -> ModelConfig:
+    """ModelConfig from config.json (+ generation_config.json for extra end-of-sequence ids)."""
+    path = folder / "config.json"
+    cfg = read_json(path)
+    archs = cfg.get("architectures") or []
+    if not archs or archs[0] not in SUPPORTED:
+        raise ModelLoadError(path, f"architecture {archs[0] if archs else None!r} is not "
+                                   f"supported; supported: {', '.join(SUPPORTED)}")
+    arch, switches = SUPPORTED[archs[0]]
+    if cfg.get("hidden_act", "silu") != "silu":
+        raise ModelLoadError(path, f"hidden_act {cfg['hidden_act']!r} is not supported (silu)")
+    if arch in ("llama", "mistral") and (cfg.get("attention_bias") or cfg.get("mlp_bias")):
+        raise ModelLoadError(path, "attention_bias / mlp_bias are not supported for " + arch)
+    max_position = int(cfg.get("max_position_embeddings", 8192))
+    window = cfg.get("sliding_window")
+    if window and (arch == "mistral" or cfg.get("use_sliding_window")):
+        # Within the window, sliding-window attention is full attention: cap the context there
+        # instead of implementing the window.
+        max_position = min(max_position, int(window))
+    generation = read_json(folder / "generation_config.json", required=False) or {}
+    eos = tuple(dict.fromkeys(_ids(cfg.get("eos_token_id")) + _ids(generation.get("eos_token_id"))))
+    heads = cfg.get("num_attention_heads")
+    try:
+        return ModelConfig(
+            vocab_size=int(cfg["vocab_size"]), hidden_size=int(cfg["hidden_size"]),
+            intermediate_size=int(cfg["intermediate_size"]),
+            num_layers=int(cfg["num_hidden_layers"]), num_heads=int(heads),
+            num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+            head_dim=int(cfg.get("head_dim") or 0), rope_theta=_rope_theta(cfg, path),
+            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), max_position=max_position,
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            bos_token_id=cfg.get("bos_token_id"), eos_token_ids=eos, architecture=arch,
+            **switches)
+    except KeyError as exc:
+        raise ModelLoadError(path, f"missing field {exc.args[0]!r}") from None
+    except (TypeError, ValueError) as exc:
+        raise ModelLoadError(path, f"invalid model shape: {exc}") from None
+
+
+def weight_files(folder: Path) -> dict[str, Path]:
+    """Tensor name -> the .safetensors file holding it (one file, or sharded with an index)."""
+    index_path = folder / "model.safetensors.index.json"
+    if index_path.is_file():
+        weight_map = read_json(index_path).get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise ModelLoadError(index_path, "no weight_map")
+        return {name: folder / file for name, file in weight_map.items()}
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise ModelLoadError(folder, "no *.safetensors weights (and no "
+                                     "model.safetensors.index.json)")
+    names: dict[str, Path] = {}
+    for file in files:
+        for name in _open(file).keys():
+            names[name] = file
+    return names
+
+
+def _open(file: Path):
+    if not file.is_file():
+        raise ModelLoadError(file, "file not found")
+    try:
+        return safe_open(str(file), framework="pt")
+    except (SafetensorError, OSError) as exc:
+        raise ModelLoadError(file, f"not a readable safetensors file ({exc})") from None
+
+
+def read_tensors(folder: Path, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """All weights, cast to dtype. safe_open memory-maps each file, so only the cast copies."""
+    by_file: dict[Path, list[str]] = {}
+    for name, file in weight_files(folder).items():
+        by_file.setdefault(file, []).append(name)
+    tensors: dict[str, torch.Tensor] = {}
+    for file, names in by_file.items():
+        handle = _open(file)
+        try:
+            for name in names:
+                tensors[name] = handle.get_tensor(name).to(dtype)
+        except (SafetensorError, OSError, KeyError) as exc:
+            raise ModelLoadError(file, f"cannot read tensor {name!r} ({exc})") from None
+    return tensors
+
+
+def read_tokenizer(folder: Path, config: ModelConfig) -> Tokenizer:
+    tokenizer_config = read_json(folder / "tokenizer_config.json", required=False)
+    return Tokenizer.from_file(folder / "tokenizer.json", tokenizer_config,
+                               eos_ids=config.eos_token_ids)
