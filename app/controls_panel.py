@@ -1,0 +1,141 @@
+"""Every live control of DESIGN §3. Each change is emitted as a dict of Controls field names, which
+the window posts to the engine's mailbox (applied at the next step, logged in the trace)."""
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel,
+                               QPushButton, QSlider, QSpinBox, QVBoxLayout, QWidget)
+
+from engine.controls import CATEGORIES, Controls
+from engine.telemetry.records import LAYOUTS, POLICIES
+
+DRAFTERS = ("lookup", "self")
+MAX_LANES = 64
+
+
+def _slider(lo: int, hi: int) -> tuple[QSlider, QLabel, QHBoxLayout]:
+    slider = QSlider(Qt.Orientation.Horizontal)
+    slider.setRange(lo, hi)
+    value = QLabel()
+    value.setMinimumWidth(24)
+    slider.valueChanged.connect(lambda v: value.setText(str(v)))
+    row = QHBoxLayout()
+    row.addWidget(slider, 1)
+    row.addWidget(value)
+    return slider, value, row
+
+
+class ControlsPanel(QWidget):
+    changed = Signal(dict)       # {control name: new value}
+    recalibrate = Signal()
+
+    def __init__(self, controls: Controls | None = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.policy = QComboBox()
+        self.policy.addItems(POLICIES)
+        self.k = QSpinBox()
+        self.k.setRange(0, 64)
+        self.batch_ceiling, batch_value, batch_row = _slider(1, MAX_LANES)
+        self.spec_ceiling, spec_value, spec_row = _slider(0, MAX_LANES)
+        self._slider_values = ((self.batch_ceiling, batch_value), (self.spec_ceiling, spec_value))
+        self.budget_override = QSpinBox()
+        self.budget_override.setRange(0, 512)
+        self.budget_override.setSpecialValueText("calibrated")
+        self.ragged = QComboBox()
+        self.ragged.addItems(LAYOUTS)
+        self.drafter = QComboBox()
+        self.drafter.addItems(DRAFTERS)
+        self.min_acceptance = QDoubleSpinBox()
+        self.min_acceptance.setRange(0.0, 1.0)
+        self.min_acceptance.setSingleStep(0.05)
+        self.swarm_size = QSpinBox()
+        self.swarm_size.setRange(1, MAX_LANES)
+        self.tool_latency = QDoubleSpinBox()
+        self.tool_latency.setRange(0.0, 60.0)
+        self.tool_latency.setSingleStep(0.25)
+        self.tool_latency.setSuffix(" s")
+        self.mix = {}
+        for cat in CATEGORIES:
+            spin = QDoubleSpinBox()
+            spin.setRange(0.0, 10.0)
+            spin.setSingleStep(0.5)
+            self.mix[cat] = spin
+        self.pause = QPushButton("Pause")
+        self.pause.setCheckable(True)
+        self.pause.setToolTip("Pause or resume the engine (Space)")
+        self.recalibrate_button = QPushButton("Re-run calibration")
+
+        form = QFormLayout()
+        form.addRow("policy", self.policy)
+        form.addRow("K", self.k)
+        form.addRow("batch ceiling", batch_row)
+        form.addRow("spec. ceiling", spec_row)
+        form.addRow("budget T", self.budget_override)
+        form.addRow("layout", self.ragged)
+        form.addRow("drafter", self.drafter)
+        form.addRow("min acceptance", self.min_acceptance)
+        form.addRow("swarm size", self.swarm_size)
+        form.addRow("tool latency", self.tool_latency)
+        for cat, spin in self.mix.items():
+            form.addRow(f"mix: {cat}", spin)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.pause)
+        layout.addWidget(self.recalibrate_button)
+        layout.addStretch(1)
+
+        self.set_controls(controls or Controls())
+        self.policy.currentTextChanged.connect(lambda v: self.changed.emit({"policy": v}))
+        self.k.valueChanged.connect(lambda v: self.changed.emit({"k": v}))
+        self.batch_ceiling.valueChanged.connect(lambda v: self.changed.emit({"batch_ceiling": v}))
+        self.spec_ceiling.valueChanged.connect(lambda v: self.changed.emit({"spec_ceiling": v}))
+        self.budget_override.valueChanged.connect(
+            lambda v: self.changed.emit({"budget_override": v or None}))
+        self.ragged.currentTextChanged.connect(lambda v: self.changed.emit({"ragged": v}))
+        self.drafter.currentTextChanged.connect(lambda v: self.changed.emit({"drafter": v}))
+        self.min_acceptance.valueChanged.connect(
+            lambda v: self.changed.emit({"min_acceptance": round(v, 3)}))
+        self.swarm_size.valueChanged.connect(lambda v: self.changed.emit({"swarm_size": v}))
+        self.tool_latency.valueChanged.connect(lambda v: self.changed.emit({"tool_latency_s": v}))
+        for spin in self.mix.values():
+            spin.valueChanged.connect(self._emit_mix)
+        self.pause.toggled.connect(self._on_pause)
+        self.recalibrate_button.clicked.connect(self.recalibrate)
+
+    def set_controls(self, controls: Controls) -> None:
+        """Show `controls` without emitting changes (the engine already has them)."""
+        widgets = [self.policy, self.k, self.batch_ceiling, self.spec_ceiling,
+                   self.budget_override, self.ragged, self.drafter, self.min_acceptance,
+                   self.swarm_size, self.tool_latency, self.pause, *self.mix.values()]
+        for widget in widgets:
+            widget.blockSignals(True)
+        self.policy.setCurrentText(controls.policy)
+        self.k.setValue(controls.k)
+        self.batch_ceiling.setValue(min(controls.batch_ceiling, MAX_LANES))
+        self.spec_ceiling.setValue(min(controls.spec_ceiling, MAX_LANES))
+        self.budget_override.setValue(controls.budget_override or 0)
+        if self.drafter.findText(controls.drafter) < 0:
+            self.drafter.addItem(controls.drafter)
+        self.ragged.setCurrentText(controls.ragged)
+        self.drafter.setCurrentText(controls.drafter)
+        self.min_acceptance.setValue(controls.min_acceptance)
+        self.swarm_size.setValue(controls.swarm_size)
+        self.tool_latency.setValue(controls.tool_latency_s)
+        self.pause.setChecked(controls.paused)
+        self.pause.setText("Resume" if controls.paused else "Pause")
+        for cat, spin in self.mix.items():
+            spin.setValue(controls.mix.get(cat, 0.0))
+        for widget in widgets:
+            widget.blockSignals(False)
+        # The slider labels follow valueChanged, which was blocked above.
+        for slider, value in self._slider_values:
+            value.setText(str(slider.value()))
+
+    def _emit_mix(self) -> None:
+        mix = {cat: spin.value() for cat, spin in self.mix.items()}
+        if sum(mix.values()) > 0:  # an all-zero mix is invalid; wait for a non-zero weight
+            self.changed.emit({"mix": mix})
+
+    def _on_pause(self, paused: bool) -> None:
+        self.pause.setText("Resume" if paused else "Pause")
+        self.changed.emit({"paused": paused})

@@ -1,0 +1,81 @@
+"""All views in one grid, redrawn together from one History up to one step (live: the newest;
+replay: the scrubber's). The window owns when to redraw; the dashboard owns what."""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QGroupBox, QSplitter, QVBoxLayout, QWidget
+
+from app.agent_rows import AgentRow, rows_from_history
+from app.history import History
+from app.theme import Theme
+from app.views.acceptance_view import AcceptanceView
+from app.views.agents_view import AgentsView
+from app.views.batch_view import BatchView
+from app.views.budget_view import BudgetView
+from app.views.cost_curve_view import CostCurveView
+from app.views.decisions_view import DecisionsView
+from app.views.lane_strip import LaneStripView
+
+SLOW_REFRESH_S = 0.25  # tables and text change slowly; redrawing them at frame rate wastes time
+
+
+def _boxed(title: str, widget: QWidget) -> QGroupBox:
+    box = QGroupBox(title)
+    layout = QVBoxLayout(box)
+    layout.setContentsMargins(4, 4, 4, 4)
+    layout.addWidget(widget)
+    return box
+
+
+class Dashboard(QWidget):
+    def __init__(self, theme: Theme, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.batch = BatchView(theme)
+        self.budget = BudgetView(theme)
+        self.lanes = LaneStripView(theme)
+        self.acceptance = AcceptanceView(theme)
+        self.cost = CostCurveView(theme)
+        self.decisions = DecisionsView(theme)
+        self.agents = AgentsView(theme)
+        self._slow_at = 0.0
+
+        def row(*pairs: tuple[str, QWidget, int]) -> QSplitter:
+            split = QSplitter(Qt.Orientation.Horizontal)
+            for title, widget, stretch in pairs:
+                split.addWidget(_boxed(title, widget))
+            split.setSizes([stretch * 100 for _, _, stretch in pairs])
+            return split
+
+        rows = QSplitter(Qt.Orientation.Vertical)
+        rows.addWidget(row(("Batch size over time", self.batch, 5),
+                           ("Speculation budget (this step)", self.budget, 6)))
+        rows.addWidget(row(("Lane strip", self.lanes, 5), ("Acceptance", self.acceptance, 4),
+                           ("Cost curve", self.cost, 3)))
+        rows.addWidget(row(("Decisions", self.decisions, 4), ("Agents", self.agents, 7)))
+        rows.setSizes([380, 300, 240])
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        layout.addWidget(rows)
+
+    @property
+    def fast_views(self):
+        return (self.batch, self.budget, self.lanes, self.acceptance, self.cost)
+
+    def set_calibration(self, calibration) -> None:
+        self.cost.set_calibration(calibration)
+        self.decisions.set_calibration(calibration)
+
+    def show_history(self, history: History, stop: int,
+                     agents: Callable[[], list[AgentRow]] | None = None, force: bool = False) -> None:
+        """Redraw every view at step `stop`; `agents` (live rows, fetched only when the slow views
+        refresh) None means rebuilding the rows from the history."""
+        for view in self.fast_views:
+            view.show_history(history, stop)
+        now = time.monotonic()
+        if force or now - self._slow_at >= SLOW_REFRESH_S:
+            self._slow_at = now
+            self.decisions.show_history(history, stop)
+            self.agents.set_rows(rows_from_history(history, stop) if agents is None else agents())

@@ -1,0 +1,108 @@
+"""Every step record of a session (live or replayed), kept as records plus numpy columns so the
+views can draw 10,000 steps with setData and aggregate any range without Python loops. Qt-free."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.telemetry.records import StepRecord
+
+# Per-step numbers the views plot; each is a derived quantity of DESIGN §3 or a stored field.
+COLUMNS = ("t", "dt_ms", "batch", "prefill", "budget", "drafted", "accepted", "emitted",
+           "padding", "pass_tokens", "pad_if_padded", "speculating")
+
+
+@dataclass(slots=True)
+class RangeStats:
+    steps: int
+    seconds: float
+    tokens: int              # emitted (committed + accepted drafts)
+    tokens_per_s: float      # emitted per wall second over the range
+    mean_batch: float
+    max_batch: int
+    acceptance_rate: float | None
+    mean_acceptance_length: float | None  # bonus token counted (DESIGN §3)
+    padding_waste: float     # padded slots / pass tokens
+
+    def describe(self) -> str:
+        rate = "–" if self.acceptance_rate is None else f"{self.acceptance_rate:.0%}"
+        length = "–" if self.mean_acceptance_length is None else f"{self.mean_acceptance_length:.2f}"
+        return (f"{self.steps} steps · {self.seconds:.1f} s · {self.tokens} tokens · "
+                f"{self.tokens_per_s:.1f} tok/s · B mean {self.mean_batch:.1f} max {self.max_batch}"
+                f" · acceptance {rate} · mean acc. length {length}"
+                f" · padding {self.padding_waste:.0%}")
+
+
+class History:
+    def __init__(self, capacity: int = 1024) -> None:
+        self.records: list[StepRecord] = []
+        self.events: list[dict] = []   # control and agent events, in arrival order
+        self._cols = {name: np.zeros(capacity) for name in COLUMNS}
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def extend(self, records: list[StepRecord]) -> None:
+        if not records:
+            return
+        start, stop = len(self.records), len(self.records) + len(records)
+        capacity = len(self._cols["t"])
+        if stop > capacity:
+            grown = max(stop, 2 * capacity)
+            for name, col in self._cols.items():
+                bigger = np.zeros(grown)
+                bigger[:start] = col[:start]
+                self._cols[name] = bigger
+        rows = np.array([_row(r) for r in records], dtype=float)  # [n, len(COLUMNS)]
+        for j, name in enumerate(COLUMNS):
+            self._cols[name][start:stop] = rows[:, j]
+        self.records.extend(records)
+
+    def column(self, name: str, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        hi = len(self.records) if hi is None else hi
+        return self._cols[name][lo:hi]
+
+    def tokens_per_s(self, lo: int = 0, hi: int | None = None, window: int = 32) -> np.ndarray:
+        """Emitted tokens per wall second over the `window` steps ending at each step."""
+        hi = len(self.records) if hi is None else hi
+        first = max(0, lo - window)
+        emitted = np.cumsum(self._cols["emitted"][first:hi])
+        end_t = self._cols["t"][first:hi] + self._cols["dt_ms"][first:hi] / 1000.0
+        start_t = self._cols["t"][first:hi]
+        idx = np.arange(len(emitted))
+        back = np.maximum(idx - window, -1)
+        tokens = emitted - np.where(back >= 0, emitted[np.maximum(back, 0)], 0.0)
+        begin = start_t[np.maximum(back + 1, 0)]
+        rate = tokens / np.maximum(end_t - begin, 1e-6)
+        return rate[lo - first:]
+
+    def stats(self, lo: int, hi: int) -> RangeStats:
+        lo, hi = max(0, lo), min(len(self.records), hi)
+        if hi <= lo:
+            return RangeStats(0, 0.0, 0, 0.0, 0.0, 0, None, None, 0.0)
+        col = lambda name: self._cols[name][lo:hi]  # noqa: E731 - a local shorthand
+        seconds = float(col("t")[-1] + col("dt_ms")[-1] / 1000.0 - col("t")[0])
+        tokens = int(col("emitted").sum())
+        drafted, accepted = col("drafted").sum(), col("accepted").sum()
+        speculating = col("speculating").sum()
+        pass_tokens = col("pass_tokens").sum()
+        return RangeStats(
+            steps=hi - lo, seconds=seconds, tokens=tokens,
+            tokens_per_s=tokens / seconds if seconds > 0 else 0.0,
+            mean_batch=float(col("batch").mean()), max_batch=int(col("batch").max()),
+            acceptance_rate=float(accepted / drafted) if drafted else None,
+            mean_acceptance_length=float(1 + accepted / speculating) if speculating else None,
+            padding_waste=float(col("padding").sum() / pass_tokens) if pass_tokens else 0.0)
+
+    def index_at(self, t: float) -> int:
+        """Number of steps that started at or before session time `t`."""
+        return int(np.searchsorted(self._cols["t"][:len(self.records)], t, side="right"))
+
+
+def _row(r: StepRecord) -> tuple:
+    widest = max((lane.k for lane in r.lanes), default=0)
+    pad_if_padded = widest * len(r.lanes) - r.drafted
+    speculating = sum(1 for lane in r.lanes if lane.k > 0)
+    return (r.t, r.dt_ms, r.batch, r.prefill, r.budget, r.drafted, r.accepted, r.emitted,
+            r.padding, r.pass_tokens, pad_if_padded, speculating)

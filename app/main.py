@@ -1,0 +1,80 @@
+"""`swarmscope` with no subcommand: the desktop window. A script can start it, let it run, save a
+screenshot and exit 0: `swarmscope --screenshot out.png --quit-after 20` (also offscreen)."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import platformdirs
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+
+from app.engine_factory import EngineSpec
+from app.main_window import MainWindow
+from app.theme import THEMES, Theme, apply_theme
+
+
+def default_trace_path() -> str:
+    """Sessions are recorded by default, one file per start, in the user data dir."""
+    folder = Path(platformdirs.user_data_dir("swarmscope")) / "traces"
+    folder.mkdir(parents=True, exist_ok=True)
+    return str(folder / time.strftime("session-%Y%m%d-%H%M%S.jsonl"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="swarmscope", description="The swarmscope window.")
+    parser.add_argument("--model", default="default",
+                        help="default | tiny-test | a Hugging Face model folder")
+    parser.add_argument("--dtype", default="auto", help="auto | fp32 | bf16 | fp16")
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    parser.add_argument("--agents", type=int, default=8, help="swarm size at start")
+    parser.add_argument("--trace-out", metavar="FILE",
+                        help="record the session here (default: a new file in the user data "
+                             "dir; 'none' records nothing)")
+    parser.add_argument("--replay", metavar="TRACE", help="open a recorded trace instead of "
+                        "running the engine")
+    parser.add_argument("--screenshot", metavar="PNG", help="save the window here before quitting")
+    parser.add_argument("--quit-after", type=float, metavar="SECONDS",
+                        help="close the window after this many seconds")
+    parser.add_argument("--theme", choices=THEMES, default="dark")
+    parser.add_argument("--size", default="1600x1000", help="window size WxH")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.agents < 1:
+        print("swarmscope: --agents must be >= 1", file=sys.stderr)
+        return 2
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("swarmscope")
+    theme = Theme.load(args.theme)
+    apply_theme(app, theme)
+    window = MainWindow(theme)
+    width, height = (int(v) for v in args.size.lower().split("x"))
+    window.resize(width, height)
+    window.show()
+    if args.replay:
+        window.open_trace(args.replay)
+    else:
+        trace = None if args.trace_out == "none" else args.trace_out or default_trace_path()
+        window.start_live(EngineSpec(args.model, args.dtype, args.device, args.agents, trace))
+    if args.quit_after is not None:
+        def finish() -> None:
+            if args.screenshot:
+                window.poll()
+                window.grab().save(args.screenshot)
+            window.close()
+        QTimer.singleShot(int(args.quit_after * 1000), finish)
+    app.exec()
+    # Join the engine thread before Python tears down Qt objects (avoids crashes at exit).
+    window.stop_engine()
+    window.deleteLater()
+    app.processEvents()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,261 @@
+"""The window: dashboard in the middle, controls on the left, replay bar at the bottom. Live, a
+timer pulls new records from the engine's ring buffers at 25 Hz and redraws; in replay, the
+scrubber picks the step the views show. Errors appear in a banner; records are never dropped."""
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QAction, QIcon, QKeySequence
+from PySide6.QtWidgets import (QApplication, QDockWidget, QFileDialog, QLabel, QMainWindow,
+                               QProgressBar, QScrollArea, QVBoxLayout, QWidget)
+
+from app.agent_rows import AgentRow
+from app.controls_panel import ControlsPanel
+from app.dashboard import Dashboard
+from app.engine_factory import EngineSpec
+from app.exporting import FILTERS, export
+from app.history import History
+from app.replay import ReplayPanel
+from app.theme import RESOURCES, Theme, apply_theme
+from app.worker import EngineBuilder, EngineHost
+from engine.errors import SwarmscopeError
+
+FRAME_MS = 40  # 25 Hz: views redraw from the ring buffers on this timer, never once per step
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, theme: Theme) -> None:
+        super().__init__()
+        self.setWindowTitle("swarmscope")
+        self.setWindowIcon(QIcon(str(RESOURCES / "icons" / "swarmscope.svg")))
+        self.theme = theme
+        self.history = History()
+        self.engine = None
+        self.host: EngineHost | None = None
+        self.trace_path: str | None = None
+        self.calibration = None   # the t(N) curve of the live engine or of the replayed trace
+        self.replaying = False
+        self._record_seq = self._event_seq = 0
+
+        self.banner = QLabel()
+        self.banner.setProperty("role", "error")
+        self.banner.setWordWrap(True)
+        self.banner.hide()
+        self.dashboard = Dashboard(theme)
+        self.replay = ReplayPanel()
+        self.replay.hide()
+        self.replay.position_changed.connect(self._show_replay_step)
+        central = QWidget()
+        self._central_layout = QVBoxLayout(central)
+        self._central_layout.setContentsMargins(0, 0, 0, 0)
+        self._central_layout.addWidget(self.banner)
+        self._central_layout.addWidget(self.dashboard, 1)
+        self._central_layout.addWidget(self.replay)
+        self.setCentralWidget(central)
+        self._wire_dashboard()
+
+        self.controls = ControlsPanel()
+        self.controls.changed.connect(self._post_controls)
+        self.controls.recalibrate.connect(self._recalibrate)
+        self.controls.setEnabled(False)
+        scroll = QScrollArea()
+        scroll.setWidget(self.controls)
+        scroll.setWidgetResizable(True)
+        dock = QDockWidget("Controls")
+        dock.setWidget(scroll)
+        dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable)
+        self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, dock)
+
+        self.progress = QProgressBar()
+        self.progress.setMaximumWidth(220)
+        self.progress.hide()
+        self.statusBar().addPermanentWidget(self.progress)
+        self._build_menus()
+        self.timer = QTimer(self)
+        self.timer.setInterval(FRAME_MS)
+        self.timer.timeout.connect(self.poll)
+
+    # -- menus and shortcuts --
+    def _build_menus(self) -> None:
+        def action(menu, text: str, slot, shortcut=None, checkable=False) -> QAction:
+            act = QAction(text, self)
+            if shortcut:
+                act.setShortcut(QKeySequence(shortcut))
+            act.setCheckable(checkable)
+            act.triggered.connect(slot)
+            menu.addAction(act)
+            self.addAction(act)  # shortcuts work even when the menu bar is hidden
+            return act
+
+        file = self.menuBar().addMenu("&File")
+        action(file, "Open trace…", self._open_trace_dialog, "Ctrl+O")
+        action(file, "Export…", self._export_dialog, "Ctrl+E")
+        action(file, "Quit", self.close, "Ctrl+Q")
+        session = self.menuBar().addMenu("&Session")
+        action(session, "Pause / resume  (replay: play / pause)", self.toggle_pause, "Space")
+        action(session, "Load model…", self._load_model_dialog, "Ctrl+M")
+        action(session, "Re-run calibration", self._recalibrate)
+        view = self.menuBar().addMenu("&View")
+        self.follow_action = action(view, "Follow live", self._set_follow, "F", checkable=True)
+        self.follow_action.setChecked(True)
+        for name in ("dark", "light"):
+            action(view, f"{name.title()} theme", lambda _=False, n=name: self.set_theme(n))
+
+    def _wire_dashboard(self) -> None:
+        self.dashboard.batch.follow_lost.connect(lambda: self.follow_action.setChecked(False))
+        self.dashboard.batch.range_selected.connect(self.replay.show_range)
+        self.dashboard.batch.set_replay(self.replaying)
+
+    # -- live session --
+    def start_live(self, spec: EngineSpec | None = None, build: EngineBuilder | None = None) -> None:
+        """Start an engine on the worker thread: from `spec`, or from `build` (tests, benches)."""
+        self.stop_engine()
+        self._leave_replay()
+        self.trace_path = spec.trace_out if spec else None
+        self.host = EngineHost(build or spec.build, self)
+        self.host.worker.progress.connect(self._on_progress)
+        self.host.worker.ready.connect(self._on_ready)
+        self.host.worker.failed.connect(self.show_error)
+        self.progress.show()
+        self.host.start()
+
+    def _on_progress(self, message: str, fraction: float) -> None:
+        self.statusBar().showMessage(message)
+        self.progress.setValue(int(100 * fraction))
+        self.progress.setVisible(fraction < 1.0)
+
+    def _on_ready(self, engine) -> None:
+        self.engine = engine
+        self._record_seq = self._event_seq = 0
+        self.calibration = engine.calibration
+        self.dashboard.set_calibration(self.calibration)
+        self.controls.set_controls(engine.controls)
+        self.controls.setEnabled(True)
+        self._sync_ceilings()
+        self.timer.start()
+
+    def poll(self) -> None:
+        """Pull what the engine recorded since the last frame, then redraw once."""
+        engine = self.engine
+        if engine is None:
+            return
+        records, self._record_seq = engine.records.since(self._record_seq)
+        events, self._event_seq = engine.events.since(self._event_seq)
+        self.history.extend(records)
+        self.history.events.extend(events)
+        if self.follow_action.isChecked() or records:
+            stop = len(self.history)
+            self.dashboard.show_history(
+                self.history, stop, agents=lambda: [AgentRow.from_view(a) for a in engine.agents()])
+
+    def _post_controls(self, changes: dict) -> None:
+        if self.engine is not None:
+            self.engine.mailbox.post(**changes)
+        self._sync_ceilings(changes)
+
+    def _sync_ceilings(self, changes: dict | None = None) -> None:
+        self.dashboard.batch.set_ceilings(self.controls.batch_ceiling.value(),
+                                          self.controls.spec_ceiling.value())
+
+    def _recalibrate(self) -> None:
+        if self.host is not None and self.engine is not None:
+            self.host.worker.request_recalibration()
+
+    def toggle_pause(self) -> None:
+        if self.replaying:
+            self.replay.toggle()
+        elif self.engine is not None:
+            self.controls.pause.toggle()
+
+    def stop_engine(self) -> None:
+        """Stop the worker and wait for it; the history (and the trace file) stay."""
+        self.timer.stop()
+        if self.host is not None:
+            if not self.host.stop():
+                self.show_error("the engine did not stop within 30 s")
+            self.poll()  # the last records since the previous frame
+            self.host = None
+        self.engine = None
+        self.controls.setEnabled(False)
+
+    def show_error(self, message: str) -> None:
+        self.banner.setText(f"⚠ {message}   (the session's records so far are kept)")
+        self.banner.show()
+        self.progress.hide()
+        self.statusBar().showMessage(message)
+
+    # -- replay --
+    def open_trace(self, path: str) -> bool:
+        from engine.spec.calibration import Calibration
+        from engine.telemetry.trace_reader import read_trace
+        try:
+            trace = read_trace(path)
+        except SwarmscopeError as exc:
+            self.show_error(str(exc))
+            return False
+        self.stop_engine()
+        self.history = History()
+        self.history.extend(trace.steps)
+        self.history.events = sorted(trace.controls + trace.agents, key=lambda e: e["t"])
+        self.trace_path = path
+        self.replaying = True
+        calibration = trace.session.get("calibration")
+        self.calibration = Calibration.from_dict(calibration) if calibration else None
+        self.dashboard.set_calibration(self.calibration)
+        self.dashboard.batch.set_replay(True)
+        self.dashboard.batch.follow = False
+        self.replay.load(self.history)
+        self.replay.show()
+        if len(self.history):
+            t = self.history.column("t")
+            self.dashboard.batch.batch_plot.setXRange(t[0], t[-1], padding=0.02)
+        self.statusBar().showMessage(f"replaying {path}: {len(trace.steps)} steps")
+        return True
+
+    def _show_replay_step(self, stop: int) -> None:
+        self.dashboard.show_history(self.history, stop, force=True)
+
+    def _leave_replay(self) -> None:
+        if self.replaying:
+            self.replaying = False
+            self.history = History()
+            self.replay.hide()
+            self.dashboard.batch.set_replay(False)
+
+    # -- dialogs --
+    def _open_trace_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open trace", "", "Traces (*.jsonl *.jsonl.gz)")
+        if path:
+            self.open_trace(path)
+
+    def _export_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export", "", ";;".join(FILTERS))
+        if path:
+            try:
+                self.statusBar().showMessage(export(self.trace_path, path, self))
+            except SwarmscopeError as exc:
+                self.show_error(str(exc))
+
+    def _load_model_dialog(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Hugging Face model folder")
+        if folder:
+            self.start_live(EngineSpec(model=folder, trace_out=self.trace_path))
+
+    def _set_follow(self, follow: bool) -> None:
+        self.dashboard.batch.follow = follow
+
+    def set_theme(self, name: str) -> None:
+        """Rebuild the views in the new theme (plots take colours at construction)."""
+        self.theme = Theme.load(name)
+        apply_theme(QApplication.instance(), self.theme)
+        old, self.dashboard = self.dashboard, Dashboard(self.theme)
+        self._central_layout.replaceWidget(old, self.dashboard)
+        old.deleteLater()
+        self._wire_dashboard()
+        self._sync_ceilings()
+        self.dashboard.set_calibration(self.calibration)
+        stop = self.replay.stop_index() if self.replaying else len(self.history)
+        self.dashboard.show_history(self.history, stop, force=True)
+
+    def closeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        self.stop_engine()
+        super().closeEvent(event)

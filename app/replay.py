@@ -1,0 +1,92 @@
+"""Replay of a recorded trace: a timeline scrubber, play/pause and speed, and the aggregate stats
+of a selected range. Playback follows the trace's own clock (session time `t`) times the speed."""
+from __future__ import annotations
+
+import time
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QSlider, QWidget
+
+from app.history import History
+
+SPEEDS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 50.0)
+TICK_MS = 40
+
+
+class ReplayPanel(QWidget):
+    position_changed = Signal(int)   # number of steps shown (the scrubber's stop index)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._history: History | None = None
+        self.play = QPushButton("Play")
+        self.play.setCheckable(True)
+        self.speed = QComboBox()
+        self.speed.addItems([f"{s:g}×" for s in SPEEDS])
+        self.speed.setCurrentIndex(SPEEDS.index(1.0))
+        self.scrubber = QSlider(Qt.Orientation.Horizontal)
+        self.scrubber.setRange(0, 0)
+        self.position = QLabel("no trace")
+        self.stats = QLabel("select a range on the batch plot for aggregate stats")
+        self.stats.setProperty("role", "muted")
+        row = QHBoxLayout(self)
+        row.setContentsMargins(4, 0, 4, 0)
+        row.addWidget(self.play)
+        row.addWidget(self.speed)
+        row.addWidget(self.scrubber, 3)
+        row.addWidget(self.position)
+        row.addWidget(self.stats, 4)
+        self._timer = QTimer(self)
+        self._timer.setInterval(TICK_MS)
+        self._timer.timeout.connect(self._advance)
+        self._wall, self._t = 0.0, 0.0
+        self.play.toggled.connect(self._on_play)
+        self.scrubber.valueChanged.connect(self._on_scrub)
+
+    def load(self, history: History) -> None:
+        self._history = history
+        self.play.setChecked(False)
+        self.scrubber.setRange(1 if len(history) else 0, len(history))
+        self.scrubber.setValue(len(history))
+        self._on_scrub(len(history))
+
+    def stop_index(self) -> int:
+        return self.scrubber.value()
+
+    def show_range(self, lo: int, hi: int) -> None:
+        if self._history is not None:
+            self.stats.setText("range: " + self._history.stats(lo, hi).describe())
+
+    def toggle(self) -> None:
+        self.play.toggle()
+
+    def _on_play(self, playing: bool) -> None:
+        self.play.setText("Pause" if playing else "Play")
+        if not playing:
+            self._timer.stop()
+            return
+        history = self._history
+        if history is None or not len(history):
+            self.play.setChecked(False)
+            return
+        if self.scrubber.value() >= len(history):
+            self.scrubber.setValue(1)  # play from the start once the end was reached
+        self._wall, self._t = time.monotonic(), history.records[self.scrubber.value() - 1].t
+        self._timer.start()
+
+    def _advance(self) -> None:
+        history = self._history
+        now = time.monotonic()
+        self._t += (now - self._wall) * SPEEDS[self.speed.currentIndex()]
+        self._wall = now
+        stop = max(1, history.index_at(self._t))
+        self.scrubber.setValue(stop)
+        if stop >= len(history):
+            self.play.setChecked(False)
+
+    def _on_scrub(self, stop: int) -> None:
+        if self._history is None or not len(self._history):
+            return
+        rec = self._history.records[stop - 1]
+        self.position.setText(f"step {rec.step} · {rec.t:.1f} s")
+        self.position_changed.emit(stop)

@@ -1,0 +1,63 @@
+"""Acceptance over the recent window: per draft position, per category, per lane, and the mean
+acceptance length with the bonus token counted."""
+from __future__ import annotations
+
+import pyqtgraph as pg
+from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
+
+from app.acceptance import AcceptanceStats
+from app.history import History
+from app.theme import Theme
+from app.views.plot_factory import make_plot
+
+ROLLING_STEPS = 256
+
+
+class AcceptanceView(QWidget):
+    def __init__(self, theme: Theme, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._theme = theme
+        self.headline = QLabel("mean acceptance length –")
+        self.headline.setProperty("role", "headline")
+        self.position_plot = make_plot(theme, "by draft position", bottom="position j")
+        self.category_plot = make_plot(theme, "by category")
+        self.lane_plot = make_plot(theme, "by agent (rolling)", bottom="agent")
+        self.bars = {}
+        for name, plot, field in (("position", self.position_plot, "accepted"),
+                                  ("category", self.category_plot, "free"),
+                                  ("lane", self.lane_plot, "committed")):
+            plot.setYRange(0, 1.05, padding=0)
+            plot.getViewBox().setMouseEnabled(x=False, y=False)
+            self.bars[name] = pg.BarGraphItem(x=[], height=[], width=0.7,
+                                              brush=theme.qcolor(field), pen=None)
+            plot.addItem(self.bars[name])
+        layout = QGridLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.headline, 0, 0, 1, 3)
+        layout.addWidget(self.position_plot, 1, 0)
+        layout.addWidget(self.category_plot, 1, 1)
+        layout.addWidget(self.lane_plot, 1, 2)
+
+    def show_history(self, history: History, stop: int) -> None:
+        if stop == 0:
+            return
+        stats = AcceptanceStats.from_records(history.records[max(0, stop - ROLLING_STEPS):stop])
+        positions = list(range(1, len(stats.by_position) + 1))
+        self.bars["position"].setOpts(x=positions, height=list(stats.by_position), width=0.7)
+        self.position_plot.setXRange(0.4, max(len(positions), 4) + 0.6, padding=0)
+        cats = sorted(stats.by_category)
+        self.bars["category"].setOpts(x=list(range(len(cats))),
+                                      height=[stats.by_category[c] for c in cats], width=0.7)
+        self.category_plot.getAxis("bottom").setTicks([list(enumerate(cats))])
+        self.category_plot.setXRange(-0.6, max(len(cats), 3) - 0.4, padding=0)
+        agents = sorted(stats.by_agent)
+        self.bars["lane"].setOpts(x=agents, height=[stats.by_agent[a] for a in agents], width=0.7)
+        if agents:
+            self.lane_plot.setXRange(min(agents) - 0.6, max(agents) + 0.6, padding=0)
+        length = stats.mean_acceptance_length
+        drafted = history.column("drafted", max(0, stop - ROLLING_STEPS), stop).sum()
+        accepted = history.column("accepted", max(0, stop - ROLLING_STEPS), stop).sum()
+        self.headline.setText(
+            "no drafts in the last steps (speculation off)" if length is None else
+            f"mean acceptance length {length:.2f} (bonus counted) · acceptance "
+            f"{accepted / drafted:.0%} over the last {min(stop, ROLLING_STEPS)} steps")

@@ -1,0 +1,103 @@
+"""The agents table (state, category, tokens, acceptance) and the selected agent's transcript,
+with accepted draft tokens highlighted so the user can see what speculation produced."""
+from __future__ import annotations
+
+import html
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (QHeaderView, QSplitter, QTableWidget, QTableWidgetItem, QTextEdit,
+                               QVBoxLayout, QWidget)
+
+from app.agent_rows import AgentRow
+from app.theme import Theme
+
+COLUMNS = ("agent", "state", "category", "tokens", "acceptance")
+TRANSCRIPT_CHARS = 6000  # the tail shown; long transcripts would make every refresh slow
+
+
+class AgentsView(QWidget):
+    def __init__(self, theme: Theme, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._theme = theme
+        self._rows: list[AgentRow] = []
+        self._selected: int | None = None
+        self._shown_key: tuple[int, int] | None = None  # (agent, length) last rendered
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.verticalHeader().setVisible(False)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QTableWidget.SelectionMode.SingleSelection)
+        self.table.itemSelectionChanged.connect(self._on_select)
+        self.transcript = QTextEdit()
+        self.transcript.setReadOnly(True)
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        splitter.addWidget(self.table)
+        splitter.addWidget(self.transcript)
+        splitter.setSizes([320, 480])
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(splitter)
+
+    def set_rows(self, rows: list[AgentRow]) -> None:
+        self._rows = rows
+        self.table.blockSignals(True)
+        self.table.setRowCount(len(rows))
+        state_colour = {"decode": "committed", "tool": "free", "waiting": "muted", "done": "muted"}
+        for r, row in enumerate(rows):
+            acc = "–" if row.acceptance is None else f"{row.acceptance:.0%}"
+            for c, text in enumerate((str(row.id), row.state, row.cat, str(row.tokens), acc)):
+                item = self.table.item(r, c)
+                if item is None:
+                    item = QTableWidgetItem()
+                    self.table.setItem(r, c, item)
+                item.setText(text)
+                if c == 1:
+                    item.setForeground(self._theme.qcolor(state_colour.get(row.state, "text")))
+        if self._selected is None and rows:
+            self._selected = rows[0].id
+        for r, row in enumerate(rows):
+            if row.id == self._selected:
+                self.table.selectRow(r)
+        self.table.blockSignals(False)
+        self._show_transcript()
+
+    def _on_select(self) -> None:
+        selected = self.table.selectionModel().selectedRows()
+        if selected and selected[0].row() < len(self._rows):
+            self._selected = self._rows[selected[0].row()].id
+            self._show_transcript()
+
+    def _show_transcript(self) -> None:
+        row = next((r for r in self._rows if r.id == self._selected), None)
+        if row is None:
+            self.transcript.setHtml("")
+            self._shown_key = None
+            return
+        if not row.transcript:
+            self._shown_key = None
+            self.transcript.setHtml(f"<i>agent {row.id}: no transcript (traces do not store "
+                                    "text; transcripts are shown live)</i>")
+            return
+        th = self._theme
+        style = {"prompt": f"color:{th.muted}", "tool": f"color:{th.prefill}",
+                 "committed": f"color:{th.text}",
+                 "accepted_draft": f"background:{th.free};color:{th.background}"}
+        parts, budget = [], TRANSCRIPT_CHARS
+        for text, kind in reversed(row.transcript):
+            text = text[-budget:]
+            parts.append(f"<span style='{style.get(kind, '')}'>{html.escape(text)}</span>")
+            budget -= len(text)
+            if budget <= 0:
+                break
+        body = "".join(reversed(parts)).replace("\n", "<br>")
+        legend = (f"<p style='color:{th.muted}'>agent {row.id} · {row.cat} · {row.state} — "
+                  f"<span style='{style['accepted_draft']}'>accepted draft</span> "
+                  f"<span style='{style['tool']}'>tool output</span> "
+                  f"<span style='{style['prompt']}'>prompt</span></p>")
+        if self._shown_key != (row.id, len(body)):
+            self._shown_key = (row.id, len(body))
+            self.transcript.setHtml(legend + f"<div style='font-family:monospace'>{body}</div>")
+            bar = self.transcript.verticalScrollBar()
+            bar.setValue(bar.maximum())

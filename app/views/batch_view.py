@@ -1,0 +1,112 @@
+"""Live batch size over time as a step plot, with the batch and speculation ceilings, and tokens/s
+on a linked plot beside it. Also hosts the replay cursor and the range selection."""
+from __future__ import annotations
+
+import pyqtgraph as pg
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+
+from app.history import History
+from app.theme import Theme
+from app.views.plot_factory import hline, make_plot
+
+FOLLOW_WINDOW_S = 60.0  # seconds of history on screen while following live
+
+
+class BatchView(QWidget):
+    follow_lost = Signal()            # the user zoomed or panned away from the live edge
+    range_selected = Signal(int, int)  # [lo, hi) step indices of the selected region
+
+    def __init__(self, theme: Theme, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._history: History | None = None
+        self._stop = 0
+        self.follow = True
+        self.headline = QLabel("B = –   ·   – tok/s")
+        self.headline.setProperty("role", "headline")
+        self.hover = QLabel(" ")
+        self.hover.setProperty("role", "muted")
+
+        self.batch_plot = make_plot(theme, "Live batch (B)", left="lanes")
+        self.rate_plot = make_plot(theme, "", left="tok/s", bottom="session time (s)")
+        self.rate_plot.setXLink(self.batch_plot)
+        for plot in (self.batch_plot, self.rate_plot):
+            plot.getPlotItem().setClipToView(True)
+            plot.getPlotItem().setDownsampling(auto=True, mode="peak")
+            plot.getViewBox().sigRangeChangedManually.connect(self._on_manual_range)
+        self.batch_plot.getViewBox().setMouseEnabled(y=False)
+        self.rate_plot.getViewBox().setMouseEnabled(y=False)
+        self.batch_curve = self.batch_plot.plot(stepMode="right", pen=pg.mkPen(theme.line, width=2),
+                                                fillLevel=0, brush=theme.qcolor("line", 60))
+        self.rate_curve = self.rate_plot.plot(pen=pg.mkPen(theme.line_alt, width=1.5))
+        self.batch_ceiling = hline(theme, "free", "batch ceiling")
+        self.spec_ceiling = hline(theme, "accepted", "speculation ceiling")
+        self.batch_plot.addItem(self.batch_ceiling)
+        self.batch_plot.addItem(self.spec_ceiling)
+        self.cursor = pg.InfiniteLine(angle=90, pen=pg.mkPen(theme.text, width=1))
+        self.region = pg.LinearRegionItem(brush=theme.qcolor("highlight", 90))
+        self.region.sigRegionChangeFinished.connect(self._on_region)
+        self.batch_plot.addItem(self.cursor)
+        self.batch_plot.addItem(self.region)
+        self.set_replay(False)
+        self._mouse = pg.SignalProxy(self.batch_plot.scene().sigMouseMoved, rateLimit=30,
+                                     slot=self._on_mouse)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.headline)
+        layout.addWidget(self.batch_plot, 3)
+        layout.addWidget(self.rate_plot, 2)
+        layout.addWidget(self.hover)
+
+    def set_replay(self, replay: bool) -> None:
+        self.cursor.setVisible(replay)
+        self.region.setVisible(replay)
+
+    def set_ceilings(self, batch_ceiling: int, spec_ceiling: int) -> None:
+        self.batch_ceiling.setValue(batch_ceiling)
+        self.spec_ceiling.setValue(spec_ceiling)
+
+    def show_history(self, history: History, stop: int) -> None:
+        self._history, self._stop = history, stop
+        if stop == 0:
+            return
+        t = history.column("t", 0, stop)
+        batch = history.column("batch", 0, stop)
+        rate = history.tokens_per_s(0, stop)
+        self.batch_curve.setData(t, batch)
+        self.rate_curve.setData(t, rate)
+        self.headline.setText(f"B = {int(batch[-1])}   ·   {rate[-1]:.1f} tok/s")
+        self.cursor.setValue(t[-1])
+        top = max(float(batch.max()), self.batch_ceiling.value() if self.batch_ceiling.value() < 64
+                  else 0) + 1
+        self.batch_plot.setYRange(0, top, padding=0.05)
+        if self.follow:
+            end = t[-1]
+            self.batch_plot.setXRange(max(0.0, end - FOLLOW_WINDOW_S), end + 0.5, padding=0)
+            self.rate_plot.enableAutoRange(axis="y")
+
+    def select_range(self, t0: float, t1: float) -> None:
+        self.region.setRegion((t0, t1))
+
+    def _on_manual_range(self, *_) -> None:
+        if self.follow:
+            self.follow = False
+            self.follow_lost.emit()
+
+    def _on_region(self) -> None:
+        if self._history is None:
+            return
+        t0, t1 = self.region.getRegion()
+        self.range_selected.emit(self._history.index_at(t0), self._history.index_at(t1))
+
+    def _on_mouse(self, event) -> None:
+        history = self._history
+        if history is None or self._stop == 0:
+            return
+        point = self.batch_plot.getViewBox().mapSceneToView(event[0])
+        i = min(max(history.index_at(point.x()) - 1, 0), self._stop - 1)
+        rec = history.records[i]
+        self.hover.setText(f"step {rec.step} · t {rec.t:.2f} s · B {rec.batch} · drafted "
+                           f"{rec.drafted} · accepted {rec.accepted} · {rec.dt_ms:.1f} ms · "
+                           f"{rec.policy}: {rec.reason}")

@@ -1,0 +1,147 @@
+"""Seed 000's chart, live: the current step as a bar on a 0..T axis (committed, drafted, prefill,
+padding, unused, and any overflow past T), above the seed's reference bars for B = 1, 2, 4, 8, 16,
+with the seed's table beside it computed from the T in force and the live B highlighted."""
+from __future__ import annotations
+
+import pyqtgraph as pg
+from PySide6.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QTableWidget, QTableWidgetItem,
+                               QVBoxLayout, QWidget)
+
+from app.history import History
+from app.theme import Theme
+from app.views.plot_factory import dashed, make_plot
+
+REFERENCE_BATCHES = (1, 2, 4, 8, 16)
+LIVE_Y = len(REFERENCE_BATCHES) + 0.6   # the live bar sits above the reference bars
+BAR_HEIGHT = 0.62
+
+
+def per_agent_draft(budget: int, batch: int) -> float:
+    """Seed 000's split of the free budget: (T - B) / B drafts per agent, never negative."""
+    return max(budget - batch, 0) / batch
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.1f}".rstrip("0").rstrip(".")
+
+
+class BudgetView(QWidget):
+    def __init__(self, theme: Theme, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._theme = theme
+        self._budget = None
+        self.plot = make_plot(theme, "Batching eats the free speculation budget",
+                              bottom="tokens of compute per step")
+        self.plot.getViewBox().setMouseEnabled(x=False, y=False)
+        self.bars = pg.BarGraphItem(x0=[], y=[], width=[], height=BAR_HEIGHT)
+        self.overflow = pg.BarGraphItem(x0=[], y=[], width=[], height=BAR_HEIGHT + 0.2,
+                                        brush=theme.qcolor("overflow", 70),
+                                        pen=pg.mkPen(theme.overflow, width=2))
+        self.budget_line = pg.InfiniteLine(angle=90, pen=dashed(theme, "text"), label="budget full",
+                                           labelOpts={"color": theme.text, "position": 0.04})
+        for item in (self.bars, self.overflow, self.budget_line):
+            self.plot.addItem(item)
+        # One label per bar, made once and moved each frame (creating items per frame is slow).
+        self._labels = [pg.TextItem(color=theme.text, anchor=(0, 0.5))
+                        for _ in range(1 + len(REFERENCE_BATCHES))]
+        for label in self._labels:
+            self.plot.addItem(label)
+        ticks = [(LIVE_Y, "live")] + [(len(REFERENCE_BATCHES) - 1 - i, f"B={b}")
+                                      for i, b in enumerate(REFERENCE_BATCHES)]
+        self.plot.getAxis("left").setTicks([ticks])
+        self.plot.getAxis("left").setStyle(hideOverlappingLabels=False)
+        self.legend = QLabel(self._legend_html())
+        self.legend.setWordWrap(True)
+        self.detail = QLabel(" ")
+        self.detail.setProperty("role", "muted")
+
+        self.table = QTableWidget(0, 4)
+        self.table.setHorizontalHeaderLabels(["agents", "committed", "free to spec.",
+                                              "draft / agent"])
+        self.table.verticalHeader().setVisible(False)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.table.setMinimumWidth(300)
+
+        left = QVBoxLayout()
+        left.addWidget(self.plot, 1)
+        left.addWidget(self.legend)
+        left.addWidget(self.detail)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(left, 3)
+        layout.addWidget(self.table, 2)
+
+    def _legend_html(self) -> str:
+        th = self._theme
+        parts = [("committed", "committed (1 per lane)"), ("accepted", "drafts accepted"),
+                 ("rejected", "drafts rejected"), ("prefill", "prefill"), ("padding", "padding"),
+                 ("free", "free to speculate"), ("overflow", "over budget")]
+        return " ".join(f"<span style='color:{getattr(th, f)}'>■</span> {text}" for f, text in parts)
+
+    def show_history(self, history: History, stop: int) -> None:
+        if stop == 0:
+            return
+        rec = history.records[stop - 1]
+        th = self._theme
+        budget = rec.budget
+        segments = [("committed", rec.batch), ("accepted", rec.accepted),
+                    ("rejected", rec.drafted - rec.accepted), ("prefill", rec.prefill),
+                    ("padding", rec.padding)]
+        x0, widths, ys, brushes = [], [], [], []
+        start = 0
+        for field, count in segments:
+            if count:
+                x0.append(start), widths.append(count), ys.append(LIVE_Y)
+                brushes.append(th.qcolor(field))
+                start += count
+        if start < budget:
+            x0.append(start), widths.append(budget - start), ys.append(LIVE_Y)
+            brushes.append(th.qcolor("unused"))
+        for row, b in enumerate(REFERENCE_BATCHES):
+            y = len(REFERENCE_BATCHES) - 1 - row
+            x0 += [0, min(b, budget)]
+            widths += [min(b, budget), max(budget - b, 0)]
+            ys += [y, y]
+            brushes += [th.qcolor("committed", 150), th.qcolor("free", 150)]
+        self.bars.setOpts(x0=x0, width=widths, y=ys, height=BAR_HEIGHT, brushes=brushes,
+                          pen=pg.mkPen(th.background, width=1))
+        over = rec.pass_tokens - budget
+        self.overflow.setOpts(x0=[budget] if over > 0 else [], width=[over] if over > 0 else [],
+                              y=[LIVE_Y] if over > 0 else [], height=BAR_HEIGHT + 0.2)
+        self.budget_line.setValue(budget)
+        # Room right of the longest bar for its label.
+        self.plot.setXRange(0, max(budget, rec.pass_tokens) * 1.3 + 1, padding=0)
+        self.plot.setYRange(-0.6, LIVE_Y + 0.6, padding=0)
+        self._place_labels(rec, budget, over)
+        self.detail.setText(
+            f"step {rec.step}: B={rec.batch}, {rec.drafted} drafted ({rec.accepted} accepted), "
+            f"prefill {rec.prefill}, padding {rec.padding} → {rec.pass_tokens} of T={budget}"
+            + (f", {over} over budget" if over > 0 else ""))
+        if budget != self._budget or self.table.property("live") != rec.batch:
+            self._fill_table(budget, rec.batch)
+
+    def _place_labels(self, rec, budget: int, over: int) -> None:
+        texts = [(LIVE_Y, f"{rec.pass_tokens}/{budget}" + (f"  +{over} over" if over > 0 else ""),
+                  max(rec.pass_tokens, budget))]
+        for row, b in enumerate(REFERENCE_BATCHES):
+            texts.append((len(REFERENCE_BATCHES) - 1 - row,
+                           f"{_fmt(per_agent_draft(budget, b))} per agent", max(b, 1)))
+        for label, (y, text, x) in zip(self._labels, texts):
+            label.setText(text)
+            label.setPos(x + 0.2, y)
+
+    def _fill_table(self, budget: int, live: int) -> None:
+        self._budget = budget
+        self.table.setProperty("live", live)
+        batches = sorted(set(REFERENCE_BATCHES) | {live})
+        self.table.setRowCount(len(batches))
+        for row, b in enumerate(batches):
+            cells = [f"{b}" + ("  ◀ live" if b == live else ""),
+                     str(b), str(max(budget - b, 0)), _fmt(per_agent_draft(budget, b))]
+            for col, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                if b == live:
+                    item.setBackground(self._theme.qcolor("highlight"))
+                    item.setForeground(self._theme.qcolor("committed"))
+                self.table.setItem(row, col, item)

@@ -1,0 +1,53 @@
+"""The calibrated step-time curve t(N) with the budget T marked and the live operating point
+(pass tokens, measured step time) over it, so a step past the knee is visible as such."""
+from __future__ import annotations
+
+import pyqtgraph as pg
+from PySide6.QtWidgets import QVBoxLayout, QWidget
+
+from app.history import History
+from app.theme import Theme
+from app.views.plot_factory import dashed, make_plot
+
+TRAIL_STEPS = 64  # recent operating points drawn faintly behind the live one
+
+
+class CostCurveView(QWidget):
+    def __init__(self, theme: Theme, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.plot = make_plot(theme, "t(N) calibrated · live point",
+                              left="ms", bottom="query tokens per pass (N)")
+        self.curve = self.plot.plot(pen=pg.mkPen(theme.committed, width=2), symbol="o",
+                                    symbolSize=5, symbolBrush=theme.committed, symbolPen=None)
+        self.trail = pg.ScatterPlotItem(size=5, brush=theme.qcolor("free", 90), pen=None)
+        self.live = pg.ScatterPlotItem(size=13, brush=theme.qcolor("free"),
+                                       pen=pg.mkPen(theme.text, width=1.5))
+        self.budget_line = pg.InfiniteLine(angle=90, pen=dashed(theme, "text"), label="T",
+                                           labelOpts={"color": theme.text, "position": 0.92})
+        for item in (self.trail, self.live, self.budget_line):
+            self.plot.addItem(item)
+        self.budget_line.setVisible(False)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.plot)
+
+    def set_calibration(self, calibration) -> None:
+        """`calibration` has .points [(n, ms)] and .budget (engine.spec.calibration), or is None."""
+        if calibration is None:
+            self.curve.setData([], [])
+            self.budget_line.setVisible(False)
+            return
+        ns, ms = zip(*calibration.points)
+        self.curve.setData(list(ns), list(ms))
+        self.budget_line.setValue(calibration.budget)
+        self.budget_line.label.setFormat(f"T = {calibration.budget}")
+        self.budget_line.setVisible(True)
+
+    def show_history(self, history: History, stop: int) -> None:
+        if stop == 0:
+            return
+        lo = max(0, stop - TRAIL_STEPS)
+        n = history.column("pass_tokens", lo, stop)
+        ms = history.column("dt_ms", lo, stop)
+        self.trail.setData(n, ms)
+        self.live.setData([n[-1]], [ms[-1]])

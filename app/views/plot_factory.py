@@ -1,0 +1,36 @@
+"""Themed pyqtgraph plots, so every view draws axes, grid and text the same way."""
+from __future__ import annotations
+
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+
+from app.theme import Theme
+
+pg.setConfigOptions(imageAxisOrder="row-major", antialias=False)
+
+
+def make_plot(theme: Theme, title: str = "", left: str = "", bottom: str = "") -> pg.PlotWidget:
+    plot = pg.PlotWidget(background=theme.background)
+    item = plot.getPlotItem()
+    if title:
+        item.setTitle(title, color=theme.text, size="10pt")
+    for side, label in (("left", left), ("bottom", bottom)):
+        axis = item.getAxis(side)
+        axis.setPen(pg.mkPen(theme.grid))
+        axis.setTextPen(pg.mkPen(theme.muted))
+        if label:
+            axis.setLabel(label, color=theme.muted)
+    item.showGrid(x=True, y=True, alpha=0.25)
+    item.hideButtons()
+    plot.setMenuEnabled(False)
+    return plot
+
+
+def dashed(theme: Theme, field: str, width: float = 1.5) -> pg.QtGui.QPen:
+    return pg.mkPen(getattr(theme, field), width=width, style=Qt.PenStyle.DashLine)
+
+
+def hline(theme: Theme, field: str, label: str) -> pg.InfiniteLine:
+    return pg.InfiniteLine(angle=0, movable=False, pen=dashed(theme, field, 1.2), label=label,
+                           labelOpts={"color": getattr(theme, field), "position": 0.02,
+                                      "anchors": [(0, 1), (0, 1)]})

@@ -1,0 +1,91 @@
+"""A stand-in with the Engine's public surface (mailbox, ring buffers, controls, calibration,
+step/agents/close) emitting make_dummy() records that obey the controls, for testing the window
+without a model. The real Engine is tested against the same window in test_live_engine.py."""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+
+from engine.controls import ControlMailbox, Controls
+from engine.spec.calibration import Calibration
+from engine.telemetry.records import StepRecord
+from engine.telemetry.ring_buffer import RingBuffer
+from engine.telemetry.trace_writer import TraceWriter
+
+CATS = ("code-edit", "chat", "json")
+
+
+@dataclass
+class FakeAgent:
+    id: int
+    state: str
+    cat: str
+    tokens: int = 0
+    acceptance: float | None = None
+    transcript: list = field(default_factory=list)
+
+
+class FakeEngine:
+    def __init__(self, seed: int = 0, step_s: float = 0.002, trace_path: str | None = None,
+                 fail_at: int | None = None) -> None:
+        self.mailbox = ControlMailbox()
+        self.records = RingBuffer()
+        self.events = RingBuffer()
+        self.controls = Controls()
+        self.calibration = Calibration.make_dummy(knee=12)
+        self.closed = False
+        self._rng = random.Random(seed)
+        self._step = 0
+        self._batch = 4
+        self._step_s = step_s
+        self._fail_at = fail_at
+        self._t0 = time.monotonic()
+        self._writer = TraceWriter(trace_path, {"model": "fake", "device": "cpu", "dtype": "fp32",
+                                                "calibration": self.calibration.to_dict(),
+                                                "controls": self.controls.to_dict()}) \
+            if trace_path else None
+
+    def step(self) -> StepRecord | None:
+        changes = self.mailbox.drain()
+        t = time.monotonic() - self._t0
+        if changes:
+            self.controls = self.controls.updated(changes)
+            self.events.append({"type": "control", "t": t, "changes": changes})
+            if self._writer:
+                self._writer.write_control(t, changes)
+        if self.controls.paused:
+            time.sleep(self._step_s)
+            return None
+        if self._fail_at is not None and self._step == self._fail_at:
+            raise RuntimeError("injected failure")
+        c = self.controls
+        self._batch = max(1, min(c.swarm_size, self._batch + self._rng.choice((-1, 0, 1))))
+        batch = min(self._batch, c.batch_ceiling)
+        policy = "off" if batch > c.spec_ceiling else c.policy
+        rec = StepRecord.make_dummy(self._step, batch=batch, budget=c.budget_override or 16,
+                                    policy=policy, ragged=c.ragged, seed=self._rng.random())
+        rec.t = t
+        for lane in rec.lanes:
+            if lane.agent % 5 == 4 and self._step % 7 == 0:
+                self.events.append({"type": "agent", "t": t, "agent": lane.agent, "event": "tool"})
+        time.sleep(self._step_s)
+        self.records.append(rec)
+        if self._writer:
+            self._writer.write_step(rec)
+        self._step += 1
+        return rec
+
+    def agents(self) -> list[FakeAgent]:
+        return [FakeAgent(i, "decode" if i < self._batch else "tool", CATS[i % 3], 10 * i, 0.5,
+                          [("Fix the bug in parser.py\n", "prompt"), ("def parse(", "committed"),
+                           ("text):\n    return", "accepted_draft"), (" json.loads", "committed")])
+                for i in range(self.controls.swarm_size)]
+
+    def recalibrate(self, progress=None) -> None:
+        self.calibration = Calibration.make_dummy(knee=10)
+
+    def close(self) -> None:
+        self.closed = True
+        if self._writer:
+            self._writer.close()

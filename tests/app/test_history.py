@@ -1,0 +1,67 @@
+import numpy as np
+import pytest
+
+from app.acceptance import AcceptanceStats
+from app.agent_rows import rows_from_history
+from app.history import History
+from engine.telemetry.records import LaneRecord, StepRecord
+
+
+def _rec(step, lanes, t=None, dt_ms=10.0, prefill=0):
+    return StepRecord(step=step, t=step * 0.01 if t is None else t, dt_ms=dt_ms, batch=len(lanes),
+                      prefill=prefill, budget=8, policy="fixed", ragged="packed",
+                      lanes=[LaneRecord(i, "chat", k, acc, 0, 10) for i, (k, acc) in enumerate(lanes)])
+
+
+def test_columns_grow_past_capacity_and_match_records():
+    history = History(capacity=2)
+    records = [StepRecord.make_dummy(i, batch=1 + i % 5) for i in range(50)]
+    history.extend(records[:3])
+    history.extend(records[3:])
+    assert len(history) == 50
+    np.testing.assert_array_equal(history.column("batch"), [r.batch for r in records])
+    np.testing.assert_array_equal(history.column("emitted", 10, 20), [r.emitted for r in records[10:20]])
+
+
+def test_stats_follow_the_design_definitions():
+    history = History()
+    history.extend([_rec(0, [(2, 1), (0, 0)]), _rec(1, [(4, 4)])])
+    stats = history.stats(0, 2)
+    assert stats.tokens == (2 + 1) + (1 + 4)
+    assert stats.acceptance_rate == pytest.approx(5 / 6)
+    assert stats.mean_acceptance_length == pytest.approx(1 + 5 / 2)  # two lanes drafted
+    assert stats.max_batch == 2 and stats.seconds == pytest.approx(0.02)
+    assert history.stats(5, 9).steps == 0
+
+
+def test_tokens_per_s_over_a_window():
+    history = History()
+    history.extend([_rec(i, [(0, 0)] * 4, t=i * 0.1, dt_ms=100.0) for i in range(20)])
+    rate = history.tokens_per_s(window=5)
+    assert rate[-1] == pytest.approx(4 / 0.1)
+    assert len(history.tokens_per_s(10, 20)) == 10
+
+
+def test_index_at_counts_started_steps():
+    history = History()
+    history.extend([_rec(i, [(0, 0)], t=float(i)) for i in range(5)])
+    assert history.index_at(2.5) == 3 and history.index_at(-1) == 0
+
+
+def test_acceptance_by_position_counts_prefixes():
+    stats = AcceptanceStats.from_records([_rec(0, [(3, 1), (1, 1)]), _rec(1, [(2, 0)])])
+    # position 1 proposed 3x, accepted 2x; position 2 proposed 2x, accepted 0; position 3: 1, 0
+    np.testing.assert_allclose(stats.by_position, [2 / 3, 0.0, 0.0])
+    assert stats.mean_acceptance_length == pytest.approx(1 + 2 / 3)
+    assert stats.by_category == {"chat": pytest.approx(2 / 6)}
+    assert AcceptanceStats.from_records([_rec(0, [(0, 0)])]).mean_acceptance_length is None
+
+
+def test_agent_rows_rebuilt_from_trace_events():
+    history = History()
+    history.extend([_rec(0, [(2, 2), (1, 0)], t=0.0), _rec(1, [(2, 1)], t=1.0)])
+    history.events = [{"type": "agent", "t": 0.5, "agent": 1, "event": "tool"},
+                      {"type": "agent", "t": 2.0, "agent": 0, "event": "done"}]
+    rows = rows_from_history(history, 2)
+    assert [(r.id, r.state, r.tokens) for r in rows] == [(0, "waiting", 3 + 2), (1, "tool", 1)]
+    assert rows[0].acceptance == pytest.approx(3 / 4)

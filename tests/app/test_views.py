@@ -1,0 +1,96 @@
+"""Every view built from make_dummy() records, checked for what it draws, not just that it runs."""
+import numpy as np
+import pytest
+
+from app.dashboard import Dashboard
+from app.history import History
+from app.theme import THEMES, Theme
+from app.views.budget_view import BudgetView, per_agent_draft
+from app.views.lane_strip import LaneStripView
+from engine.spec.calibration import Calibration
+from engine.telemetry.records import LaneRecord, StepRecord
+
+
+@pytest.fixture
+def history():
+    h = History()
+    h.extend([StepRecord.make_dummy(i, batch=1 + i % 8, budget=16, ragged="padded")
+              for i in range(300)])
+    return h
+
+
+@pytest.mark.parametrize("name", THEMES)
+def test_theme_fills_the_qss_template(name):
+    theme = Theme.load(name)
+    qss = theme.stylesheet()
+    assert "$" not in qss and theme.committed in qss
+    with pytest.raises(ValueError):
+        Theme.load("sepia")
+
+
+def test_seed_table_numbers():
+    assert [per_agent_draft(24, b) for b in (1, 2, 4, 8, 16)] == [23, 11, 5, 2, 0.5]
+    assert per_agent_draft(8, 16) == 0
+
+
+def test_dashboard_draws_every_view(qtbot, history):
+    dashboard = Dashboard(Theme.load("dark"))
+    qtbot.addWidget(dashboard)
+    dashboard.set_calibration(Calibration.make_dummy())
+    dashboard.show_history(history, len(history), force=True)
+    last = history.records[-1]
+    x, y = dashboard.batch.batch_curve.getData()
+    assert len(x) > 0 and y[-1] == last.batch
+    assert dashboard.batch.headline.text().startswith(f"B = {last.batch}")
+    assert f"{last.pass_tokens} of T=16" in dashboard.budget.detail.text()
+    assert dashboard.acceptance.headline.text().startswith("mean acceptance length")
+    assert dashboard.decisions.reasons.count() > 0
+    assert "spec-off estimate" in dashboard.decisions.goodput.text()
+    assert dashboard.agents.table.rowCount() == 8
+    assert dashboard.cost.budget_line.value() == Calibration.make_dummy().budget
+    live_x, live_y = dashboard.cost.live.getData()
+    assert (live_x[0], live_y[0]) == (last.pass_tokens, pytest.approx(last.dt_ms))
+
+
+def test_budget_table_highlights_live_batch_and_shows_overflow(qtbot):
+    view = BudgetView(Theme.load("dark"))
+    qtbot.addWidget(view)
+    history = History()
+    lanes = [LaneRecord(i, "chat", 6, 2, 0, 10) for i in range(3)]  # 3 + 18 = 21 > T = 12
+    history.extend([StepRecord(0, 0.0, 30.0, 3, 0, 12, "fixed", "packed", lanes, "k=6")])
+    view.show_history(history, 1)
+    rows = [view.table.item(r, 0).text() for r in range(view.table.rowCount())]
+    assert rows == ["1", "2", "3  ◀ live", "4", "8", "16"]
+    assert view.table.item(2, 2).text() == "9"          # free to speculate: 12 - 3
+    assert "9 over budget" in view.detail.text()
+    assert list(view.overflow.opts["x0"]) == [12] and list(view.overflow.opts["width"]) == [9]
+
+
+def test_lane_strip_colours_accepted_rejected_and_padding(qtbot):
+    theme = Theme.load("dark")
+    view = LaneStripView(theme)
+    qtbot.addWidget(view)
+    history = History()
+    lanes = [LaneRecord(0, "chat", 3, 1, 0, 10), LaneRecord(1, "json", 1, 0, 2, 10)]
+    history.extend([StepRecord(0, 0.0, 10.0, 2, 0, 16, "fixed", "padded", lanes, "")])
+    view.show_history(history, 1)
+    image = view.image.image                            # [lanes, steps * cell, 3]
+    cell = image.shape[1] // 16
+    newest = image[:, -cell:-1]                         # the newest step sits at the right edge
+    expect0 = ["committed", "accepted", "rejected", "rejected"]
+    expect1 = ["committed", "rejected", "padding", "padding"]
+    for row, names in ((0, expect0), (1, expect1)):
+        for slot, name in enumerate(names):
+            assert tuple(newest[row, slot]) == theme.rgb(name)
+    assert "padding waste (padded): 25.0%" in view.waste.text()  # 2 pad of 8 pass tokens
+
+
+def test_views_cope_with_speculation_off_and_an_empty_history(qtbot):
+    dashboard = Dashboard(Theme.load("light"))
+    qtbot.addWidget(dashboard)
+    dashboard.show_history(History(), 0, force=True)   # nothing yet: no exception, nothing drawn
+    history = History()
+    history.extend([StepRecord.make_dummy(i, batch=4, policy="off") for i in range(10)])
+    dashboard.show_history(history, 10, force=True)
+    assert "speculation off" in dashboard.acceptance.headline.text()
+    assert np.all(history.column("drafted") == 0)
