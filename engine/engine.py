@@ -1,0 +1,236 @@
+"""The Engine: one swarm session. It owns the scheduler, the model runner, the step executor
+(drafters, policy) and the agents; applies control changes at step boundaries; and records every
+step (a ring buffer for the app, a trace file on disk).
+
+Threading: one worker thread calls step()/run(); any thread may post to `mailbox`, read the ring
+buffers, or call agents(). Agent state is mutated only under `_lock`, never during the forward
+pass, so agents() waits at most for bookkeeping, not for a step."""
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+from engine.controls import CATEGORIES, ControlMailbox, Controls
+from engine.kv_cache import PagedKVCache
+from engine.runner import ModelRunner
+from engine.sequence import Sequence
+from engine.spec import calibration as calib
+from engine.step import StepExecutor
+from engine.swarm.agent import Agent, AgentView
+from engine.swarm.config import SwarmConfig
+from engine.swarm.scheduler import Scheduler, SchedulerConfig
+from engine.swarm.workload import Workload, WORKLOAD_DIR, pick_category, tool_latency_s
+from engine.telemetry.records import StepRecord
+from engine.telemetry.ring_buffer import RingBuffer
+from engine.telemetry.trace_writer import TraceWriter
+
+IDLE_SLEEP_S = 0.02  # longest nap while every agent is in a tool call (wall clock)
+
+
+class Engine:
+    def __init__(self, loaded, config: SwarmConfig, controls: Controls | None = None,
+                 calibration=None, trace_path: str | None = None) -> None:
+        self.loaded, self.config = loaded, config
+        self.controls = controls or Controls()
+        self.mailbox = ControlMailbox()
+        self.records = RingBuffer(config.record_capacity)
+        self.events = RingBuffer(config.record_capacity)
+        max_context = min(config.max_context, loaded.config.max_position)
+        kv_tokens = config.kv_tokens or max_context * self.controls.swarm_size
+        kv = PagedKVCache(loaded.config, -(-kv_tokens // config.block_size), config.block_size,
+                          loaded.dtype, loaded.device)
+        self.runner = ModelRunner(loaded.model, kv)
+        self.calibration = calibration or self._calibrate()
+        self.executor = StepExecutor(self.runner, self.calibration, target=loaded)
+        self.scheduler = Scheduler(SchedulerConfig(config.max_step_tokens,
+                                                   config.rotate_after_steps), kv.blocks)
+        self.workload = Workload(config.workload_dir or WORKLOAD_DIR)
+        self._max_context = max_context
+        self._agents: dict[int, Agent] = {}
+        self._next_seq_id = 0
+        self._step_no = 0
+        self._virtual_t = 0.0
+        self._t0 = time.perf_counter()
+        self._lock = threading.RLock()
+        self.busy_s = 0.0       # time inside step() doing work
+        self.telemetry_s = 0.0  # of which: recording (ring buffers, trace, agent events)
+        self.trace = TraceWriter(trace_path, self._session()) if trace_path else None
+        with self._lock:
+            self._resize(self.controls.swarm_size, 0.0)
+
+    # -- clock --
+    def now(self) -> float:
+        """Seconds since the session started (virtual seconds on the virtual clock)."""
+        if self.config.clock == "virtual":
+            return self._virtual_t
+        return time.perf_counter() - self._t0
+
+    # -- the loop --
+    def step(self) -> StepRecord | None:
+        start = time.perf_counter()
+        with self._lock:
+            self._apply_controls(self.now())
+            if self.controls.paused:
+                return self._idle(None)
+            self._wake_agents(self.now())
+            out = self.scheduler.schedule(self.controls.batch_ceiling)
+        if not out.scheduled:
+            return self._idle(self._next_tool_end())
+        t = self.now()
+        outcome = self.executor.run(out.scheduled, self.controls, self._step_no, t)
+        rec = outcome.record
+        with self._lock:
+            if self.config.clock == "virtual":
+                self._virtual_t += self.calibration.t_ms(rec.pass_tokens) / 1000
+            t_end = self.now()
+            mark = time.perf_counter()
+            by_seq = {seq.seq_id: seq for seq, _ in out.scheduled}
+            for seq_id, lane in outcome.lanes.items():
+                agent = self._agents[by_seq[seq_id].agent]
+                accepted = sum(lane.accepted_flags)
+                drafted = next(l.k for l in rec.lanes if l.agent == agent.id)
+                agent.on_tokens(lane.new_token_ids, accepted, drafted)
+                if lane.finished:
+                    self._send_to_tool(agent, t_end)
+            self.records.append(rec)
+            if self.trace:
+                self.trace.write_step(rec)
+            self._step_no += 1
+            self.telemetry_s += time.perf_counter() - mark
+        self.busy_s += time.perf_counter() - start
+        return rec
+
+    def run(self, steps: int | None = None, duration_s: float | None = None,
+            stop: threading.Event | None = None) -> None:
+        """Step until `steps` records were made, `duration_s` of session time passed, or `stop`
+        is set (whichever comes first; with none given, until `stop`)."""
+        done, deadline = 0, None if duration_s is None else self.now() + duration_s
+        while not (stop is not None and stop.is_set()):
+            if steps is not None and done >= steps or deadline is not None and self.now() >= deadline:
+                return
+            if self.step() is not None:
+                done += 1
+
+    def agents(self) -> list[AgentView]:
+        with self._lock:
+            return [agent.view(self._state(agent)) for agent in self._agents.values()]
+
+    def close(self) -> None:
+        if self.trace:
+            self.trace.close()
+
+    # -- controls --
+    def _apply_controls(self, t: float) -> None:
+        changes = self.mailbox.drain()
+        if not changes:
+            return
+        try:
+            self.controls = self.controls.updated(changes)
+        except (ValueError, TypeError) as exc:
+            self._event({"type": "control", "t": t, "changes": {}, "rejected": changes,
+                         "error": str(exc)})
+            return
+        self._event({"type": "control", "t": t, "changes": changes})
+        if self.trace:
+            self.trace.write_control(t, changes)
+        if "swarm_size" in changes:
+            self._resize(self.controls.swarm_size, t)
+
+    def _resize(self, size: int, t: float) -> None:
+        live = [a for a in self._agents.values() if a.state != "done"]
+        for agent in live[size:]:  # the newest leave first
+            self._retire(agent.seq)
+            agent.state = "done"
+            self._agent_event(t, agent.id, "done")
+        for _ in range(size - len(live)):
+            agent_id = len(self._agents)
+            rng = random.Random(f"{self.config.seed}:{agent_id}")
+            agent = Agent(agent_id, self.workload, self.loaded.tokenizer, rng,
+                          self.config.temperature, self._max_context)
+            self._agents[agent_id] = agent
+            # First tasks go round the categories in the mix, so every category is present.
+            cats = [c for c in CATEGORIES if self.controls.mix.get(c, 0) > 0]
+            self._start_task(agent, cats[agent_id % len(cats)], t)
+
+    # -- agent transitions --
+    def _start_task(self, agent: Agent, cat: str, t: float) -> None:
+        if agent.seq is not None:
+            self._retire(agent.seq)
+        self._next_seq_id += 1
+        self.scheduler.add(agent.start_task(cat, self._next_seq_id, t))
+        self._agent_event(t, agent.id, "decode")
+
+    def _send_to_tool(self, agent: Agent, t: float) -> None:
+        agent.call_tool(t, tool_latency_s(self.controls.tool_latency_s,
+                                          self.config.tool_latency_sigma, agent.rng))
+        self.scheduler.park(agent.seq)
+        self._agent_event(t, agent.id, "tool")
+
+    def _wake_agents(self, t: float) -> None:
+        for agent in self._agents.values():
+            if agent.state != "tool" or agent.tool_until > t:
+                continue
+            text, ids = agent.tool_output()
+            if self.controls.mix.get(agent.cat, 0) <= 0 or not agent.tool_output_fits(ids):
+                self._start_task(agent, pick_category(self.controls.mix, agent.rng), t)
+            else:
+                agent.resume(text, ids, t)
+                self.scheduler.add(agent.seq)
+                self._agent_event(t, agent.id, "decode")
+
+    def _retire(self, seq: Sequence) -> None:
+        self.scheduler.drop(seq)
+        self.executor.release(seq)
+
+    def _state(self, agent: Agent) -> str:
+        if agent.state == "decode" and self.scheduler.place(agent.seq) != "running":
+            return "waiting"
+        return agent.state
+
+    # -- idling --
+    def _next_tool_end(self) -> float | None:
+        with self._lock:
+            ends = [a.tool_until for a in self._agents.values() if a.state == "tool"]
+        return min(ends) if ends else None
+
+    def _idle(self, wake_at: float | None) -> None:
+        """Nothing could run: let session time reach the next tool completion. The wall clock
+        naps (never busy-spins); the virtual clock jumps."""
+        if self.config.clock == "virtual":
+            if wake_at is not None:
+                self._virtual_t = max(self._virtual_t, wake_at)
+            return None
+        nap = IDLE_SLEEP_S if wake_at is None else min(IDLE_SLEEP_S, wake_at - self.now())
+        time.sleep(max(nap, 0.001))
+        return None
+
+    # -- recording --
+    def _agent_event(self, t: float, agent: int, event: str) -> None:
+        self._event({"type": "agent", "t": t, "agent": agent, "event": event})
+        if self.trace:
+            self.trace.write_agent(t, agent, event)
+
+    def _event(self, event: dict) -> None:
+        self.events.append(event)
+
+    def _session(self) -> dict:
+        return {"model": self.loaded.name, "device": str(self.loaded.device),
+                "dtype": _dtype_name(self.loaded.dtype), "calibration": self.calibration.to_dict(),
+                "controls": self.controls.to_dict(), "seed": self.config.seed,
+                "clock": self.config.clock}
+
+    def _calibrate(self):
+        device, dtype = str(self.loaded.device), _dtype_name(self.loaded.dtype)
+        cached = calib.load_cached(device, self.loaded.name, dtype, eps=0.10)
+        if cached is not None:
+            return cached
+        measured = calib.measure(self.runner, self.loaded.config.vocab_size, device=device,
+                                 model=self.loaded.name, dtype=dtype)
+        calib.save(measured)
+        return measured
+
+
+def _dtype_name(dtype) -> str:
+    return {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16",
+            "torch.float64": "fp64"}.get(str(dtype), str(dtype))

@@ -1,0 +1,123 @@
+"""One agent of the swarm: a client of the engine that loops decode turn -> tool call -> tool
+output (prefill) -> decode turn, and keeps a transcript the app can show.
+
+The agent owns its context as a Sequence; the engine feeds it through the scheduler. Its text is
+the Sequence's token_ids, so preemption (which only drops KV) never loses any of it."""
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+from engine.sampling import SamplingParams
+from engine.sequence import Sequence
+from engine.swarm.workload import Task, Workload
+
+STATES = ("decode", "tool", "waiting", "done")
+SEGMENT_KINDS = ("prompt", "tool", "committed", "accepted_draft")
+MAX_SEGMENTS = 2000  # transcript segments kept per agent (older ones scroll away)
+
+
+@dataclass(slots=True)
+class AgentView:
+    """What the app's agent table and transcript pane show; a copy, safe to hand to a thread."""
+    id: int
+    state: str                         # decode | tool | waiting | done
+    cat: str
+    tokens: int                        # tokens emitted over the agent's life
+    acceptance: float | None           # accepted / drafted over its life
+    transcript: list[tuple[str, str]] = field(default_factory=list)  # (text, kind)
+    turns: int = 0
+    mean_turn_s: float | None = None   # mean time from a turn's start to its last token
+
+    @classmethod
+    def make_dummy(cls, id: int = 0, cat: str = "code-edit") -> "AgentView":
+        return cls(id=id, state="decode", cat=cat, tokens=42, acceptance=0.6,
+                   transcript=[("Fix the bug.", "prompt"), ("def f(x):", "committed"),
+                               ("\n    return", "accepted_draft")], turns=1, mean_turn_s=1.5)
+
+
+class Agent:
+    def __init__(self, agent_id: int, workload: Workload, tokenizer, rng: random.Random,
+                 temperature: float, max_context: int) -> None:
+        self.id = agent_id
+        self.workload, self.tokenizer, self.rng = workload, tokenizer, rng
+        self.temperature, self.max_context = temperature, max_context
+        self.state = "decode"
+        self.cat = ""
+        self.task: Task | None = None
+        self.seq: Sequence | None = None
+        self.tool_until = 0.0       # session time the running tool call ends
+        self.turn_started = 0.0
+        self.turn_times: list[float] = []
+        self.tokens = self.drafted = self.accepted = 0
+        # Segments hold text, or token ids decoded only when someone looks (keeps steps cheap).
+        self._segments: deque[list] = deque(maxlen=MAX_SEGMENTS)
+
+    # -- transitions (the engine calls these at step boundaries) --
+    def start_task(self, cat: str, seq_id: int, t: float) -> Sequence:
+        """A fresh task in a fresh sequence (the old one's KV is the engine's to free)."""
+        self.cat = cat
+        self.task = self.workload.new_task(cat, self.rng)
+        text = self.tokenizer.chat_prompt(self.task.text, self.workload.system(cat))
+        ids = self.tokenizer.encode(text)
+        room = self.max_context - self.workload.max_new_tokens(cat)
+        ids = ids[-room:]  # a prompt longer than the context keeps its end (the question)
+        sampling = SamplingParams(temperature=self.temperature,
+                                  seed=self.rng.randrange(2 ** 31))
+        self.seq = Sequence(seq_id=seq_id, token_ids=ids, prompt_len=len(ids), sampling=sampling,
+                            stop_ids=tuple(self.tokenizer.eos_ids), agent=self.id, cat=cat)
+        self._segments.append([text, "prompt"])
+        self._begin_turn(t)
+        return self.seq
+
+    def call_tool(self, t: float, latency_s: float) -> None:
+        self.turn_times.append(t - self.turn_started)
+        self.state = "tool"
+        self.tool_until = t + latency_s
+
+    def tool_output_fits(self, text_ids: list[int]) -> bool:
+        """Whether the tool output and one more turn still fit the context limit; if not, the
+        engine starts a fresh task instead (contexts never grow without bound)."""
+        need = len(self.seq.token_ids) + len(text_ids) + self.workload.max_new_tokens(self.cat)
+        return need <= self.max_context
+
+    def tool_output(self) -> tuple[str, list[int]]:
+        text = self.tokenizer.chat_prompt(self.workload.tool_output(self.task, self.rng))
+        return text, self.tokenizer.encode(text)
+
+    def resume(self, text: str, ids: list[int], t: float) -> None:
+        self.seq.token_ids.extend(ids)
+        self._segments.append([text, "tool"])
+        self._begin_turn(t)
+
+    def _begin_turn(self, t: float) -> None:
+        seq = self.seq
+        seq.prompt_len = len(seq.token_ids)  # the turn's output is what follows
+        seq.max_new_tokens = self.workload.max_new_tokens(self.cat)
+        seq.finished = False
+        self.state = "decode"
+        self.turn_started = t
+
+    def on_tokens(self, new_ids: list[int], accepted: int, drafted: int) -> None:
+        """Tokens this step committed for the agent: the first `accepted` were drafts."""
+        self.tokens += len(new_ids)
+        self.accepted += accepted
+        self.drafted += drafted
+        for kind, ids in (("accepted_draft", new_ids[:accepted]), ("committed", new_ids[accepted:])):
+            if not ids:
+                continue
+            if self._segments and self._segments[-1][1] == kind:
+                self._segments[-1][0].extend(ids)
+            else:
+                self._segments.append([list(ids), kind])
+
+    # -- views --
+    def view(self, state: str | None = None) -> AgentView:
+        transcript = [(seg if isinstance(seg, str) else self.tokenizer.decode(seg), kind)
+                      for seg, kind in self._segments]
+        return AgentView(id=self.id, state=state or self.state, cat=self.cat, tokens=self.tokens,
+                         acceptance=self.accepted / self.drafted if self.drafted else None,
+                         transcript=transcript, turns=len(self.turn_times),
+                         mean_turn_s=(sum(self.turn_times) / len(self.turn_times)
+                                      if self.turn_times else None))

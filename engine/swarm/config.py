@@ -1,0 +1,35 @@
+"""SwarmConfig: how the engine builds and runs a swarm session (the live knobs are Controls)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CLOCKS = ("wall", "virtual")
+
+
+@dataclass(slots=True)
+class SwarmConfig:
+    seed: int = 0
+    # wall: tool calls last real seconds (the live app). virtual: session time advances by the
+    # calibrated cost of each step, so a seeded run is reproducible step for step (tests, bench).
+    clock: str = "wall"
+    temperature: float = 0.0        # 0: greedy, so every policy emits the same text
+    max_context: int = 3072         # past this an agent starts a fresh task
+    tool_latency_sigma: float = 1.0  # log-normal spread around Controls.tool_latency_s
+    max_step_tokens: int = 256      # tokens fed per step (decode + prefill chunks)
+    rotate_after_steps: int = 256   # fair rotation when agents wait for a batch slot
+    kv_tokens: int | None = None    # KV cache size; None: max_context x the initial swarm size
+    block_size: int = 16
+    record_capacity: int = 100_000  # step records (and events) kept for the app
+    workload_dir: str | None = None  # None: resources/workloads
+
+    def __post_init__(self) -> None:
+        if self.clock not in CLOCKS:
+            raise ValueError(f"clock must be one of {CLOCKS}, got {self.clock!r}")
+        if self.temperature < 0 or self.tool_latency_sigma < 0:
+            raise ValueError("temperature and tool_latency_sigma must be >= 0")
+        for name in ("max_context", "max_step_tokens", "rotate_after_steps", "block_size",
+                     "record_capacity"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"SwarmConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.kv_tokens is not None and self.kv_tokens < self.block_size:
+            raise ValueError(f"kv_tokens must hold at least one block, got {self.kv_tokens}")
