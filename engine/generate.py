@@ -1,0 +1,122 @@
+"""Batch generation: every prompt runs as one lane of the same steps, until all have finished.
+
+`decode` drives a StepExecutor over ready-made Sequences (tests and benchmarks use it directly);
+`generate` adds tokenizing, chat templating, the KV cache, calibration and the results."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from engine.controls import Controls
+from engine.kv_cache import PagedKVCache
+from engine.runner import ModelRunner
+from engine.sampling import SamplingParams
+from engine.sequence import Sequence
+from engine.spec import calibration as calib
+from engine.step import StepExecutor
+from engine.telemetry.records import StepRecord
+
+PREFILL_CHUNK = 512   # prompt tokens fed per step across all lanes
+KV_HEADROOM = 80      # tokens of KV room per lane beyond prompt + max tokens (drafts in flight)
+
+
+@dataclass(slots=True)
+class GenerationResult:
+    prompt: str
+    token_ids: list[int]   # generated ids (the prompt excluded)
+    text: str
+    drafted: int           # draft tokens proposed for this prompt
+    accepted: int          # draft tokens accepted
+
+    def to_dict(self) -> dict:
+        return {"prompt": self.prompt, "token_ids": self.token_ids, "text": self.text,
+                "drafted": self.drafted, "accepted": self.accepted}
+
+
+def schedule(seqs: list[Sequence], chunk: int = PREFILL_CHUNK) -> list[tuple[Sequence, int]]:
+    """Every unfinished lane: decoding lanes feed their last token, prompts feed up to `chunk`
+    tokens shared across lanes (at least one lane always advances)."""
+    plan, left = [], chunk
+    for seq in seqs:
+        if seq.finished or seq.pending == 0:
+            continue
+        if seq.pending == 1:
+            plan.append((seq, 1))
+        elif left > 0 or not plan:
+            n = min(seq.pending, max(left, 1))
+            left -= n
+            plan.append((seq, n))
+    return plan
+
+
+def decode(executor: StepExecutor, seqs: list[Sequence], controls: Controls,
+           on_step: Callable[[StepRecord], None] | None = None,
+           chunk: int = PREFILL_CHUNK) -> list[StepRecord]:
+    """Run steps until every sequence has finished; returns the step records."""
+    records, clock0 = [], time.perf_counter()
+    while True:
+        plan = schedule(seqs, chunk)
+        if not plan:
+            return records
+        outcome = executor.run(plan, controls, step=len(records), t=time.perf_counter() - clock0)
+        records.append(outcome.record)
+        if on_step:
+            on_step(outcome.record)
+
+
+def generate(loaded, prompts: list[str], controls: Controls, max_new_tokens: int = 64,
+             sampling: SamplingParams = SamplingParams(), chat: bool = True,
+             calibration: calib.Calibration | None = None,
+             progress: Callable[[str], None] | None = None) -> list[GenerationResult]:
+    """Generate for all prompts as one batch. Lane i samples with seed `sampling.seed + i`."""
+    tok = loaded.tokenizer
+    texts = [tok.chat_prompt(p) if chat else p for p in prompts]
+    seqs = []
+    for i, text in enumerate(texts):
+        ids = tok.encode(text)
+        seqs.append(Sequence(seq_id=i, token_ids=ids, prompt_len=len(ids),
+                             sampling=SamplingParams(sampling.temperature, sampling.top_k,
+                                                     sampling.top_p, sampling.seed + i),
+                             max_new_tokens=max_new_tokens, stop_ids=tuple(tok.eos_ids), agent=i))
+    block = 16
+    blocks = sum(-(-(s.prompt_len + max_new_tokens + KV_HEADROOM) // block) for s in seqs)
+    kv = PagedKVCache(loaded.config, blocks, block, loaded.model.dtype, loaded.model.device)
+    runner = ModelRunner(loaded.model, kv)
+    if calibration is None:
+        calibration = calibrate_or_load(loaded, progress=progress)
+    executor = StepExecutor(runner, calibration, target=loaded)
+    records = decode(executor, seqs, controls)
+    drafted = {s.agent: 0 for s in seqs}
+    accepted = dict(drafted)
+    for record in records:
+        for lane in record.lanes:
+            drafted[lane.agent] += lane.k
+            accepted[lane.agent] += lane.acc
+    return [GenerationResult(prompt, s.output_ids, tok.decode(s.output_ids), drafted[s.agent],
+                             accepted[s.agent]) for prompt, s in zip(prompts, seqs)]
+
+
+def calibrate_or_load(loaded, eps: float = 0.10,
+                      progress: Callable[[str], None] | None = None,
+                      force: bool = False) -> calib.Calibration:
+    """The cached calibration for (device, model, dtype), measuring and caching it if absent."""
+    device, dtype = str(loaded.model.device), str(loaded.model.dtype).removeprefix("torch.")
+    if not force:
+        cached = calib.load_cached(device, loaded.name, dtype, eps)
+        if cached is not None:
+            return cached
+    # Room for the widest batch shape: 16 lanes x (64 context + 64 query) tokens.
+    kv = PagedKVCache(loaded.config, 16 * 8 + 8, 16, loaded.model.dtype, loaded.model.device)
+    runner = ModelRunner(loaded.model, kv)
+    if progress:
+        progress(f"calibrating {loaded.name} ({dtype}, {device}): timing forward passes")
+    with torch.inference_mode():
+        result = calib.measure(runner, loaded.config.vocab_size, device=device, model=loaded.name,
+                               dtype=dtype, eps=eps, progress=progress)
+    path = calib.save(result)
+    if progress:
+        progress(f"budget T = {result.budget} (t(1) = {result.t_ms(1):.2f} ms); cached in {path}")
+    return result

@@ -1,0 +1,170 @@
+"""The measured step-time curve t(N) and the budget T it implies (DESIGN.md §1).
+
+`measure` times real forward passes of one lane verifying N = 1, 2, 4, ... 64 query tokens (and a
+few batch shapes of one token per lane) on the actual device, model and dtype. The curve keeps the
+measured points and interpolates piecewise-linearly; T is the largest N with
+t(N) <= (1 + eps) * t(1). Results are cached as JSON per (device, model, dtype) under
+platformdirs.user_cache_dir("swarmscope")/calibration/ ($SWARMSCOPE_CACHE overrides the root)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import platformdirs
+
+from engine.errors import SwarmscopeError
+from engine.forward_batch import LaneInput
+
+QUERY_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
+BATCH_SHAPES = (2, 4, 8, 16)
+
+
+@dataclass(slots=True)
+class Calibration:
+    points: list[tuple[int, float]]   # (query tokens N, median step ms), one lane, N ascending
+    eps: float = 0.10
+    batch_points: list[tuple[int, float]] = field(default_factory=list)  # (B lanes x 1 token, ms)
+    device: str = "cpu"
+    model: str = ""
+    dtype: str = ""
+
+    def __post_init__(self) -> None:
+        self.points = sorted((int(n), float(ms)) for n, ms in self.points)
+        self.batch_points = [(int(b), float(ms)) for b, ms in self.batch_points]
+        if not self.points or self.points[0][0] != 1:
+            raise ValueError(f"a calibration needs a point at N=1, got {self.points}")
+        if any(ms <= 0 for _, ms in self.points) or self.eps < 0:
+            raise ValueError(f"calibration times must be positive and eps >= 0: {self.points}")
+
+    def t_ms(self, n_tokens: float) -> float:
+        """Step time for n query tokens, interpolated between measured points and extrapolated
+        along the last segment. Running maximum, so timing noise never makes more work cheaper."""
+        pts = self._monotone()
+        if n_tokens <= pts[0][0]:
+            return pts[0][1]
+        for (n0, t0), (n1, t1) in zip(pts, pts[1:]):
+            if n_tokens <= n1:
+                return t0 + (t1 - t0) * (n_tokens - n0) / (n1 - n0)
+        if len(pts) == 1:
+            return pts[0][1]
+        (n0, t0), (n1, t1) = pts[-2], pts[-1]
+        return t1 + (t1 - t0) / (n1 - n0) * (n_tokens - n1)
+
+    def _monotone(self) -> list[tuple[int, float]]:
+        out, high = [], 0.0
+        for n, ms in self.points:
+            high = max(high, ms)
+            out.append((n, high))
+        return out
+
+    @property
+    def budget(self) -> int:
+        """T: the largest N (up to the largest measured) with t(N) <= (1 + eps) t(1)."""
+        limit = (1 + self.eps) * self.t_ms(1)
+        best = 1
+        for n in range(1, self.points[-1][0] + 1):
+            if self.t_ms(n) <= limit:
+                best = n
+            else:
+                break
+        return best
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["points"] = [list(p) for p in self.points]
+        data["batch_points"] = [list(p) for p in self.batch_points]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Calibration":
+        return cls(**{k: data[k] for k in ("points", "eps", "batch_points", "device", "model",
+                                           "dtype") if k in data})
+
+    @classmethod
+    def make_dummy(cls, t1_ms: float = 25.0, per_token_ms: float = 1.0, knee: int = 8,
+                   eps: float = 0.10) -> "Calibration":
+        """A roofline: flat (slightly rising) up to `knee` tokens, then `per_token_ms` each."""
+        def t(n: int) -> float:
+            return t1_ms * (1 + 0.5 * eps * (n - 1) / max(knee - 1, 1)) if n <= knee else \
+                t1_ms * (1 + 0.5 * eps) + per_token_ms * (n - knee)
+        return cls(points=[(n, t(n)) for n in QUERY_SIZES], eps=eps, device="dummy",
+                   model="dummy", dtype="none")
+
+
+def cache_root() -> Path:
+    root = os.environ.get("SWARMSCOPE_CACHE") or platformdirs.user_cache_dir("swarmscope")
+    return Path(root) / "calibration"
+
+
+def cache_path(device: str, model: str, dtype: str) -> Path:
+    slug = "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", part) for part in (device, model, dtype))
+    return cache_root() / f"{slug}.json"
+
+
+def load_cached(device: str, model: str, dtype: str, eps: float) -> Calibration | None:
+    path = cache_path(device, model, dtype)
+    if not path.exists():
+        return None
+    try:
+        calibration = Calibration.from_dict(json.loads(path.read_text()))
+    except (ValueError, TypeError, KeyError) as exc:
+        raise SwarmscopeError(f"{path}: unreadable calibration ({exc}); delete it to re-measure")
+    calibration.eps = eps  # the measured curve does not depend on eps; T is derived from it
+    return calibration
+
+
+def save(calibration: Calibration) -> Path:
+    path = cache_path(calibration.device, calibration.model, calibration.dtype)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(calibration.to_dict(), indent=1))
+    return path
+
+
+def measure(runner, vocab_size: int, *, device: str, model: str, dtype: str, eps: float = 0.10,
+            context: int = 64, repeats: int = 5, query_sizes=QUERY_SIZES,
+            batch_shapes=BATCH_SHAPES, progress: Callable[[str], None] | None = None
+            ) -> Calibration:
+    """Time real forward passes on `runner` (a ModelRunner with room for max(batch_shapes)
+    sequences of context + max(query_sizes) tokens). Sequence ids from 1_000_000 are used and
+    freed afterwards. Each point is the median of `repeats` timed passes after one warm-up."""
+    base = 1_000_000
+    lanes_needed = max((1, *batch_shapes))
+    tokens = [(7 * i + 3) % vocab_size for i in range(context + max(query_sizes))]
+    try:
+        for lane in range(lanes_needed):  # a realistic context for attention to read
+            runner.forward([LaneInput(base + lane, tokens[:context], 0, 0)])
+
+        def timed(lanes: list[LaneInput]) -> float:
+            samples = []
+            for _ in range(repeats + 1):
+                start = time.perf_counter()
+                runner.forward(lanes)
+                samples.append((time.perf_counter() - start) * 1e3)
+                for lane in lanes:
+                    runner.kv.blocks.truncate(lane.seq_id, context)
+            return statistics.median(samples[1:])
+
+        points = []
+        for n in query_sizes:
+            ms = timed([LaneInput(base, tokens[context:context + n], context, n)])
+            points.append((n, ms))
+            if progress:
+                progress(f"  N={n:3d} query tokens: {ms:7.2f} ms")
+        batch_points = []
+        for b in batch_shapes:
+            ms = timed([LaneInput(base + i, [tokens[context]], context, 1) for i in range(b)])
+            batch_points.append((b, ms))
+            if progress:
+                progress(f"  B={b:3d} lanes x 1 token: {ms:7.2f} ms")
+    finally:
+        for lane in range(lanes_needed):
+            if base + lane in runner.kv.blocks:
+                runner.kv.blocks.free(base + lane)
+    return Calibration(points=points, eps=eps, batch_points=batch_points, device=device,
+                       model=model, dtype=dtype)

@@ -1,0 +1,171 @@
+"""The step executor: one engine step from a schedule to committed tokens and a step record.
+
+The scheduler says, per sequence, how many of its uncached tokens to feed. A lane whose fed
+tokens reach the end of its committed tokens is *decoding*: it gets drafts appended (k from the
+policy) and logits for its last token and every draft. Otherwise it is a prefill chunk and needs
+no logits. One forward pass serves all lanes; then each decoding lane is verified, its committed
+tokens appended, its KV rolled back past the rejected drafts, and its stop conditions checked."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from engine.controls import Controls
+from engine.errors import KVCacheFull
+from engine.forward_batch import LaneInput
+from engine.sampling import LaneSampler
+from engine.sequence import Sequence
+from engine.spec.acceptance import AcceptanceStats
+from engine.spec.calibration import Calibration
+from engine.spec.drafters import Draft, Drafter, make_drafter
+from engine.spec.policies import Decision, LaneView, SpeculationPolicy
+from engine.spec.verification import Verdict, verify_greedy, verify_sampled
+from engine.telemetry.records import LaneRecord, StepRecord
+
+
+@dataclass(slots=True)
+class LaneResult:
+    seq_id: int
+    new_token_ids: list[int]   # committed this step, in order
+    accepted_flags: list[bool]  # per new token: True if it was an accepted draft (else the bonus)
+    finished: bool
+
+    @classmethod
+    def make_dummy(cls, seq_id: int = 0, accepted: int = 2) -> "LaneResult":
+        return cls(seq_id, list(range(30, 31 + accepted)), [True] * accepted + [False], False)
+
+
+@dataclass(slots=True)
+class StepOutcome:
+    record: StepRecord
+    lanes: dict[int, LaneResult] = field(default_factory=dict)  # decoding lanes by seq_id
+
+    @classmethod
+    def make_dummy(cls, batch: int = 2) -> "StepOutcome":
+        return cls(StepRecord.make_dummy(batch=batch),
+                   {i: LaneResult.make_dummy(i) for i in range(batch)})
+
+
+class StepExecutor:
+    """Owns per-lane samplers, drafters, acceptance stats and the policy's state across steps.
+
+    `target` is the LoadedModel (needed only to build model drafters; may be None for lookup)."""
+
+    def __init__(self, runner, calibration: Calibration, target=None,
+                 stats: AcceptanceStats | None = None) -> None:
+        self.runner, self.calibration, self.target = runner, calibration, target
+        self.stats = stats or AcceptanceStats()
+        self.policy = SpeculationPolicy(self.stats)
+        self._drafters: dict[str, Drafter] = {}
+        self._samplers: dict[int, LaneSampler] = {}
+
+    def drafter(self, name: str) -> Drafter:
+        if name not in self._drafters:
+            self._drafters[name] = make_drafter(name, self.target,
+                                                num_blocks=self.runner.kv.blocks.num_blocks)
+        return self._drafters[name]
+
+    def release(self, seq: Sequence) -> None:
+        """Free everything held for a sequence that will not be scheduled again."""
+        blocks = self.runner.kv.blocks
+        if seq.seq_id in blocks:
+            blocks.free(seq.seq_id)
+        for drafter in self._drafters.values():
+            drafter.release(seq.seq_id)
+        self._samplers.pop(seq.seq_id, None)
+        self.policy.forget(seq.seq_id)
+        self.stats.forget(seq.seq_id)
+
+    def run(self, scheduled: list[tuple[Sequence, int]], controls: Controls, step: int,
+            t: float) -> StepOutcome:
+        start = time.perf_counter()
+        fed, decoding = [], []
+        for seq, n in scheduled:
+            if not 0 < n <= seq.pending:
+                raise ValueError(f"seq {seq.seq_id}: cannot feed {n} of {seq.pending} pending tokens")
+            fed.append(seq.token_ids[seq.num_cached:seq.num_cached + n])
+            decoding.append(seq.num_cached + n == len(seq.token_ids))
+        decode_seqs = [seq for (seq, _), dec in zip(scheduled, decoding) if dec]
+        prefill = sum(len(tokens) for tokens in fed) - len(decode_seqs)
+        decision, drafts = self._draft(decode_seqs, prefill, controls)
+
+        by_seq = dict(zip((seq.seq_id for seq in decode_seqs), drafts))
+        try:
+            out = self.runner.forward(self._lanes(scheduled, fed, decoding, by_seq), controls.ragged)
+        except KVCacheFull:
+            if not any(d.tokens for d in drafts):
+                raise
+            drafts = [Draft([]) for _ in decode_seqs]  # retry plainly: drafts must never evict
+            by_seq = dict(zip((seq.seq_id for seq in decode_seqs), drafts))
+            decision.reason += "; KV full: drafts dropped"
+            out = self.runner.forward(self._lanes(scheduled, fed, decoding, by_seq), controls.ragged)
+
+        lanes, results = [], {}
+        for index, ((seq, n), dec) in enumerate(zip(scheduled, decoding)):
+            if not dec:
+                seq.num_cached += n
+                continue
+            draft = by_seq[seq.seq_id]
+            verdict = self._verify(seq, draft, out.logits[index])
+            ctx = len(seq.token_ids)
+            result = self._commit(seq, n, draft, verdict)
+            results[seq.seq_id] = result
+            lanes.append(LaneRecord(agent=seq.agent, cat=seq.cat, k=len(draft.tokens),
+                                    acc=sum(result.accepted_flags), pad=out.pad[index], ctx=ctx))
+        record = StepRecord(step=step, t=t, dt_ms=(time.perf_counter() - start) * 1e3,
+                            batch=len(decode_seqs), prefill=prefill,
+                            budget=controls.budget_override or self.calibration.budget,
+                            policy=controls.policy, ragged=controls.ragged, lanes=lanes,
+                            reason=decision.reason)
+        return StepOutcome(record, results)
+
+    # -- parts of a step --
+    def _draft(self, seqs: list[Sequence], prefill: int,
+               controls: Controls) -> tuple[Decision, list[Draft]]:
+        if controls.policy == "off" or not seqs:
+            return Decision([0] * len(seqs), "off" if seqs else "prefill only"), \
+                [Draft([]) for _ in seqs]
+        drafter = self.drafter(controls.drafter)
+        views = [LaneView(seq.seq_id, seq.cat, drafter.available(seq, controls.k)) for seq in seqs]
+        decision = self.policy.decide(views, prefill, controls, self.calibration, drafter.cost_ms)
+        return decision, drafter.propose(seqs, decision.ks)
+
+    @staticmethod
+    def _lanes(scheduled, fed, decoding, drafts: dict[int, Draft]) -> list[LaneInput]:
+        lanes = []
+        for (seq, _), tokens, dec in zip(scheduled, fed, decoding):
+            extra = drafts[seq.seq_id].tokens if dec else []
+            lanes.append(LaneInput(seq.seq_id, tokens + extra, seq.num_cached,
+                                   1 + len(extra) if dec else 0))
+        return lanes
+
+    def _verify(self, seq: Sequence, draft: Draft, logits) -> Verdict:
+        # logits: [1 + k, vocab]
+        if seq.sampling.greedy:
+            return verify_greedy(draft.tokens, logits)
+        sampler = self._samplers.setdefault(seq.seq_id, LaneSampler(seq.sampling))
+        return verify_sampled(draft.tokens, sampler.probs(logits).cpu(), draft.probs,
+                              sampler.generator)
+
+    def _commit(self, seq: Sequence, n: int, draft: Draft, verdict: Verdict) -> LaneResult:
+        tokens = verdict.tokens
+        room = seq.max_new_tokens - len(seq.output_ids)
+        cut = next((j + 1 for j, tok in enumerate(tokens) if tok in seq.stop_ids), len(tokens))
+        tokens = tokens[:max(0, min(cut, room))]
+        kept_drafts = min(verdict.accepted, len(tokens))
+        fed_end = seq.num_cached + n
+        seq.token_ids.extend(tokens)
+        # KV is valid for the fed tokens and the accepted drafts; the bonus is fed next step.
+        seq.num_cached = fed_end + kept_drafts
+        self.runner.kv.blocks.truncate(seq.seq_id, seq.num_cached)
+        seq.finished = bool(tokens and tokens[-1] in seq.stop_ids) or \
+            len(seq.output_ids) >= seq.max_new_tokens
+        if draft.tokens:
+            self.stats.record(seq.seq_id, seq.cat, len(draft.tokens), verdict.accepted)
+            self._drafters_commit(seq, len(draft.tokens), verdict.accepted)
+        return LaneResult(seq.seq_id, tokens, [j < kept_drafts for j in range(len(tokens))],
+                          seq.finished)
+
+    def _drafters_commit(self, seq: Sequence, drafted: int, accepted: int) -> None:
+        for drafter in self._drafters.values():
+            drafter.commit(seq, drafted, accepted)

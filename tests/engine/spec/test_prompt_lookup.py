@@ -1,0 +1,43 @@
+from engine.sequence import Sequence
+from engine.spec.prompt_lookup import NgramIndex, PromptLookupDrafter
+
+
+def _seq(tokens, seq_id=0):
+    return Sequence(seq_id=seq_id, token_ids=list(tokens), prompt_len=len(tokens))
+
+
+def test_proposes_what_followed_the_longest_match():
+    drafter = PromptLookupDrafter(ngram_sizes=(3, 2, 1))
+    seq = _seq([1, 2, 3, 4, 5, 6, 9, 2, 3, 4])
+    assert drafter.available(seq, cap=3) == 3
+    assert drafter.propose([seq], [3])[0].tokens == [5, 6, 9]
+
+
+def test_prefers_the_most_recent_occurrence_and_respects_k():
+    drafter = PromptLookupDrafter(ngram_sizes=(2,))
+    seq = _seq([7, 8, 1, 1, 7, 8, 2, 2, 7, 8])
+    assert drafter.propose([seq], [1])[0].tokens == [2]
+
+
+def test_no_match_proposes_nothing():
+    drafter = PromptLookupDrafter()
+    seq = _seq([1, 2, 3, 4])
+    assert drafter.available(seq, cap=5) == 0
+    assert drafter.propose([seq], [0])[0].tokens == []
+
+
+def test_index_grows_incrementally_with_committed_tokens():
+    index = NgramIndex((2,))
+    tokens = [1, 2, 3]
+    index.extend(tokens)
+    assert index.indexed_upto == 3
+    tokens += [1, 2]
+    index.extend(tokens)
+    assert index.indexed_upto == 5
+    assert index.continuation(tokens, 4) == [3, 1, 2]  # the tail (1, 2) itself is not a match
+
+
+def test_rewritten_context_rebuilds_the_index():
+    drafter = PromptLookupDrafter(ngram_sizes=(1,))
+    drafter.available(_seq([5, 6, 7, 8, 5]), 2)
+    assert drafter.available(_seq([9, 4, 9]), 2) == 2  # [4, 9]: only a fresh index knows (9,)
