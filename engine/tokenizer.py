@@ -37,10 +37,10 @@ class Tokenizer:
         """Read tokenizer.json; tokenizer_config (the parsed tokenizer_config.json) adds the chat
         template and special tokens; eos_ids (from config.json) are merged with its eos_token."""
         path = Path(path)
+        if not path.is_file():
+            raise ModelLoadError(path, "file not found")
         try:
             inner = tokenizers.Tokenizer.from_file(str(path))
-        except FileNotFoundError:
-            raise ModelLoadError(path, "file not found") from None
         except Exception as exc:  # the Rust side raises a bare Exception on malformed JSON
             raise ModelLoadError(path, f"not a valid tokenizer.json ({exc})") from None
         cfg = tokenizer_config or {}

@@ -1,0 +1,106 @@
+"""Fixtures built at test time: a byte-level BPE tokenizer, tiny Hugging Face folders saved by
+transformers, and a tiny llama GGUF written with gguf's own writer."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+from engine.forward_batch import LaneInput
+from engine.kv_cache import PagedKVCache
+from engine.runner import ModelRunner
+
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+MERGES = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("Ġ", "a"), ("1", "2")]
+
+
+def _gpt2_bytes_to_unicode() -> list[str]:
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    table = dict(zip(bs, cs))
+    return [chr(table[b]) for b in range(256)]
+
+
+def vocab_tokens() -> list[str]:
+    """Control tokens, the 256 byte characters, then one token per merge."""
+    return SPECIALS + _gpt2_bytes_to_unicode() + ["".join(m) for m in MERGES]
+
+
+def make_tokenizer_json(path: Path) -> Path:
+    tokens = vocab_tokens()
+    tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=MERGES))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIALS])
+    tok.save(str(path))
+    return path
+
+
+VOCAB = len(vocab_tokens())  # 265
+
+
+def hf_tiny(arch: str, **overrides):
+    """A random transformers model of `arch` small enough to build in milliseconds."""
+    transformers = pytest.importorskip("transformers")
+    classes = {"llama": ("LlamaConfig", "LlamaForCausalLM"),
+               "mistral": ("MistralConfig", "MistralForCausalLM"),
+               "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+               "qwen3": ("Qwen3Config", "Qwen3ForCausalLM")}
+    config_cls, model_cls = (getattr(transformers, n) for n in classes[arch])
+    kwargs = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                  rope_theta=5000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                  bos_token_id=1, eos_token_id=2)
+    if arch == "qwen3":
+        kwargs["head_dim"] = 24  # Qwen3's head_dim is its own field, not hidden / heads
+    kwargs.update(overrides)
+    torch.manual_seed(0)
+    model = model_cls(config_cls(**kwargs)).eval()
+    with torch.no_grad():  # the default init leaves norms at exactly 1 and biases at 0
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight") or name.endswith(".bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    return model
+
+
+def save_hf_folder(model, folder: Path, **save_kwargs) -> Path:
+    model.save_pretrained(folder, **save_kwargs)
+    make_tokenizer_json(folder / "tokenizer.json")
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"eos_token": "<|im_end|>", "bos_token": "<|im_start|>",
+         "chat_template": "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n"
+                          "{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}"}))
+    return folder
+
+
+def engine_logits(model, token_ids: list[int]) -> torch.Tensor:
+    """Our model's logits for every position of one prompt, via a fresh paged KV cache."""
+    kv = PagedKVCache(model.config, 16, 16, model.dtype, model.device)
+    out = ModelRunner(model, kv).forward([LaneInput(0, token_ids, 0, len(token_ids))])
+    return out.logits[0]  # [len(token_ids), vocab]
+
+
+def reference_logits(hf_model, token_ids: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        return hf_model(torch.tensor([token_ids])).logits[0].float()
+
+
+@pytest.fixture
+def tiny_llama_folder(tmp_path) -> tuple[Path, object]:
+    model = hf_tiny("llama")
+    return save_hf_folder(model, tmp_path / "tiny-llama"), model
+
+
+def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp convert_hf_to_gguf.py's Q/K permutation, written out independently."""
+    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))

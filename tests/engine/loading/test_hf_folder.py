@@ -1,0 +1,152 @@
+"""Loading Hugging Face folders saved by transformers, and every way a folder can be broken."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from engine.errors import ModelLoadError
+from engine.loading import load_model
+from engine.loading.hf_folder import read_config
+
+from .conftest import engine_logits, hf_tiny, reference_logits, save_hf_folder
+
+PROMPT = [5, 17, 99, 3, 250, 42, 7, 7, 120, 64, 1, 200]
+
+
+@pytest.mark.parametrize("arch,tie", [("llama", False), ("llama", True), ("mistral", False),
+                                      ("qwen2", False), ("qwen3", True)])
+def test_saved_folder_logits_match_transformers(tmp_path, arch, tie):
+    hf = hf_tiny(arch, tie_word_embeddings=tie)
+    folder = save_hf_folder(hf, tmp_path / f"tiny-{arch}")
+    loaded = load_model(str(folder), dtype="fp32", device="cpu")
+    assert loaded.name == f"tiny-{arch}" and loaded.config.architecture == arch
+    assert loaded.config.qkv_bias == (arch == "qwen2") and loaded.config.qk_norm == (arch == "qwen3")
+    assert loaded.config.tie_word_embeddings == tie
+    ours, ref = engine_logits(loaded.model, PROMPT), reference_logits(hf, PROMPT)
+    torch.testing.assert_close(ours, ref, atol=1e-4, rtol=0)
+
+
+def test_sharded_folder_loads(tmp_path):
+    hf = hf_tiny("llama")
+    folder = save_hf_folder(hf, tmp_path / "sharded", max_shard_size="50KB")
+    assert (folder / "model.safetensors.index.json").is_file()
+    assert len(list(folder.glob("*.safetensors"))) > 1
+    loaded = load_model(str(folder), dtype="fp32", device="cpu")
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT),
+                               reference_logits(hf, PROMPT), atol=1e-4, rtol=0)
+
+
+def test_bf16_load_casts_weights(tiny_llama_folder):
+    folder, _ = tiny_llama_folder
+    loaded = load_model(str(folder), dtype="bf16", device="cpu")
+    assert loaded.dtype == torch.bfloat16 and loaded.model.dtype == torch.bfloat16
+
+
+def test_config_mapping_and_eos_from_generation_config(tiny_llama_folder):
+    folder, _ = tiny_llama_folder
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 0]}))
+    config = read_config(folder)
+    assert (config.hidden_size, config.num_layers, config.num_heads, config.num_kv_heads,
+            config.head_dim, config.rope_theta) == (64, 2, 4, 2, 16, 5000.0)
+    assert config.eos_token_ids == (2, 0)
+    loaded = load_model(str(folder), dtype="fp32", device="cpu")
+    # <|im_end|> (id 2, from tokenizer_config) and config's eos ids, each once.
+    assert loaded.tokenizer.eos_ids == (2, 0)
+    assert loaded.tokenizer.chat_prompt("hi", system="be brief") == \
+        "[system] be brief\n[user] hi\n[assistant] "
+
+
+def test_mistral_sliding_window_caps_context(tmp_path):
+    folder = save_hf_folder(hf_tiny("mistral", sliding_window=128), tmp_path / "m")
+    assert read_config(folder).max_position == 128
+
+
+def _edit_config(folder, **changes):
+    path = folder / "config.json"
+    cfg = json.loads(path.read_text())
+    cfg.update(changes)
+    path.write_text(json.dumps(cfg))
+
+
+def _raises(spec, file_name, *words):
+    with pytest.raises(ModelLoadError) as info:
+        load_model(str(spec), dtype="fp32", device="cpu")
+    assert info.value.path.endswith(file_name), info.value.path
+    for word in words:
+        assert word in str(info.value), str(info.value)
+    return info.value
+
+
+def test_missing_folder(tmp_path):
+    _raises(tmp_path / "nope", "nope", "no such model folder")
+
+
+def test_missing_files(tiny_llama_folder):
+    folder, _ = tiny_llama_folder
+    (folder / "tokenizer.json").unlink()
+    _raises(folder, "tokenizer.json", "not found")
+    (folder / "config.json").unlink()
+    _raises(folder, "config.json", "not found")
+
+
+def test_missing_weights(tiny_llama_folder):
+    folder, _ = tiny_llama_folder
+    (folder / "model.safetensors").unlink()
+    _raises(folder, folder.name, "no *.safetensors")
+
+
+def test_truncated_safetensors(tiny_llama_folder):
+    folder, _ = tiny_llama_folder
+    path = folder / "model.safetensors"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    _raises(folder, "model.safetensors", "safetensors")
+
+
+def test_missing_shard(tmp_path):
+    folder = save_hf_folder(hf_tiny("llama"), tmp_path / "s", max_shard_size="50KB")
+    shard = sorted(folder.glob("model-*.safetensors"))[-1]
+    shard.unlink()
+    _raises(folder, shard.name, "not found")
+
+
+def test_unknown_architecture_lists_supported(tiny_llama_folder):
+    folder, _ = tiny_llama_folder
+    _edit_config(folder, architectures=["GPTNeoXForCausalLM"])
+    _raises(folder, "config.json", "GPTNeoXForCausalLM", "LlamaForCausalLM", "Qwen3ForCausalLM")
+
+
+def test_config_weights_mismatch(tiny_llama_folder):
+    folder, _ = tiny_llama_folder
+    _edit_config(folder, num_hidden_layers=3, intermediate_size=100)
+    err = _raises(folder, "model.safetensors", "config.json", "missing", "wrong shape")
+    assert "model.layers.2." in str(err)
+
+
+@pytest.mark.parametrize("changes,words", [
+    ({"hidden_act": "gelu"}, ("gelu",)),
+    ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5}}, ("llama3",)),
+    ({"num_attention_heads": 3}, ("invalid model shape",)),
+    ({"vocab_size": None}, ("invalid model shape",)),
+])
+def test_bad_config_values(tiny_llama_folder, changes, words):
+    folder, _ = tiny_llama_folder
+    _edit_config(folder, **changes)
+    _raises(folder, "config.json", *words)
+
+
+def test_config_missing_field_and_bad_json(tiny_llama_folder):
+    folder, _ = tiny_llama_folder
+    cfg = json.loads((folder / "config.json").read_text())
+    del cfg["hidden_size"]
+    (folder / "config.json").write_text(json.dumps(cfg))
+    _raises(folder, "config.json", "hidden_size")
+    (folder / "config.json").write_text("{not json")
+    _raises(folder, "config.json", "not valid JSON")
+
+
+def test_corrupt_tokenizer_json(tiny_llama_folder):
+    folder, _ = tiny_llama_folder
+    (folder / "tokenizer.json").write_text('{"model": 3}')
+    _raises(folder, "tokenizer.json", "tokenizer.json")
