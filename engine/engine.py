@@ -61,8 +61,8 @@ class Engine:
 
     # -- clock --
     def now(self) -> float:
-        """Seconds since the session started (virtual seconds on the virtual clock)."""
-        if self.config.clock == "virtual":
+        """Seconds since the session started (on the virtual and measured clocks, session time)."""
+        if self.config.clock != "wall":
             return self._virtual_t
         return time.perf_counter() - self._t0
 
@@ -83,6 +83,8 @@ class Engine:
         with self._lock:
             if self.config.clock == "virtual":
                 self._virtual_t += self.calibration.t_ms(rec.pass_tokens) / 1000
+            elif self.config.clock == "measured":
+                self._virtual_t += rec.dt_ms / 1000
             t_end = self.now()
             mark = time.perf_counter()
             by_seq = {seq.seq_id: seq for seq, _ in out.scheduled}
@@ -196,10 +198,9 @@ class Engine:
 
     def _idle(self, wake_at: float | None) -> None:
         """Nothing could run: let session time reach the next tool completion. The wall clock
-        naps (never busy-spins); the virtual clock jumps."""
-        if self.config.clock == "virtual":
-            if wake_at is not None:
-                self._virtual_t = max(self._virtual_t, wake_at)
+        naps (never busy-spins); the other clocks jump, and nap only when paused."""
+        if self.config.clock != "wall" and wake_at is not None:
+            self._virtual_t = max(self._virtual_t, wake_at)
             return None
         nap = IDLE_SLEEP_S if wake_at is None else min(IDLE_SLEEP_S, wake_at - self.now())
         time.sleep(max(nap, 0.001))

@@ -3,14 +3,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-CLOCKS = ("wall", "virtual")
+CLOCKS = ("wall", "virtual", "measured")
 
 
 @dataclass(slots=True)
 class SwarmConfig:
     seed: int = 0
     # wall: tool calls last real seconds (the live app). virtual: session time advances by the
-    # calibrated cost of each step, so a seeded run is reproducible step for step (tests, bench).
+    # calibrated cost of each step, so a seeded run is reproducible step for step (tests).
+    # measured: session time advances by each step's measured time and jumps over idle gaps
+    # (benchmarks: real step costs, no waiting for tools).
     clock: str = "wall"
     temperature: float = 0.0        # 0: greedy, so every policy emits the same text
     max_context: int = 3072         # past this an agent starts a fresh task

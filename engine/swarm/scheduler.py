@@ -11,7 +11,9 @@ Sequences are in one of three places:
            admitted last. A preempted sequence keeps its tokens; num_cached drops to 0 and it is
            recomputed when scheduled again — no agent loses its text.
 
-Fair rotation: a running sequence that has held its place for `rotate_after_steps` steps while
+Admission is FIFO and stops at the first waiting sequence whose next chunk would not fit the
+free blocks plus those held by idle sequences (vLLM does the same), so a full cache does not
+thrash. Fair rotation: a running sequence that has held its place for `rotate_after_steps` steps while
 others wait goes to the back of the queue (its KV stays)."""
 from __future__ import annotations
 
@@ -86,7 +88,8 @@ class Scheduler:
     def schedule(self, batch_ceiling: int) -> SchedulerOutput:
         self._fit_ceiling(batch_ceiling)
         self._rotate()
-        while self.waiting and len(self.running) < batch_ceiling:
+        while self.waiting and len(self.running) < batch_ceiling and \
+                (not self.running or self._fits(self.waiting[0])):
             self._admit(self.waiting.popleft())
         preempted: list[Sequence] = []
         scheduled: list[tuple[Sequence, int]] = []
@@ -149,6 +152,15 @@ class Scheduler:
                 preempted.append(victim)
                 if victim is seq:
                     return False
+
+    def _fits(self, seq: Sequence) -> bool:
+        """Whether `seq`'s next chunk fits in free blocks plus those idle sequences hold, so
+        admitting it does not just preempt someone running (or itself) straight away."""
+        bs = self.blocks.block_size
+        tokens = seq.num_cached + min(seq.pending, self.config.max_step_tokens)
+        needed = -(-tokens // bs) - self.blocks.capacity_tokens(seq.seq_id) // bs
+        reclaimable = sum(self.blocks.capacity_tokens(s.seq_id) // bs for s in self.idle.values())
+        return needed <= self.blocks.num_free_blocks + reclaimable
 
     def _admit(self, seq: Sequence) -> None:
         self.running.append(seq)

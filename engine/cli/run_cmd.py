@@ -1,0 +1,117 @@
+"""`swarmscope run --headless`: a swarm session without a window; progress, then a summary."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from engine.controls import Controls
+from engine.errors import SwarmscopeError
+from engine.telemetry.records import LAYOUTS, POLICIES
+from engine.telemetry.summary import format_summary, summarize
+
+PROGRESS_EVERY_S = 1.0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("run", help="run a swarm session headless and print a summary")
+    p.add_argument("--headless", action="store_true",
+                   help="run without a window (required; the window is `swarmscope`)")
+    p.add_argument("--model", default="default", help="default | tiny-test | a model folder")
+    p.add_argument("--dtype", default="auto", help="auto | bf16 | fp32 | fp16")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--agents", type=int, default=8, help="swarm size (default 8)")
+    length = p.add_mutually_exclusive_group()
+    length.add_argument("--duration", type=float, help="session seconds to run (default 30)")
+    length.add_argument("--steps", type=int, help="engine steps to run")
+    p.add_argument("--policy", choices=POLICIES, default="goodput")
+    p.add_argument("--k", type=int, default=4, help="drafts per lane for --policy fixed (cap for others)")
+    p.add_argument("--drafter", default="lookup", help="lookup | self | a draft model folder")
+    p.add_argument("--ragged", choices=LAYOUTS, default="packed")
+    p.add_argument("--batch-ceiling", type=int, default=16)
+    p.add_argument("--tool-latency", type=float, default=1.0, help="median tool call seconds")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--clock", choices=("wall", "virtual", "measured"), default="wall",
+                   help="wall: real tool waits; virtual: reproducible step for step; "
+                        "measured: real step times, idle gaps skipped")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--max-context", type=int, default=3072)
+    p.add_argument("--trace", help="write a trace (.jsonl or .jsonl.gz)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    if not args.headless:
+        print("swarmscope run: pass --headless (the window is started by `swarmscope`)",
+              file=sys.stderr)
+        return 2
+    try:
+        return _run(args)
+    except SwarmscopeError as exc:
+        print(f"swarmscope run: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:  # a bad option value caught by a config's validation
+        print(f"swarmscope run: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args) -> int:
+    from engine.engine import Engine
+    from engine.loading import load_model
+    from engine.swarm.config import SwarmConfig
+
+    controls = Controls(policy=args.policy, k=args.k, drafter=args.drafter, ragged=args.ragged,
+                        batch_ceiling=args.batch_ceiling, swarm_size=args.agents,
+                        tool_latency_s=args.tool_latency)
+    config = SwarmConfig(seed=args.seed, clock=args.clock, temperature=args.temperature,
+                         max_context=args.max_context)
+    loaded = load_model(args.model, dtype=args.dtype, device=args.device,
+                        progress=lambda msg, frac: print(f"  {msg}", file=sys.stderr))
+    print(f"model {loaded.name} ({loaded.dtype}, {loaded.device}); calibrating if not cached...",
+          file=sys.stderr)
+    engine = Engine(loaded, config, controls, trace_path=args.trace)
+    print(f"budget T = {engine.calibration.budget}; {args.agents} agents, policy {args.policy}",
+          file=sys.stderr)
+    steps = args.steps
+    duration = args.duration if args.duration is not None or steps is not None else 30.0
+    wall_start = last_report = time.perf_counter()
+    try:
+        done, deadline = 0, None if duration is None else engine.now() + duration
+        while (steps is None or done < steps) and (deadline is None or engine.now() < deadline):
+            if engine.step() is not None:
+                done += 1
+            if time.perf_counter() - last_report >= PROGRESS_EVERY_S:
+                last_report = time.perf_counter()
+                _progress(engine, done)
+    except KeyboardInterrupt:
+        print("\ninterrupted; summarising what ran", file=sys.stderr)
+    finally:
+        engine.close()
+    wall_s = time.perf_counter() - wall_start
+    records = engine.records.snapshot()
+    if not records:
+        print("no step ran", file=sys.stderr)
+        return 1
+    summary = summarize(records)
+    overhead = engine.telemetry_s / engine.busy_s if engine.busy_s else 0.0
+    if args.json:
+        print(json.dumps({**summary.to_dict(), "wall_s": wall_s, "telemetry_share": overhead,
+                          "preemptions": engine.scheduler.num_preemptions}))
+    else:
+        print(format_summary(summary))
+        print(f"{'preemptions':<22}  {engine.scheduler.num_preemptions}")
+        print(f"{'telemetry cost':<22}  {100 * overhead:.2f}% of step time")
+        print(f"{'wall time':<22}  {wall_s:.1f} s")
+        if args.trace:
+            print(f"{'trace':<22}  {args.trace}")
+    return 0
+
+
+def _progress(engine, done: int) -> None:
+    recent, _ = engine.records.since(max(0, engine.records.total - 20))
+    emitted = sum(r.emitted for r in recent)
+    busy = sum(r.dt_ms for r in recent) / 1000
+    batch = recent[-1].batch if recent else 0
+    print(f"  t={engine.now():7.1f}s  steps={done:6d}  batch={batch:2d}  "
+          f"tok/s(in steps)={emitted / busy if busy else 0:7.1f}", file=sys.stderr)
