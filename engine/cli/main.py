@@ -12,6 +12,8 @@ import sys
 COMMANDS = (
     "generate_cmd",
     "fetch_model_cmd",
+    "run_cmd",
+    "trace_cmd",
 )
 
 
