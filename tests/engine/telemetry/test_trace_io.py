@@ -1,0 +1,124 @@
+"""Trace writer/reader round trip, clear errors for bad files, and crash safety."""
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from engine.errors import TraceError
+from engine.telemetry.records import StepRecord
+from engine.telemetry.trace_reader import read_trace
+from engine.telemetry.trace_writer import TraceWriter
+
+SESSION = {"model": "tiny-test", "device": "cpu", "dtype": "fp32",
+           "calibration": {"points": [[1, 2.0]]}, "controls": {"policy": "goodput"}}
+
+
+def write_sample(path, steps=20):
+    records = [StepRecord.make_dummy(step=i, batch=1 + i % 6, ragged="padded" if i % 3 else "packed")
+               for i in range(steps)]
+    with TraceWriter(path, SESSION) as writer:
+        writer.write_agent(0.0, 0, "decode")
+        for rec in records:
+            writer.write_step(rec)
+        writer.write_control(0.5, {"k": 2})
+        writer.write_agent(0.7, 0, "tool")
+    return records
+
+
+@pytest.mark.parametrize("name", ["t.jsonl", "t.jsonl.gz"])
+def test_round_trip(tmp_path, name):
+    records = write_sample(tmp_path / name)
+    trace = read_trace(tmp_path / name)
+    assert trace.session["version"] == 1 and trace.session["model"] == "tiny-test"
+    assert [s.to_dict() for s in trace.steps] == [r.to_dict() for r in records]
+    assert trace.controls == [{"type": "control", "t": 0.5, "changes": {"k": 2}}]
+    assert [a["event"] for a in trace.agents] == ["decode", "tool"] and trace.warnings == []
+    if name.endswith(".gz"):
+        assert gzip.open(tmp_path / name).readline().startswith(b'{"type":"session"')
+
+
+def lines_of(path):
+    return Path(path).read_text().splitlines()
+
+
+@pytest.mark.parametrize("mutate, line, problem", [
+    (lambda ls: ls.__setitem__(5, ls[5][:-10]), 6, "not JSON"),
+    (lambda ls: ls.__setitem__(3, json.dumps({"type": "step", "step": 1})), 4, "missing"),
+    (lambda ls: ls.__setitem__(2, ls[2].replace('"packed"', '"diagonal"')
+                               .replace('"padded"', '"diagonal"')), 3, "unknown policy"),
+    (lambda ls: ls.__setitem__(4, '{"type": "agent", "t": 1, "agent": 0, "event": "nap"}'), 5,
+     "event in"),
+    (lambda ls: ls.__setitem__(4, '{"type": "mystery"}'), 5, "unknown record type"),
+    (lambda ls: ls.__setitem__(4, '[1, 2]'), 5, "JSON object"),
+    (lambda ls: ls.__setitem__(0, ls[0].replace('"version":1', '"version":9')), 1, "version 9"),
+])
+def test_malformed_lines_are_errors_with_their_line_number(tmp_path, mutate, line, problem):
+    path = tmp_path / "t.jsonl"
+    write_sample(path)
+    lines = lines_of(path)
+    mutate(lines)
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TraceError) as info:
+        read_trace(path)
+    assert info.value.line == line and problem in info.value.problem
+    assert str(info.value).startswith(f"{path}:{line}: ")
+    if line > 1:  # lenient mode skips the line and says so
+        trace = read_trace(path, lenient=True)
+        assert trace.warnings and f"line {line}:" in trace.warnings[0]
+
+
+def test_truncated_last_line_and_empty_and_missing_files(tmp_path):
+    path = tmp_path / "t.jsonl"
+    write_sample(path, steps=5)
+    text = path.read_text()
+    path.write_text(text[:-30])
+    with pytest.raises(TraceError, match=r"t.jsonl:\d+: truncated line"):
+        read_trace(path)
+    assert len(read_trace(path, lenient=True).steps) == 5  # the cut line was the last agent event
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(TraceError, match="empty file"):
+        read_trace(tmp_path / "empty.jsonl")
+    with pytest.raises(TraceError, match="cannot read trace"):
+        read_trace(tmp_path / "nope.jsonl")
+    (tmp_path / "bad.jsonl.gz").write_bytes(b"not gzip at all")
+    with pytest.raises(TraceError, match="not a readable gzip"):
+        read_trace(tmp_path / "bad.jsonl.gz")
+
+
+WRITER = """
+import sys, time
+from engine.telemetry.records import StepRecord
+from engine.telemetry.trace_writer import TraceWriter
+w = TraceWriter(sys.argv[1], {"model": "m"}, flush_interval_s=0.05)
+i = 0
+while True:
+    w.write_step(StepRecord.make_dummy(step=i, batch=3))
+    i += 1
+    if i % 50 == 0:
+        time.sleep(0.01)
+"""
+
+
+@pytest.mark.parametrize("name", ["crash.jsonl", "crash.jsonl.gz"])
+def test_a_writer_killed_mid_run_leaves_a_readable_file(tmp_path, name):
+    path = tmp_path / name
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path)],
+                            cwd=Path(__file__).resolve().parents[3])
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not path.exists() or path.stat().st_size < 20_000):
+            time.sleep(0.05)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    trace = read_trace(path)  # strict: every flushed line is whole
+    assert len(trace.steps) > 50
+    assert [s.step for s in trace.steps] == list(range(len(trace.steps)))
+    if name.endswith(".gz"):
+        assert "no end" in trace.warnings[0]
