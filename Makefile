@@ -4,9 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-fast bench
+.PHONY: setup run test test-fast bench kernels-check
 
 setup: $(STAMP)
+	@command -v hipcc >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq hipcc >/dev/null; } || echo "hipcc not installed: the HIP compile test skips (and fails as root with apt-get)"
 	$(BIN)/swarmscope fetch-model default
 
 # A torch already in the venv (ROCm, CUDA) is kept; otherwise the pinned CPU build goes in first
@@ -25,3 +26,7 @@ test: setup
 
 test-fast: setup
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -m "not slow"
+
+# Compile every HIP kernel with each compiler found (Debian's hipcc, nvcc); no GPU needed.
+kernels-check: setup
+	$(BIN)/python -m hip_kernels.build --check

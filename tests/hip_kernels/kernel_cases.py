@@ -23,10 +23,10 @@ def ragged_batch(gen: torch.Generator, *, lanes: int, max_q: int, max_ctx: int, 
     k_cache = torch.randn(shape, generator=gen) * 30  # garbage everywhere first
     v_cache = torch.randn(shape, generator=gen) * 30
     for i, n in enumerate(ctx.tolist()):              # then real rows for each lane's context
-        for key in range(n):
-            slot = (int(tables[i, key // block_size]), key % block_size)
-            k_cache[slot] = torch.randn(num_kv_heads, head_dim, generator=gen)
-            v_cache[slot] = torch.randn(num_kv_heads, head_dim, generator=gen)
+        keys = torch.arange(n)
+        where = (tables[i, keys // block_size].long(), keys % block_size)
+        k_cache[where] = torch.randn(n, num_kv_heads, head_dim, generator=gen)
+        v_cache[where] = torch.randn(n, num_kv_heads, head_dim, generator=gen)
     cu = torch.zeros(lanes + 1, dtype=torch.int32)
     cu[1:] = q_lens.cumsum(0)
     q = torch.randn(int(cu[-1]), num_kv_heads * group, head_dim, generator=gen)
