@@ -1,0 +1,83 @@
+"""Swarm benchmark: one seeded swarm under off, fixed K, uniform and goodput, side by side.
+
+Every policy replays the same scenario (seed, agents, tool latencies) on the "measured" clock:
+session time advances by each step's real wall time and skips over waits for tools, so tokens/s
+is real throughput of the engine while agents come and go, and the run takes only the busy time.
+Reports aggregate tokens/s, mean per-agent turn latency, mean live batch and acceptance."""
+from __future__ import annotations
+
+import json
+import sys
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model", default="default", help="default | tiny-test | a model folder")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--agents", type=int, default=8)
+    parser.add_argument("--duration", type=float, default=30.0,
+                        help="session seconds per policy (tool waits included, not waited)")
+    parser.add_argument("--k", type=int, default=4, help="K for the fixed policy")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tool-latency", type=float, default=1.0)
+    parser.add_argument("--max-context", type=int, default=2048)
+    parser.add_argument("--json", action="store_true")
+
+
+def run(args) -> int:
+    from engine.errors import SwarmscopeError
+    try:
+        rows = measure(args)
+    except SwarmscopeError as exc:
+        print(f"bench swarm: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    header = f"{'policy':<10}{'tokens/s':>10}{'turn s':>9}{'turns':>7}{'batch':>7}" \
+             f"{'accept':>8}{'steps':>7}{'preempt':>9}"
+    print(header)
+    for r in rows:
+        acc = "-" if r["acceptance"] is None else f"{100 * r['acceptance']:.0f}%"
+        turn = "-" if r["mean_turn_s"] is None else f"{r['mean_turn_s']:.2f}"
+        print(f"{r['policy']:<10}{r['tokens_per_s']:>10.1f}{turn:>9}{r['turns']:>7}"
+              f"{r['mean_batch']:>7.2f}{acc:>8}{r['steps']:>7}{r['preemptions']:>9}")
+    best_other = max(r["tokens_per_s"] for r in rows if r["policy"] != "goodput")
+    goodput = next(r["tokens_per_s"] for r in rows if r["policy"] == "goodput")
+    print(f"goodput / best of the others: {goodput / best_other:.3f}")
+    return 0
+
+
+def measure(args) -> list[dict]:
+    from engine.controls import Controls
+    from engine.engine import Engine
+    from engine.loading import load_model
+    from engine.swarm.config import SwarmConfig
+    from engine.telemetry.summary import summarize
+
+    loaded = load_model(args.model, dtype=args.dtype, device=args.device)
+    calibration = None
+    rows = []
+    for policy in ("off", "fixed", "uniform", "goodput"):
+        controls = Controls(policy=policy, k=args.k, swarm_size=args.agents,
+                            tool_latency_s=args.tool_latency)
+        config = SwarmConfig(seed=args.seed, clock="measured", max_context=args.max_context)
+        engine = Engine(loaded, config, controls, calibration=calibration)
+        calibration = engine.calibration  # measured (or loaded) once, shared by every policy
+        print(f"  {policy}: running {args.duration:.0f} s of session time (T={calibration.budget})",
+              file=sys.stderr)
+        engine.run(duration_s=args.duration)
+        engine.close()
+        summary = summarize(engine.records.snapshot())
+        views = engine.agents()
+        turns = sum(v.turns for v in views)
+        turn_s = sum(v.mean_turn_s * v.turns for v in views if v.turns)
+        rows.append({
+            "policy": policy if policy != "fixed" else f"fixed{args.k}",
+            "tokens_per_s": summary.emitted / engine.now(),
+            "mean_turn_s": turn_s / turns if turns else None,
+            "turns": turns, "mean_batch": summary.mean_batch,
+            "acceptance": summary.acceptance, "steps": summary.steps,
+            "preemptions": engine.scheduler.num_preemptions,
+            "telemetry_share": engine.telemetry_s / max(engine.busy_s, 1e-9)})
+    return rows
