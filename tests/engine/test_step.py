@@ -1,0 +1,148 @@
+"""The step executor end to end on the tiny model: speculation never changes greedy output."""
+from types import SimpleNamespace
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine.config import PRESETS
+from engine.controls import Controls
+from engine.generate import decode
+from engine.kv_cache import PagedKVCache
+from engine.model import LlamaModel
+from engine.runner import ModelRunner
+from engine.sampling import SamplingParams
+from engine.sequence import Sequence
+from engine.spec.calibration import Calibration
+from engine.step import StepExecutor, StepOutcome
+
+CONFIG = PRESETS["tiny-test"]
+MODELS = {dtype: LlamaModel.random(CONFIG, seed=0, dtype=dtype)
+          for dtype in (torch.float32, torch.float64)}
+CURVE = Calibration.make_dummy(knee=8)
+
+
+def _executor(dtype=torch.float64, blocks=512):
+    model = MODELS[dtype]
+    runner = ModelRunner(model, PagedKVCache(CONFIG, blocks, 16, dtype, "cpu"))
+    return StepExecutor(runner, CURVE, target=SimpleNamespace(model=model))
+
+
+def _copyish_prompt(seed: int, length: int) -> list[int]:
+    """Token soup with repeats, so prompt lookup finds matches."""
+    gen = torch.Generator().manual_seed(seed)
+    base = torch.randint(1, 60, (max(2, length // 2),), generator=gen).tolist()
+    return (base * 3)[:length]
+
+
+def _run(prompts, max_new, controls, dtype=torch.float64, chunk=512, sampling=None):
+    executor = _executor(dtype)
+    seqs = [Sequence(i, list(p), len(p), max_new_tokens=m, agent=i,
+                     sampling=sampling or SamplingParams(), stop_ids=(257,))
+            for i, (p, m) in enumerate(zip(prompts, max_new))]
+    records = decode(executor, seqs, controls, chunk=chunk)
+    return [s.output_ids for s in seqs], records
+
+
+_REFERENCE: dict = {}
+
+
+def _alone(prompt: tuple, max_new: int, dtype) -> list[int]:
+    key = (prompt, max_new, dtype)
+    if key not in _REFERENCE:
+        _REFERENCE[key] = _run([prompt], [max_new], Controls(policy="off"), dtype)[0][0]
+    return _REFERENCE[key]
+
+
+@pytest.mark.parametrize("drafter", ["lookup", "self"])
+@pytest.mark.parametrize("ragged", ["packed", "padded"])
+def test_fp32_speculation_equals_plain_decoding(drafter, ragged):
+    prompts = [_copyish_prompt(s, n) for s, n in ((1, 40), (2, 25), (3, 60))]
+    plain, _ = _run(prompts, [30, 30, 30], Controls(policy="off"), torch.float32)
+    spec, records = _run(prompts, [30, 30, 30],
+                         Controls(policy="fixed", k=6, drafter=drafter, ragged=ragged),
+                         torch.float32)
+    assert spec == plain
+    assert sum(r.accepted for r in records) > 0          # speculation actually happened
+    assert len(records) < 30                              # and saved steps
+    if ragged == "padded":
+        assert any(r.padding for r in records)
+
+
+def test_records_follow_the_design_contract():
+    prompts = [_copyish_prompt(4, 30), _copyish_prompt(5, 12)]
+    _, records = _run(prompts, [8, 8], Controls(policy="goodput", k=4), chunk=20)
+    first = records[0]
+    assert first.prefill > 0 and first.batch < 2          # a chunked prompt is not decoding
+    for record in records:
+        assert record.batch == len(record.lanes)
+        assert record.policy == "goodput" and record.reason and record.budget == CURVE.budget
+        assert all(0 <= lane.acc <= lane.k <= 4 for lane in record.lanes)
+    assert sum(r.emitted for r in records) == 16
+
+
+def test_stop_token_and_max_tokens_finish_a_lane_mid_draft():
+    executor = _executor()
+    prompt = _copyish_prompt(6, 30)
+    outputs = _alone(tuple(prompt), 12, torch.float64)
+    stop = outputs[3]
+    seq = Sequence(0, list(prompt), len(prompt), max_new_tokens=12, stop_ids=(stop,))
+    decode(executor, [seq], Controls(policy="fixed", k=8))
+    assert seq.finished and seq.output_ids == outputs[:outputs.index(stop) + 1]
+    seq2 = Sequence(1, list(prompt), len(prompt), max_new_tokens=5)
+    decode(executor, [seq2], Controls(policy="fixed", k=8))
+    assert seq2.output_ids == outputs[:5]
+
+
+def test_outcome_marks_accepted_drafts_and_rolls_back_kv():
+    executor = _executor()
+    prompt = _copyish_prompt(7, 40)
+    seq = Sequence(0, list(prompt), len(prompt), max_new_tokens=40)
+    controls = Controls(policy="fixed", k=5, drafter="self")
+    executor.run([(seq, seq.pending)], controls, 0, 0.0)
+    outcome = executor.run([(seq, seq.pending)], controls, 1, 0.0)
+    lane = outcome.lanes[0]
+    assert lane.accepted_flags == [True] * outcome.record.lanes[0].acc + [False]
+    assert executor.runner.kv.blocks.capacity_tokens(0) >= seq.num_cached == len(seq.token_ids) - 1
+    assert StepOutcome.make_dummy().lanes[0].accepted_flags[-1] is False
+
+
+def test_sampled_lane_does_not_depend_on_its_batch_mates():
+    sampling = SamplingParams(temperature=0.8, top_k=40, seed=11)
+    prompt = _copyish_prompt(8, 30)
+    controls = Controls(policy="fixed", k=4)
+    alone, _ = _run([prompt], [20], controls, sampling=sampling)
+    crowd, _ = _run([prompt, _copyish_prompt(9, 50), _copyish_prompt(10, 7)], [20, 20, 20],
+                    controls, sampling=sampling)
+    assert crowd[0] == alone[0]
+
+
+lane_strategy = st.tuples(st.integers(0, 10_000), st.integers(2, 40), st.integers(1, 12))
+
+
+def _property_case(lanes, policy, k, drafter, ragged, chunk):
+    prompts = [tuple(_copyish_prompt(seed, n)) for seed, n, _ in lanes]
+    max_new = [m for _, _, m in lanes]
+    controls = Controls(policy=policy, k=k, drafter=drafter, ragged=ragged)
+    outputs, _ = _run(prompts, max_new, controls, chunk=chunk)
+    assert outputs == [_alone(p, m, torch.float64) for p, m in zip(prompts, max_new)]
+
+
+_CASE = dict(lanes=st.lists(lane_strategy, min_size=1, max_size=4),
+             policy=st.sampled_from(["fixed", "uniform", "goodput"]), k=st.integers(1, 8),
+             drafter=st.sampled_from(["lookup", "self"]),
+             ragged=st.sampled_from(["packed", "padded"]), chunk=st.integers(1, 64))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**_CASE)
+def test_property_greedy_speculation_equals_plain(lanes, policy, k, drafter, ragged, chunk):
+    _property_case(lanes, policy, k, drafter, ragged, chunk)
+
+
+@pytest.mark.slow
+@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**_CASE)
+def test_property_greedy_speculation_equals_plain_long(lanes, policy, k, drafter, ragged, chunk):
+    _property_case(lanes, policy, k, drafter, ragged, chunk)
