@@ -1,0 +1,77 @@
+"""Tokenizer, ByteTokenizer and chat templates."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from engine.chat_template import CHATML, ChatTemplateError, render_chat
+from engine.errors import ModelLoadError
+from engine.loading import load_model
+from engine.tokenizer import ByteTokenizer, Tokenizer
+
+from .conftest import make_tokenizer_json
+
+
+@pytest.fixture(scope="module")
+def bpe(tmp_path_factory) -> Tokenizer:
+    path = make_tokenizer_json(tmp_path_factory.mktemp("tok") / "tokenizer.json")
+    return Tokenizer.from_file(path, {"eos_token": {"content": "<|im_end|>"}}, eos_ids=(0,))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text())
+def test_byte_tokenizer_round_trips(text):
+    tok = ByteTokenizer()
+    ids = tok.encode(text)
+    assert all(0 <= i < tok.vocab_size for i in ids)
+    assert tok.decode(ids) == text
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text())
+def test_bpe_tokenizer_round_trips(bpe, text):
+    assert bpe.decode(bpe.encode(text)) == text
+
+
+def test_byte_tokenizer_specials_are_single_ids():
+    tok = ByteTokenizer()
+    assert tok.encode("<|im_start|>a<|im_end|></s>") == [258, 97, 259, 257]
+    assert tok.decode([104, 105, 259], skip_special=True) == "hi"
+    assert tok.decode([300]) == ""  # in the model's vocab, names nothing
+    assert tok.eos_ids == (257, 259)
+
+
+def test_bpe_specials_eos_and_vocab(bpe):
+    assert bpe.encode("<|im_start|>x<|im_end|>") == [1, bpe.inner.token_to_id("x"), 2]
+    assert bpe.decode([1, 2], skip_special=True) == ""
+    # config's eos first, then tokenizer_config's eos_token (an AddedToken dict here).
+    assert bpe.eos_ids == (0, 2) and bpe.eos_token == "<|endoftext|>"
+    assert bpe.vocab_size == 265
+
+
+def test_tiny_test_preset_has_byte_tokenizer_and_chatml():
+    loaded = load_model("tiny-test", dtype="fp32", device="cpu")
+    assert loaded.name == "tiny-test" and isinstance(loaded.tokenizer, ByteTokenizer)
+    assert loaded.model.config.vocab_size >= loaded.tokenizer.vocab_size
+    prompt = loaded.tokenizer.chat_prompt("hi", system="sys")
+    assert prompt == ("<|im_start|>system\nsys<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+                      "<|im_start|>assistant\n")
+
+
+def test_chat_template_defaults_to_chatml_and_reports_errors():
+    messages = [{"role": "user", "content": "q"}]
+    assert render_chat(None, messages) == render_chat(CHATML, messages)
+    with pytest.raises(ChatTemplateError, match="does not parse"):
+        render_chat("{% for %}", messages)
+    with pytest.raises(ChatTemplateError, match="no system"):
+        render_chat("{{ raise_exception('no system') }}", messages)
+
+
+def test_tokenizer_file_errors(tmp_path):
+    with pytest.raises(ModelLoadError, match="not found"):
+        Tokenizer.from_file(tmp_path / "tokenizer.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2")
+    with pytest.raises(ModelLoadError) as info:
+        Tokenizer.from_file(bad)
+    assert info.value.path == str(bad)
