@@ -46,6 +46,8 @@ def _rope_theta(cfg: dict, path: Path) -> float:
     # transformers >= 5 nests RoPE settings in rope_parameters; older configs use rope_theta and
     # rope_scaling. Only plain RoPE is implemented: scaled variants would decode wrongly, silently.
     params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    if not isinstance(params, dict):
+        raise ModelLoadError(path, f"rope parameters must be an object, got {params!r}")
     kind = params.get("rope_type", params.get("type", "default"))
     if kind != "default":
         raise ModelLoadError(path, f"RoPE scaling {kind!r} is not supported (plain RoPE only)")

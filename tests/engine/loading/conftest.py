@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from gguf import GGMLQuantizationType, GGUFWriter
+from gguf.quants import quantize
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
 from engine.forward_batch import LaneInput
@@ -104,3 +106,59 @@ def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
     """llama.cpp convert_hf_to_gguf.py's Q/K permutation, written out independently."""
     return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
             .swapaxes(1, 2).reshape(w.shape))
+
+
+_GGUF_LAYER = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+               "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+               "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+               "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+
+
+def write_tiny_gguf(hf_model, path: Path, arch: str = "llama") -> Path:
+    """What llama.cpp's converter would write for hf_model: Q/K rows permuted, the token
+    embedding quantized to Q8_0 (so the reference must use its dequantized values)."""
+    c = hf_model.config
+    w = GGUFWriter(str(path), arch)
+    w.add_block_count(c.num_hidden_layers)
+    w.add_context_length(c.max_position_embeddings)
+    w.add_embedding_length(c.hidden_size)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_head_count(c.num_attention_heads)
+    w.add_head_count_kv(c.num_key_value_heads)
+    w.add_rope_freq_base(c.rope_parameters["rope_theta"])
+    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    w.add_rope_dimension_count(c.hidden_size // c.num_attention_heads)
+    w.add_vocab_size(c.vocab_size)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("smollm")
+    tokens = vocab_tokens()
+    w.add_token_list(tokens)
+    w.add_token_types([3 if t in SPECIALS else 1 for t in tokens])
+    w.add_token_merges([" ".join(m) for m in MERGES])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_chat_template("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+                        "<|im_end|>\n{% endfor %}{{ '<|im_start|>assistant\\n' }}")
+    for name, t in hf_model.state_dict().items():
+        a = t.float().numpy()
+        if name == "model.embed_tokens.weight":
+            q = quantize(a, GGMLQuantizationType.Q8_0)
+            w.add_tensor("token_embd.weight", q, raw_dtype=GGMLQuantizationType.Q8_0)
+            continue
+        if name == "lm_head.weight":
+            continue  # tied
+        if name == "model.norm.weight":
+            w.add_tensor("output_norm.weight", a)
+            continue
+        layer, rest = name.removeprefix("model.layers.").split(".", 1)
+        module, kind = rest.rsplit(".", 1)
+        if module == "self_attn.q_proj":
+            a = llama_cpp_permute(a, c.num_attention_heads)
+        elif module == "self_attn.k_proj":
+            a = llama_cpp_permute(a, c.num_key_value_heads)
+        w.add_tensor(f"blk.{layer}.{_GGUF_LAYER[module]}.{kind}", np.ascontiguousarray(a))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

@@ -17,8 +17,7 @@ from engine.kv_cache import PagedKVCache
 from engine.loading import default_model, load_model
 from engine.runner import ModelRunner
 
-from .conftest import hf_tiny
-from .test_gguf_convert import write_tiny_gguf
+from .conftest import hf_tiny, write_tiny_gguf
 
 
 @pytest.fixture
@@ -135,6 +134,7 @@ def test_real_tokenizer_round_trips(smol, text):
 
 
 @pytest.mark.default_model
+@pytest.mark.slow
 def test_real_greedy_reverse_string(smol):
     tok = smol.tokenizer
     prompt = tok.encode(tok.chat_prompt("Write a Python function that reverses a string."))

@@ -127,6 +127,7 @@ def test_config_weights_mismatch(tiny_llama_folder):
 @pytest.mark.parametrize("changes,words", [
     ({"hidden_act": "gelu"}, ("gelu",)),
     ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5}}, ("llama3",)),
+    ({"rope_parameters": "yes"}, ("rope parameters",)),
     ({"num_attention_heads": 3}, ("invalid model shape",)),
     ({"vocab_size": None}, ("invalid model shape",)),
 ])
