@@ -24,24 +24,24 @@ def fingerprint(engine):
 def test_a_seeded_swarm_is_reproducible_step_for_step(tiny, calibration):
     runs = []
     for _ in range(2):
-        engine = make_engine(tiny, calibration, agents=6)
-        engine.run(steps=80)
+        engine = make_engine(tiny, calibration, agents=4)
+        engine.run(steps=60)
         runs.append(fingerprint(engine))
     assert runs[0] == runs[1]
-    assert len(runs[0][0]) == 80 and any(e[2] == "tool" for e in runs[0][2])
-    other = make_engine(tiny, calibration, agents=6, seed=4)
-    other.run(steps=80)
+    assert len(runs[0][0]) == 60 and any(e[2] == "tool" for e in runs[0][2])
+    other = make_engine(tiny, calibration, agents=4, seed=4)
+    other.run(steps=60)
     assert fingerprint(other)[1] != runs[0][1]  # the seed matters
 
 
 def test_the_live_batch_swings_as_agents_block_on_tools(tiny, calibration):
     engine = make_engine(tiny, calibration, agents=8)
-    engine.run(steps=260)
+    engine.run(steps=100)
     batches = [r.batch for r in engine.records.snapshot() if r.batch > 0]
     assert max(batches) == 8
     assert max(batches) - min(batches) >= 4, (min(batches), max(batches))
     events = [e["event"] for e in engine.events.snapshot() if e["type"] == "agent"]
-    assert events.count("tool") >= 8 and events.count("decode") > 8  # agents came back
+    assert events.count("tool") >= 4 and events.count("decode") > 8  # agents came back
 
 
 def test_kv_exhaustion_preempts_and_no_agent_loses_text(tiny, calibration):
