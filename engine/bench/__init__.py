@@ -1,0 +1,1 @@
+"""Benchmarks mounted under `swarmscope bench NAME`; each reports ratios measured in one run."""
