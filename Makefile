@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-fast bench kernels-check
+.PHONY: setup run test test-fast bench kernels-check install-desktop bundle
 
 setup: $(STAMP)
 	@command -v hipcc >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq hipcc >/dev/null; } || echo "hipcc not installed: the HIP compile test skips (and fails as root with apt-get)"
@@ -30,3 +30,13 @@ test-fast: setup
 # Compile every HIP kernel with each compiler found (Debian's hipcc, nvcc); no GPU needed.
 kernels-check: setup
 	$(BIN)/python -m hip_kernels.build --check
+
+# Add swarmscope to this user's app menu (under $XDG_DATA_HOME, default ~/.local/share), running
+# this checkout's venv with the default model; packaging/install_desktop.sh --uninstall removes it.
+install-desktop: setup
+	packaging/install_desktop.sh
+
+# Slow and optional (not part of `make test`): the CPU PyInstaller bundle in dist/swarmscope/.
+bundle: $(STAMP)
+	$(BIN)/pip install -q -e '.[bundle]'
+	packaging/build_bundle.sh
