@@ -7,7 +7,7 @@ import logging
 import threading
 from typing import Callable
 
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QObject, QThread, Qt, Signal, Slot
 
 from engine.errors import SwarmscopeError
 
@@ -71,7 +71,9 @@ class EngineHost(QObject):
         self.worker = EngineWorker(build)
         self.worker.moveToThread(self.thread)
         self.thread.started.connect(self.worker.run)
-        self.worker.finished.connect(self.thread.quit)
+        # Direct: quit from the worker thread itself, so stop() may block the GUI thread in wait()
+        # without waiting on a queued call that only the blocked GUI thread could deliver.
+        self.worker.finished.connect(self.thread.quit, Qt.ConnectionType.DirectConnection)
 
     def start(self) -> None:
         self.thread.start()

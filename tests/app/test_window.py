@@ -1,0 +1,137 @@
+"""The window over a live (fake) engine on the worker thread, replay of a recorded trace, errors
+shown in the banner, screenshots and clean shutdown."""
+import numpy as np
+import pytest
+from PySide6.QtGui import QImage
+
+from app.main import main
+from app.main_window import MainWindow
+from app.theme import Theme
+from app.worker import EngineHost
+from tests.app.fake_engine import FakeEngine
+
+
+@pytest.fixture
+def window(qtbot):
+    win = MainWindow(Theme.load("dark"))
+    qtbot.addWidget(win)
+    win.resize(1400, 900)
+    win.show()
+    yield win
+    win.stop_engine()
+
+
+def _non_blank(path) -> bool:
+    image = QImage(str(path)).convertToFormat(QImage.Format.Format_RGB888)
+    array = np.frombuffer(image.constBits(), np.uint8).reshape(image.height(), image.bytesPerLine())
+    return image.width() > 100 and len(np.unique(array[:, :image.width() * 3])) > 20
+
+
+def test_worker_signals_progress_ready_and_finished(qtbot):
+    engine = FakeEngine()
+
+    def build(progress):
+        progress("loading", 0.5)
+        return engine
+    host = EngineHost(build)
+    seen = []
+    host.worker.progress.connect(lambda msg, frac: seen.append((msg, frac)))
+    with qtbot.waitSignal(host.worker.ready, timeout=5000) as ready:
+        host.start()
+    assert ready.args == [engine] and seen == [("loading", 0.5)]
+    qtbot.waitUntil(lambda: engine.records.total > 5, timeout=5000)
+    with qtbot.waitSignal(host.worker.finished, timeout=5000):
+        assert host.stop()
+    assert engine.closed and not host.thread.isRunning()
+
+
+def test_worker_reports_failures_as_messages(qtbot):
+    from engine.errors import ModelLoadError
+
+    def bad_folder(progress):
+        raise ModelLoadError("/nowhere/model", "no config.json")
+    host = EngineHost(bad_folder)
+    with qtbot.waitSignal(host.worker.failed, timeout=5000) as failed:
+        host.start()
+    assert failed.args == ["/nowhere/model: no config.json"]
+    assert host.stop()
+
+
+def test_live_controls_reach_the_engine(window, qtbot):
+    engine = FakeEngine()
+    window.start_live(build=lambda progress: engine)
+    qtbot.waitUntil(lambda: len(window.history) > 10, timeout=5000)
+    window.controls.policy.setCurrentText("off")
+    window.controls.batch_ceiling.setValue(2)
+    qtbot.waitUntil(lambda: (engine.controls.policy, engine.controls.batch_ceiling) == ("off", 2),
+                    timeout=5000)
+    mark = engine.records.total  # every record from here on was stepped under the new controls
+    qtbot.waitUntil(lambda: len(window.history) > mark + 10, timeout=5000)
+    later = window.history.records[mark:]
+    assert all(lane.k == 0 for rec in later for lane in rec.lanes)
+    assert all(rec.batch <= 2 for rec in later)
+    assert window.dashboard.batch.batch_ceiling.value() == 2
+    window.toggle_pause()  # Space
+    qtbot.waitUntil(lambda: engine.controls.paused, timeout=5000)
+
+
+def test_engine_failure_keeps_the_window_and_the_records(window, qtbot):
+    engine = FakeEngine(fail_at=30)
+    window.start_live(build=lambda progress: engine)
+    qtbot.waitUntil(window.banner.isVisible, timeout=5000)
+    assert "injected failure" in window.banner.text()
+    window.stop_engine()
+    assert len(window.history) == 30 and engine.closed
+
+
+def test_replay_of_a_recorded_trace(window, qtbot, tmp_path):
+    trace = tmp_path / "session.jsonl"
+    engine = FakeEngine(trace_path=str(trace))
+    for _ in range(120):
+        engine.step()
+    engine.mailbox.post(policy="off")
+    for _ in range(20):
+        engine.step()
+    engine.close()
+    assert window.open_trace(str(trace))
+    assert len(window.history) == 140 and window.replay.isVisible()
+    window.replay.scrubber.setValue(60)
+    assert window.dashboard.batch.headline.text().startswith(
+        f"B = {window.history.records[59].batch}")
+    window.replay.show_range(0, 120)
+    assert window.replay.stats.text().startswith("range: 120 steps")
+    window.replay.speed.setCurrentIndex(window.replay.speed.count() - 1)  # fastest
+    window.replay.scrubber.setValue(100)
+    window.toggle_pause()  # Space plays in replay
+    qtbot.waitUntil(lambda: window.replay.stop_index() == 140, timeout=10000)
+    assert not window.replay.play.isChecked()
+
+
+def test_malformed_trace_shows_a_message_with_the_line(window, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"type": "session", "version": 1}\n{"type": "step", "step": \n')
+    assert not window.open_trace(str(bad))
+    assert window.banner.isVisible() and "bad.jsonl:2" in window.banner.text()
+
+
+def test_theme_switch_rebuilds_views(window, qtbot):
+    engine = FakeEngine()
+    window.start_live(build=lambda progress: engine)
+    qtbot.waitUntil(lambda: len(window.history) > 5, timeout=5000)
+    old = window.dashboard
+    window.set_theme("light")
+    assert window.dashboard is not old and window.theme.name == "light"
+    qtbot.waitUntil(lambda: window.dashboard.batch.batch_curve.getData()[0] is not None,
+                    timeout=5000)
+
+
+def test_main_replays_saves_a_non_blank_screenshot_and_exits_0(qtbot, tmp_path):
+    trace = tmp_path / "s.jsonl"
+    engine = FakeEngine(trace_path=str(trace))
+    for _ in range(80):
+        engine.step()
+    engine.close()
+    shot = tmp_path / "replay.png"
+    code = main(["--replay", str(trace), "--screenshot", str(shot), "--quit-after", "0.5",
+                 "--size", "1200x800"])
+    assert code == 0 and _non_blank(shot)
