@@ -71,10 +71,12 @@ class Engine:
         start = time.perf_counter()
         with self._lock:
             self._apply_controls(self.now())
-            if self.controls.paused:
-                return self._idle(None)
-            self._wake_agents(self.now())
-            out = self.scheduler.schedule(self.controls.batch_ceiling)
+            paused = self.controls.paused
+            if not paused:
+                self._wake_agents(self.now())
+                out = self.scheduler.schedule(self.controls.batch_ceiling)
+        if paused:
+            return self._idle(None)
         if not out.scheduled:
             return self._idle(self._next_tool_end())
         t = self.now()
@@ -88,11 +90,10 @@ class Engine:
             t_end = self.now()
             mark = time.perf_counter()
             by_seq = {seq.seq_id: seq for seq, _ in out.scheduled}
+            drafted = {lane.agent: lane.k for lane in rec.lanes}
             for seq_id, lane in outcome.lanes.items():
                 agent = self._agents[by_seq[seq_id].agent]
-                accepted = sum(lane.accepted_flags)
-                drafted = next(l.k for l in rec.lanes if l.agent == agent.id)
-                agent.on_tokens(lane.new_token_ids, accepted, drafted)
+                agent.on_tokens(lane.new_token_ids, sum(lane.accepted_flags), drafted[agent.id])
                 if lane.finished:
                     self._send_to_tool(agent, t_end)
             self.records.append(rec)
