@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,7 +26,7 @@ BATCH_SHAPES = (2, 4, 8, 16)
 
 @dataclass(slots=True)
 class Calibration:
-    points: list[tuple[int, float]]   # (query tokens N, median step ms), one lane, N ascending
+    points: list[tuple[int, float]]   # (query tokens N, fastest step ms), one lane, N ascending
     eps: float = 0.10
     batch_points: list[tuple[int, float]] = field(default_factory=list)  # (B lanes x 1 token, ms)
     device: str = "cpu"
@@ -132,7 +131,8 @@ def measure(runner, vocab_size: int, *, device: str, model: str, dtype: str, eps
             ) -> Calibration:
     """Time real forward passes on `runner` (a ModelRunner with room for max(batch_shapes)
     sequences of context + max(query_sizes) tokens). Sequence ids from 1_000_000 are used and
-    freed afterwards. Each point is the median of `repeats` timed passes after one warm-up."""
+    freed afterwards. Each point is the fastest of `repeats` timed passes after one warm-up
+    (other processes on the machine only ever add time)."""
     base = 1_000_000
     lanes_needed = max((1, *batch_shapes))
     tokens = [(7 * i + 3) % vocab_size for i in range(context + max(query_sizes))]
@@ -148,7 +148,7 @@ def measure(runner, vocab_size: int, *, device: str, model: str, dtype: str, eps
                 samples.append((time.perf_counter() - start) * 1e3)
                 for lane in lanes:
                     runner.kv.blocks.truncate(lane.seq_id, context)
-            return statistics.median(samples[1:])
+            return min(samples[1:])  # the least-disturbed run: timing noise only adds
 
         points = []
         for n in query_sizes:

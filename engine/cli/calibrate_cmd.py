@@ -1,0 +1,38 @@
+"""`swarmscope calibrate`: measure the step-time curve t(N) and the budget T, and cache them."""
+from __future__ import annotations
+
+import sys
+
+from engine.errors import SwarmscopeError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("calibrate", help="measure t(N) and the speculation budget T")
+    p.add_argument("--model", default="default", help="default | tiny-test | a model folder")
+    p.add_argument("--dtype", default="auto", help="fp32 | bf16 | fp16 (GPU) | auto")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | rocm")
+    p.add_argument("--eps", type=float, default=0.10, help="T = largest N with t(N) <= (1+eps) t(1)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from engine.generate import calibrate_or_load
+    from engine.loading import load_model
+    say = lambda message, *_: print(message, file=sys.stderr)  # noqa: E731
+    try:
+        if args.eps < 0:
+            raise SwarmscopeError("--eps must be >= 0")
+        loaded = load_model(args.model, args.dtype, args.device, progress=say)
+        result = calibrate_or_load(loaded, eps=args.eps, progress=say, force=True)
+    except SwarmscopeError as exc:
+        print(f"swarmscope calibrate: {exc}", file=sys.stderr)
+        return 2
+    t1 = result.t_ms(1)
+    print(f"{'N':>4}  {'t(N) ms':>9}  {'t(N)/t(1)':>9}")
+    for n, ms in result.points:
+        print(f"{n:4d}  {ms:9.2f}  {ms / t1:9.2f}")
+    for b, ms in result.batch_points:
+        print(f"B={b:<3d}x1 {ms:8.2f}  {ms / t1:9.2f}")
+    print(f"budget T = {result.budget} (eps {result.eps:g}, {result.device}, {result.model}, "
+          f"{result.dtype})")
+    return 0

@@ -1,0 +1,95 @@
+"""`swarmscope generate`: run prompts as one batch, with or without speculation."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from engine.controls import Controls
+from engine.errors import SwarmscopeError
+from engine.sampling import SamplingParams
+
+
+class PromptsFileError(SwarmscopeError):
+    def __init__(self, path: str, line: int, problem: str) -> None:
+        super().__init__(f"{path}:{line}: {problem}")
+
+
+def read_prompts(path: str) -> list[str]:
+    """JSON Lines: each line a JSON string or an object with a string "prompt"."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SwarmscopeError(f"{path}: cannot read prompts file ({exc})") from None
+    prompts = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise PromptsFileError(path, number, f"not JSON ({exc.msg})") from None
+        if isinstance(item, dict):
+            item = item.get("prompt")
+        if not isinstance(item, str):
+            raise PromptsFileError(path, number, 'expected a JSON string or {"prompt": "..."}')
+        prompts.append(item)
+    if not prompts:
+        raise SwarmscopeError(f"{path}: no prompts in file")
+    return prompts
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("generate", help="generate text for one or more prompts")
+    p.add_argument("--model", default="default", help="default | tiny-test | a model folder")
+    p.add_argument("--prompt", action="append", default=[], help="a prompt (repeatable)")
+    p.add_argument("--prompts", help="JSON Lines file of prompts (strings or {\"prompt\": ...})")
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", default="auto", help="fp32 | bf16 | fp16 (GPU) | auto")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | rocm")
+    p.add_argument("--chat", action=argparse.BooleanOptionalAction, default=True,
+                   help="wrap prompts in the model's chat template (default on)")
+    p.add_argument("--json", action="store_true", help="one JSON object per prompt")
+    p.add_argument("--spec", default="goodput", choices=("off", "fixed", "uniform", "goodput"))
+    p.add_argument("--k", type=int, default=8, help="drafts per lane (fixed) / cap (others)")
+    p.add_argument("--drafter", default="lookup", help="lookup | self | a draft model folder")
+    p.add_argument("--ragged", default="packed", choices=("packed", "padded"))
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from engine.generate import generate
+    from engine.loading import load_model
+    try:
+        prompts = list(args.prompt) + (read_prompts(args.prompts) if args.prompts else [])
+        if not prompts:
+            raise SwarmscopeError("give --prompt TEXT or --prompts FILE")
+        if args.max_tokens < 1:
+            raise SwarmscopeError("--max-tokens must be >= 1")
+        try:
+            sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.seed)
+            controls = Controls(policy=args.spec, k=args.k, drafter=args.drafter,
+                                ragged=args.ragged)
+        except ValueError as exc:
+            raise SwarmscopeError(str(exc)) from None
+        note = (lambda message, *_: print(message, file=sys.stderr)) if not args.json else None
+        loaded = load_model(args.model, args.dtype, args.device, progress=note)
+        results = generate(loaded, prompts, controls, args.max_tokens, sampling, args.chat,
+                           progress=lambda message: print(message, file=sys.stderr))
+    except SwarmscopeError as exc:
+        print(f"swarmscope generate: {exc}", file=sys.stderr)
+        return 2
+    for result in results:
+        if args.json:
+            print(json.dumps({"token_ids": result.token_ids, "text": result.text,
+                              "drafted": result.drafted, "accepted": result.accepted}))
+        else:
+            print(result.text)
+            if len(results) > 1:
+                print("---")
+    return 0

@@ -1,0 +1,56 @@
+"""`swarmscope generate` on the tiny model: JSON results, speculation counts, clean errors."""
+import json
+
+import pytest
+
+from engine.cli.main import main
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "cache"))
+
+
+def _generate(capsys, *extra):
+    rc = main(["generate", "--model", "tiny-test", "--dtype", "fp32", "--no-chat",
+               "--max-tokens", "12", "--json", *extra])
+    out = capsys.readouterr()
+    return rc, [json.loads(line) for line in out.out.splitlines()], out.err
+
+
+def test_prompts_file_runs_as_one_batch_in_input_order(tmp_path, capsys):
+    path = tmp_path / "p.jsonl"
+    path.write_text('"abc abc abc abc"\n\n{"prompt": "hello hello hello"}\n')
+    rc, rows, _ = _generate(capsys, "--prompts", str(path), "--spec", "off")
+    assert rc == 0 and len(rows) == 2
+    _, alone, _ = _generate(capsys, "--prompt", "hello hello hello", "--spec", "off")
+    assert rows[1]["token_ids"] == alone[0]["token_ids"]
+    assert rows[0]["drafted"] == rows[0]["accepted"] == 0
+
+
+@pytest.mark.parametrize("drafter", ["lookup", "self"])
+def test_speculation_reports_drafts_and_keeps_the_output(capsys, drafter):
+    _, plain, _ = _generate(capsys, "--prompt", "xyz xyz xyz xyz", "--spec", "off")
+    rc, spec, _ = _generate(capsys, "--prompt", "xyz xyz xyz xyz", "--spec", "fixed", "--k", "4",
+                            "--drafter", drafter, "--ragged", "padded")
+    assert rc == 0 and spec[0]["token_ids"] == plain[0]["token_ids"]
+    assert spec[0]["drafted"] > 0 and 0 <= spec[0]["accepted"] <= spec[0]["drafted"]
+
+
+def test_bad_prompts_file_names_its_line(tmp_path, capsys):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('"fine"\n{"text": 1}\n')
+    rc, _, err = _generate(capsys, "--prompts", str(path))
+    assert rc == 2 and f"{path}:2:" in err and "Traceback" not in err
+
+
+def test_bad_model_exits_2_with_a_message(tmp_path, capsys):
+    rc = main(["generate", "--model", str(tmp_path / "nope"), "--prompt", "hi"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "nope" in err
+
+
+def test_calibrate_prints_the_curve_and_budget(capsys):
+    assert main(["calibrate", "--model", "tiny-test", "--dtype", "fp32", "--eps", "0.2"]) == 0
+    out = capsys.readouterr().out
+    assert "budget T =" in out and "\n  64 " in out
