@@ -14,6 +14,7 @@ COMMANDS = (
     "fetch_model_cmd",
     "run_cmd",
     "trace_cmd",
+    "calibrate_cmd",
 )
 
 
