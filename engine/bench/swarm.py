@@ -35,13 +35,14 @@ def run(args) -> int:
         print(json.dumps(rows, indent=1))
         return 0
     header = f"{'policy':<10}{'tokens/s':>10}{'turn s':>9}{'turns':>7}{'batch':>7}" \
-             f"{'accept':>8}{'steps':>7}{'preempt':>9}"
+             f"{'accept':>8}{'steps':>7}{'preempt':>9}{'telem':>8}"
     print(header)
     for r in rows:
         acc = "-" if r["acceptance"] is None else f"{100 * r['acceptance']:.0f}%"
         turn = "-" if r["mean_turn_s"] is None else f"{r['mean_turn_s']:.2f}"
         print(f"{r['policy']:<10}{r['tokens_per_s']:>10.1f}{turn:>9}{r['turns']:>7}"
-              f"{r['mean_batch']:>7.2f}{acc:>8}{r['steps']:>7}{r['preemptions']:>9}")
+              f"{r['mean_batch']:>7.2f}{acc:>8}{r['steps']:>7}{r['preemptions']:>9}"
+              f"{100 * r['telemetry_share']:>7.2f}%")
     best_other = max(r["tokens_per_s"] for r in rows if r["policy"] != "goodput")
     goodput = next(r["tokens_per_s"] for r in rows if r["policy"] == "goodput")
     print(f"goodput / best of the others: {goodput / best_other:.3f}")

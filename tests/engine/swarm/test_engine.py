@@ -46,9 +46,9 @@ def test_the_live_batch_swings_as_agents_block_on_tools(tiny, calibration):
 
 def test_kv_exhaustion_preempts_and_no_agent_loses_text(tiny, calibration):
     ample = make_engine(tiny, calibration, agents=12)
-    ample.run(steps=150)
+    ample.run(steps=100)
     tight = make_engine(tiny, calibration, agents=12, kv_tokens=1536)
-    tight.run(steps=150)
+    tight.run(steps=100)
     assert tight.scheduler.num_preemptions > 0 and ample.scheduler.num_preemptions == 0
     # Greedy fp32: an agent's text depends only on its own context, so after recompute each
     # agent's context is a prefix of (or extends) the same agent's context with ample KV.
