@@ -106,6 +106,9 @@ class Scheduler:
                 break  # seq itself was preempted: nothing later fits either
             scheduled.append((seq, n))
             budget -= n
+        # A lane scheduled early may have been preempted for a later one's blocks: it lost its
+        # KV, so it sits this step out.
+        scheduled = [(s, n) for s, n in scheduled if self._place.get(s.seq_id) == "running"]
         for seq, _ in scheduled:
             self._ran_for[seq.seq_id] += 1
         return SchedulerOutput(scheduled=scheduled, preempted=preempted)

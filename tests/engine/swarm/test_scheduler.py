@@ -124,3 +124,18 @@ def test_drop_frees_blocks_and_preempt_one_spares_keep():
     free_before = sched.blocks.num_free_blocks
     sched.drop(b)
     assert sched.blocks.num_free_blocks > free_before and sched.place(b) is None
+
+
+def test_a_lane_preempted_after_it_was_scheduled_sits_the_step_out():
+    sched = make(num_blocks=4, block_size=4)
+    prefilling = Sequence.make_dummy(0, prompt_len=12)
+    decoding = Sequence.make_dummy(1, prompt_len=8)
+    sched.add(prefilling)
+    sched.add(decoding)
+    sched.blocks.ensure(0, 4)
+    prefilling.num_cached = 4
+    sched.blocks.ensure(1, 8)
+    decoding.num_cached = 7
+    out = sched.schedule(batch_ceiling=4)  # decode lane goes first, then loses its blocks
+    assert out.scheduled == [(prefilling, 8)] and out.preempted == [decoding]
+    assert decoding.num_cached == 0 and sched.place(decoding) == "waiting"
