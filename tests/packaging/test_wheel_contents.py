@@ -6,7 +6,6 @@ import subprocess
 import sys
 import zipfile
 
-
 from packaging_support import ROOT
 
 SOURCES = ("pyproject.toml", "README.md", "engine", "app", "hip_kernels", "resources")
