@@ -15,7 +15,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--agents", type=int, default=8)
-    parser.add_argument("--duration", type=float, default=30.0,
+    parser.add_argument("--duration", type=float, default=90.0,
                         help="session seconds per policy (tool waits included, not waited)")
     parser.add_argument("--k", type=int, default=4, help="K for the fixed policy")
     parser.add_argument("--seed", type=int, default=0)
