@@ -8,7 +8,7 @@ from typing import Callable
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QGroupBox, QSplitter, QVBoxLayout, QWidget
 
-from app.agent_rows import AgentRow, rows_from_history
+from app.agent_rows import AgentRow, AgentTally
 from app.history import History
 from app.theme import Theme
 from app.views.acceptance_view import AcceptanceView
@@ -41,6 +41,7 @@ class Dashboard(QWidget):
         self.decisions = DecisionsView(theme)
         self.agents = AgentsView(theme)
         self._slow_at = 0.0
+        self._tally = AgentTally()
 
         def row(*pairs: tuple[str, QWidget, int]) -> QSplitter:
             split = QSplitter(Qt.Orientation.Horizontal)
@@ -62,7 +63,7 @@ class Dashboard(QWidget):
 
     @property
     def fast_views(self):
-        return (self.batch, self.budget, self.lanes, self.acceptance, self.cost)
+        return (self.batch, self.budget, self.lanes, self.cost)
 
     def set_calibration(self, calibration) -> None:
         self.cost.set_calibration(calibration)
@@ -77,5 +78,7 @@ class Dashboard(QWidget):
         now = time.monotonic()
         if force or now - self._slow_at >= SLOW_REFRESH_S:
             self._slow_at = now
+            # Rolling aggregates over hundreds of steps: a quarter second behind is invisible.
+            self.acceptance.show_history(history, stop)
             self.decisions.show_history(history, stop)
-            self.agents.set_rows(rows_from_history(history, stop) if agents is None else agents())
+            self.agents.set_rows(self._tally.rows(history, stop) if agents is None else agents())

@@ -63,6 +63,7 @@ class MainWindow(QMainWindow):
         dock = QDockWidget("Controls")
         dock.setWidget(scroll)
         dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable)
+        dock.setMinimumWidth(270)
         self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, dock)
 
         self.progress = QProgressBar()
@@ -130,6 +131,11 @@ class MainWindow(QMainWindow):
         self.dashboard.set_calibration(self.calibration)
         self.controls.set_controls(engine.controls)
         self.controls.setEnabled(True)
+        can_recalibrate = hasattr(engine, "recalibrate")
+        self.controls.recalibrate_button.setEnabled(can_recalibrate)
+        if not can_recalibrate:
+            self.controls.recalibrate_button.setToolTip(
+                "this engine cannot re-measure t(N) while running; run `swarmscope calibrate`")
         self._sync_ceilings()
         self.timer.start()
 
@@ -157,7 +163,7 @@ class MainWindow(QMainWindow):
                                           self.controls.spec_ceiling.value())
 
     def _recalibrate(self) -> None:
-        if self.host is not None and self.engine is not None:
+        if self.host is not None and hasattr(self.engine, "recalibrate"):
             self.host.worker.request_recalibration()
 
     def toggle_pause(self) -> None:

@@ -7,7 +7,7 @@ import string
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from PySide6.QtGui import QColor
+from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QApplication
 
 RESOURCES = Path(__file__).resolve().parents[1] / "resources"
@@ -62,4 +62,16 @@ class Theme:
 
 
 def apply_theme(app: QApplication, theme: Theme) -> None:
+    """Colours of plain widgets through the palette (cheap), the rest through the QSS template."""
+    app.setStyle("Fusion")  # the one built-in style that honours every palette role
+    palette = QPalette()
+    roles = {QPalette.ColorRole.Window: "background", QPalette.ColorRole.WindowText: "text",
+             QPalette.ColorRole.Base: "surface", QPalette.ColorRole.AlternateBase: "background",
+             QPalette.ColorRole.Text: "text", QPalette.ColorRole.Button: "surface",
+             QPalette.ColorRole.ButtonText: "text", QPalette.ColorRole.Highlight: "highlight",
+             QPalette.ColorRole.HighlightedText: "text", QPalette.ColorRole.ToolTipBase: "surface",
+             QPalette.ColorRole.ToolTipText: "text", QPalette.ColorRole.PlaceholderText: "muted"}
+    for role, field in roles.items():
+        palette.setColor(role, theme.qcolor(field))
+    app.setPalette(palette)
     app.setStyleSheet(theme.stylesheet())

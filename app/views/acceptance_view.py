@@ -19,6 +19,7 @@ class AcceptanceView(QWidget):
         self._theme = theme
         self.headline = QLabel("mean acceptance length –")
         self.headline.setProperty("role", "headline")
+        self.headline.setWordWrap(True)
         self.position_plot = make_plot(theme, "by draft position", bottom="position j")
         self.category_plot = make_plot(theme, "by category")
         self.lane_plot = make_plot(theme, "by agent (rolling)", bottom="agent")

@@ -3,6 +3,7 @@ with accepted draft tokens highlighted so the user can see what speculation prod
 from __future__ import annotations
 
 import html
+import re
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QHeaderView, QSplitter, QTableWidget, QTableWidgetItem, QTextEdit,
@@ -13,6 +14,8 @@ from app.theme import Theme
 
 COLUMNS = ("agent", "state", "category", "tokens", "acceptance")
 TRANSCRIPT_CHARS = 6000  # the tail shown; long transcripts would make every refresh slow
+# A small random model emits arbitrary bytes; control characters would blank the HTML pane.
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ufffd]")
 
 
 class AgentsView(QWidget):
@@ -87,7 +90,8 @@ class AgentsView(QWidget):
         parts, budget = [], TRANSCRIPT_CHARS
         for text, kind in reversed(row.transcript):
             text = text[-budget:]
-            parts.append(f"<span style='{style.get(kind, '')}'>{html.escape(text)}</span>")
+            shown = html.escape(_UNPRINTABLE.sub("\u00b7", text))
+            parts.append(f"<span style='{style.get(kind, '')}'>{shown}</span>")
             budget -= len(text)
             if budget <= 0:
                 break

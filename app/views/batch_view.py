@@ -36,8 +36,7 @@ class BatchView(QWidget):
             plot.getViewBox().sigRangeChangedManually.connect(self._on_manual_range)
         self.batch_plot.getViewBox().setMouseEnabled(y=False)
         self.rate_plot.getViewBox().setMouseEnabled(y=False)
-        self.batch_curve = self.batch_plot.plot(stepMode="right", pen=pg.mkPen(theme.line, width=2),
-                                                fillLevel=0, brush=theme.qcolor("line", 60))
+        self.batch_curve = self.batch_plot.plot(stepMode="right", pen=pg.mkPen(theme.line, width=2))
         self.rate_curve = self.rate_plot.plot(pen=pg.mkPen(theme.line_alt, width=1.5))
         self.batch_ceiling = hline(theme, "free", "batch ceiling")
         self.spec_ceiling = hline(theme, "accepted", "speculation ceiling")

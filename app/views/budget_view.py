@@ -100,8 +100,8 @@ class BudgetView(QWidget):
             brushes.append(th.qcolor("unused"))
         for row, b in enumerate(REFERENCE_BATCHES):
             y = len(REFERENCE_BATCHES) - 1 - row
-            x0 += [0, min(b, budget)]
-            widths += [min(b, budget), max(budget - b, 0)]
+            x0 += [0, b]
+            widths += [b, max(budget - b, 0)]
             ys += [y, y]
             brushes += [th.qcolor("committed", 150), th.qcolor("free", 150)]
         self.bars.setOpts(x0=x0, width=widths, y=ys, height=BAR_HEIGHT, brushes=brushes,
@@ -111,7 +111,8 @@ class BudgetView(QWidget):
                               y=[LIVE_Y] if over > 0 else [], height=BAR_HEIGHT + 0.2)
         self.budget_line.setValue(budget)
         # Room right of the longest bar for its label.
-        self.plot.setXRange(0, max(budget, rec.pass_tokens) * 1.3 + 1, padding=0)
+        widest = max(budget, rec.pass_tokens, REFERENCE_BATCHES[-1])
+        self.plot.setXRange(0, widest * 1.3 + 1, padding=0)
         self.plot.setYRange(-0.6, LIVE_Y + 0.6, padding=0)
         self._place_labels(rec, budget, over)
         self.detail.setText(
@@ -122,7 +123,7 @@ class BudgetView(QWidget):
             self._fill_table(budget, rec.batch)
 
     def _place_labels(self, rec, budget: int, over: int) -> None:
-        texts = [(LIVE_Y, f"{rec.pass_tokens}/{budget}" + (f"  +{over} over" if over > 0 else ""),
+        texts = [(LIVE_Y, f"{rec.pass_tokens} of T={budget}" + (f", +{over} over" if over > 0 else ""),
                   max(rec.pass_tokens, budget))]
         for row, b in enumerate(REFERENCE_BATCHES):
             texts.append((len(REFERENCE_BATCHES) - 1 - row,
@@ -134,7 +135,7 @@ class BudgetView(QWidget):
     def _fill_table(self, budget: int, live: int) -> None:
         self._budget = budget
         self.table.setProperty("live", live)
-        batches = sorted(set(REFERENCE_BATCHES) | {live})
+        batches = sorted(set(REFERENCE_BATCHES) | ({live} if live > 0 else set()))
         self.table.setRowCount(len(batches))
         for row, b in enumerate(batches):
             cells = [f"{b}" + ("  ◀ live" if b == live else ""),

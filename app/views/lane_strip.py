@@ -20,8 +20,7 @@ class LaneStripView(QWidget):
         super().__init__(parent)
         self._theme = theme
         self._palette = {name: np.array(theme.rgb(name), dtype=np.uint8)
-                         for name in ("background", "committed", "accepted", "rejected", "padding",
-                                      "unused")}
+                         for name in ("background", "committed", "accepted", "rejected", "padding")}
         self.plot = make_plot(theme, "Lanes: accepted vs rejected drafts, padding to pass width",
                               left="agent", bottom="recent steps →")
         self.plot.getViewBox().setMouseEnabled(x=False, y=False)
@@ -53,7 +52,6 @@ class LaneStripView(QWidget):
             x = offset + col * cell
             for lane in rec.lanes:
                 row = image[row_of[lane.agent], x:x + slots]
-                row[:] = p["unused"]
                 spans = ((1, "committed"), (lane.acc, "accepted"), (lane.k - lane.acc, "rejected"),
                          (lane.pad, "padding"))
                 at = 0
