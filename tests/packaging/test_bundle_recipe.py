@@ -21,7 +21,11 @@ class _Recorded:
 
     def __init__(self, *args, **kwargs):
         self.args, self.kwargs = args, kwargs
-        self.pure = self.scripts = self.binaries = self.datas = ()
+        self.pure = self.scripts = self.datas = ()
+        # What Analysis finds on a build machine with Debian's hipcc installed.
+        self.binaries = [("libQt6Core.so.6", "/x/libQt6Core.so.6", "BINARY"),
+                         ("libamdhip64.so", "/lib/x86_64-linux-gnu/libamdhip64.so", "BINARY"),
+                         ("libdrm_amdgpu.so.1", "/lib/x86_64-linux-gnu/libdrm_amdgpu.so.1", "BINARY")]
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +83,11 @@ def test_spec_builds_dist_swarmscope_from_the_launcher_with_every_project_module
     # Subcommands and app.main are imported by name, so the spec must collect both packages.
     assert {"engine.collected", "app.collected"} <= set(analysis.kwargs["hiddenimports"])
     assert spec_calls["EXE"].kwargs["name"] == spec_calls["COLLECT"].kwargs["name"] == "swarmscope"
+
+
+def test_cpu_bundle_ships_no_gpu_runtime(spec_calls):
+    collected = [entry[0] for entry in spec_calls["COLLECT"].args[1]]
+    assert collected == ["libQt6Core.so.6"]
 
 
 def _segment(node: ast.expr) -> str:
