@@ -15,6 +15,7 @@ COMMANDS = (
     "run_cmd",
     "trace_cmd",
     "calibrate_cmd",
+    "bench_cmd",
 )
 
 
