@@ -88,12 +88,13 @@ def test_uninstall_removes_every_installed_file(tmp_path, program):
 @pytest.mark.default_model
 @pytest.mark.skipif(not VENV_PROGRAM.exists(), reason="no .venv/bin/swarmscope (run make setup)")
 def test_installed_entry_starts_the_window_with_the_default_model(tmp_path):
-    """Runs the Exec line exactly as a desktop would, plus the options that make it exit."""
+    """Runs the Exec line exactly as a desktop would, plus the options that make it exit. 20 s
+    lets the model load and calibrate first (2 CPU cores: about 10 s)."""
     assert install(tmp_path / "data", tmp_path).returncode == 0
     entry = parse_desktop(tmp_path / "data" / "applications" / "swarmscope.desktop")
     shot = tmp_path / "window.png"
     command = shlex.split(entry["Desktop Entry"]["Exec"]) + [
-        "--trace-out", "none", "--screenshot", str(shot), "--quit-after", "3"]
+        "--trace-out", "none", "--screenshot", str(shot), "--quit-after", "20"]
     result = subprocess.run(command, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"},
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
