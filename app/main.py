@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     app.exec()
     # Join the engine thread before Python tears down Qt objects (avoids crashes at exit).
     window.stop_engine()
+    window.join_threads()
     window.deleteLater()
     app.processEvents()
     return 0

@@ -17,6 +17,7 @@ from app.history import History
 from app.replay import ReplayPanel
 from app.theme import RESOURCES, Theme, apply_theme
 from app.worker import EngineBuilder, EngineHost
+from engine.controls import Controls
 from engine.errors import SwarmscopeError
 
 FRAME_MS = 40  # 25 Hz: views redraw from the ring buffers on this timer, never once per step
@@ -31,6 +32,7 @@ class MainWindow(QMainWindow):
         self.history = History()
         self.engine = None
         self.host: EngineHost | None = None
+        self._stuck_hosts: list[EngineHost] = []
         self.trace_path: str | None = None
         self.calibration = None   # the t(N) curve of the live engine or of the replayed trace
         self.replaying = False
@@ -177,11 +179,21 @@ class MainWindow(QMainWindow):
         self.timer.stop()
         if self.host is not None:
             if not self.host.stop():
+                # Still calibrating (not interruptible): keep the host referenced so its QThread
+                # is not destroyed while running; the process waits for it at exit.
                 self.show_error("the engine did not stop within 30 s")
+                self._stuck_hosts.append(self.host)
             self.poll()  # the last records since the previous frame
             self.host = None
         self.engine = None
         self.controls.setEnabled(False)
+
+    def join_threads(self) -> None:
+        """Wait for engines that were still calibrating at close (so Qt never destroys a running
+        QThread, which aborts the process)."""
+        for host in self._stuck_hosts:
+            host.thread.wait()
+        self._stuck_hosts.clear()
 
     def show_error(self, message: str) -> None:
         self.banner.setText(f"⚠ {message}   (the session's records so far are kept)")
@@ -209,6 +221,11 @@ class MainWindow(QMainWindow):
         self.dashboard.set_calibration(self.calibration)
         self.dashboard.batch.set_replay(True)
         self.dashboard.batch.follow = False
+        try:  # the controls the session started with: ceilings drawn, panel shown (read-only)
+            self.controls.set_controls(Controls(**trace.session.get("controls", {})))
+        except (TypeError, ValueError):
+            self.statusBar().showMessage(f"{path}: session controls unreadable; showing defaults")
+        self._sync_ceilings()
         self.replay.load(self.history)
         self.replay.show()
         if len(self.history):

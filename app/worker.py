@@ -18,6 +18,10 @@ IDLE_WAIT_S = 0.005  # when a step had nothing to run; the engine sleeps too, th
 EngineBuilder = Callable[[Callable[[str, float], None]], object]
 
 
+class _Cancelled(Exception):
+    """Raised from the progress callback when the window closes while the engine is being built."""
+
+
 class EngineWorker(QObject):
     progress = Signal(str, float)
     ready = Signal(object)        # the engine, built and about to run
@@ -37,10 +41,15 @@ class EngineWorker(QObject):
     def request_recalibration(self) -> None:
         self._recalibrate.set()
 
+    def _progress(self, message: str, fraction: float) -> None:
+        if self._stop.is_set():  # model loading reports progress often: a cheap place to stop
+            raise _Cancelled
+        self.progress.emit(message, fraction)
+
     @Slot()
     def run(self) -> None:
         try:
-            self.engine = self._build(self.progress.emit)
+            self.engine = self._build(self._progress)
             self.ready.emit(self.engine)
             while not self._stop.is_set():
                 if self._recalibrate.is_set():
@@ -48,6 +57,8 @@ class EngineWorker(QObject):
                     self.engine.recalibrate(progress=self.progress.emit)
                 if self.engine.step() is None:
                     self._stop.wait(IDLE_WAIT_S)
+        except _Cancelled:
+            pass
         except SwarmscopeError as exc:
             self.failed.emit(str(exc))
         except Exception as exc:  # noqa: BLE001 - any engine bug must reach the window, not kill it

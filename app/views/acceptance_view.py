@@ -49,7 +49,9 @@ class AcceptanceView(QWidget):
         cats = sorted(stats.by_category)
         self.bars["category"].setOpts(x=list(range(len(cats))),
                                       height=[stats.by_category[c] for c in cats], width=0.7)
-        self.category_plot.getAxis("bottom").setTicks([list(enumerate(cats))])
+        # Short tick names: three bars share a narrow plot.
+        self.category_plot.getAxis("bottom").setTicks([[(i, c.split("-")[0]) for i, c in
+                                                         enumerate(cats)]])
         self.category_plot.setXRange(-0.6, max(len(cats), 3) - 0.4, padding=0)
         agents = sorted(stats.by_agent)
         self.bars["lane"].setOpts(x=agents, height=[stats.by_agent[a] for a in agents], width=0.7)

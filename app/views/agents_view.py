@@ -91,6 +91,8 @@ class AgentsView(QWidget):
         for text, kind in reversed(row.transcript):
             text = text[-budget:]
             shown = html.escape(_UNPRINTABLE.sub("\u00b7", text))
+            if kind in ("committed", "accepted_draft"):
+                shown = shown.replace("\n", "\u21b5\n")  # generated line breaks stay visible
             parts.append(f"<span style='{style.get(kind, '')}'>{shown}</span>")
             budget -= len(text)
             if budget <= 0:
