@@ -1,6 +1,6 @@
 """The one attention op of the engine: causal GQA attention of packed query tokens over a paged
-KV cache. This torch version is the reference and the CPU path; hip_kernels may later provide a
-GPU kernel with the same signature.
+KV cache. On a GPU where hip_kernels built its kernels they run instead; this torch version is
+the CPU path and the fallback, with the same signature.
 
 Why it looks like this (measured on the 2-core CPU, SmolLM2-135M shapes, ctx 256): bf16 SDPA with
 `enable_gqa` and one query is ~7x slower than folding each KV head's query-head group into the
@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+import hip_kernels
 
 
 @dataclass(slots=True)
@@ -73,6 +75,8 @@ def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
     """Store new keys/values; slot = block * block_size + offset."""
     # k, v: [num_tokens, kvh, hd]; caches: [num_blocks, block_size, kvh, hd]
     assert k.shape == v.shape and k.shape[0] == slot_mapping.shape[0], (k.shape, slot_mapping.shape)
+    if k.is_cuda and hip_kernels.available():
+        return hip_kernels.write_kv(k, v, k_cache, v_cache, slot_mapping)
     k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, k)
     v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, v)
 
@@ -83,6 +87,9 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     """Query j of lane i sits at position ctx_lens[i] - q_len_i + j and attends keys 0..that
     position. `plan` is the same for every layer of a step; pass it to skip re-planning."""
     # q: [num_tokens, nh, hd]; caches: [num_blocks, bs, kvh, hd]; block_tables: [lanes, max_blocks]
+    if q.is_cuda and hip_kernels.available():
+        return hip_kernels.paged_attention(q, k_cache, v_cache, block_tables, cu_q_lens, ctx_lens,
+                                           scale)
     num_tokens, num_heads, head_dim = q.shape
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
