@@ -4,7 +4,7 @@ A decode step streams every weight once, so its floor is weight bytes / memory b
 measured here in the same run. Printed: step time for B = 1..32 decode lanes at a fixed context,
 and for one lane verifying N = 1..64 tokens (the curve t(N) whose knee is the draft budget).
 
-    swarmscope bench decode --model random:smollm2-135m --dtype bf16
+    swarmscope bench decode [--model default|random:smollm2-135m|PATH] [--dtype auto|fp32|bf16]
 """
 from __future__ import annotations
 
@@ -26,10 +26,10 @@ VERIFY_LENS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="tiny-test",
+    parser.add_argument("--model", default="default",
                         help="anything `swarmscope generate --model` takes, or random:PRESET for "
                              f"random weights of a preset's shapes ({', '.join(PRESETS)})")
-    parser.add_argument("--dtype", default="bf16", help="fp32 | bf16 | fp16 (GPU) | auto")
+    parser.add_argument("--dtype", default="auto", help="fp32 | bf16 | fp16 (GPU) | auto")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--ctx", type=int, default=256, help="context length of every lane")
     parser.add_argument("--repeats", type=int, default=7, help="timed steps per point (best of; the minimum is what the code can do on a machine shared with other work)")

@@ -55,7 +55,7 @@ WORKLOADS = (("code-edit", CODE_EDITS), ("chat", CHATS))
 
 def add_arguments(parser) -> None:
     parser.add_argument("--model", default="default")
-    parser.add_argument("--dtype", default="bf16")
+    parser.add_argument("--dtype", default="auto")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--batches", default="1,2,4,8,16", help="comma-separated B values")
     parser.add_argument("--steps", type=int, default=24, help="decode steps timed per run")
