@@ -1,0 +1,26 @@
+"""The benchmarks run end to end on the tiny model and report every row they promise."""
+import json
+
+from engine.cli.main import main
+
+
+def _json_out(capsys, argv):
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_bench_decode_reports_batches_verify_lengths_and_the_floor(capsys):
+    report = _json_out(capsys, ["bench", "decode", "--model", "tiny-test", "--repeats", "1",
+                                "--json"])
+    assert [row["batch"] for row in report["batches"]] == [1, 2, 4, 8, 16, 32]
+    assert report["floor_ms"] > 0 and report["read_bandwidth_gb_s"] > 0
+    assert all(row["step_ms"] > 0 for row in report["batches"])
+    assert len(report["verify"]) >= 8
+
+
+def test_bench_swarm_runs_every_policy_on_the_same_swarm(capsys):
+    rows = _json_out(capsys, ["bench", "swarm", "--model", "tiny-test", "--duration", "1",
+                              "--json"])
+    assert [row["policy"] for row in rows] == ["off", "fixed4", "uniform", "goodput"]
+    assert all(row["tokens_per_s"] > 0 and row["turns"] >= 0 for row in rows)
+    assert rows[0]["acceptance"] is None  # speculation off drafts nothing
