@@ -42,6 +42,7 @@ class Dashboard(QWidget):
         self.agents = AgentsView(theme)
         self._slow_at = 0.0
         self._tally = AgentTally()
+        self._drawn: tuple[History, int] | None = None  # what the fast views show now
 
         def row(*pairs: tuple[str, QWidget, int]) -> QSplitter:
             split = QSplitter(Qt.Orientation.Horizontal)
@@ -73,8 +74,10 @@ class Dashboard(QWidget):
                      agents: Callable[[], list[AgentRow]] | None = None, force: bool = False) -> None:
         """Redraw every view at step `stop`; `agents` (live rows, fetched only when the slow views
         refresh) None means rebuilding the rows from the history."""
-        for view in self.fast_views:
-            view.show_history(history, stop)
+        if force or (history, stop) != self._drawn:  # no new step: nothing of theirs changed
+            self._drawn = (history, stop)
+            for view in self.fast_views:
+                view.show_history(history, stop)
         now = time.monotonic()
         if force or now - self._slow_at >= SLOW_REFRESH_S:
             self._slow_at = now

@@ -3,11 +3,12 @@ acceptance length with the bonus token counted."""
 from __future__ import annotations
 
 import pyqtgraph as pg
-from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
+from PySide6.QtWidgets import QGridLayout, QWidget
 
 from app.acceptance import AcceptanceStats
 from app.history import History
 from app.theme import Theme
+from app.views.live_label import LiveLabel
 from app.views.plot_factory import make_plot
 
 ROLLING_STEPS = 256
@@ -17,9 +18,7 @@ class AcceptanceView(QWidget):
     def __init__(self, theme: Theme, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._theme = theme
-        self.headline = QLabel("mean acceptance length –")
-        self.headline.setProperty("role", "headline")
-        self.headline.setWordWrap(True)
+        self.headline = LiveLabel("mean acceptance length –", role="headline", lines=2)
         self.position_plot = make_plot(theme, "by draft position", bottom="position j")
         self.category_plot = make_plot(theme, "by category")
         self.lane_plot = make_plot(theme, "by agent (rolling)", bottom="agent")

@@ -4,16 +4,19 @@ with the seed's table beside it computed from the T in force and the live B high
 from __future__ import annotations
 
 import pyqtgraph as pg
+from PySide6.QtGui import QBrush
 from PySide6.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QTableWidget, QTableWidgetItem,
                                QVBoxLayout, QWidget)
 
 from app.history import History
 from app.theme import Theme
+from app.views.live_label import LiveLabel
 from app.views.plot_factory import dashed, make_plot
 
 REFERENCE_BATCHES = (1, 2, 4, 8, 16)
 LIVE_Y = len(REFERENCE_BATCHES) + 0.6   # the live bar sits above the reference bars
 BAR_HEIGHT = 0.62
+RANGE_STEPS = 256   # the x axis covers the widest pass of this many recent steps
 
 
 def per_agent_draft(budget: int, batch: int) -> float:
@@ -52,8 +55,7 @@ class BudgetView(QWidget):
         self.plot.getAxis("left").setStyle(hideOverlappingLabels=False)
         self.legend = QLabel(self._legend_html())
         self.legend.setWordWrap(True)
-        self.detail = QLabel(" ")
-        self.detail.setProperty("role", "muted")
+        self.detail = LiveLabel(role="muted")
 
         self.table = QTableWidget(0, 4)
         self.table.setHorizontalHeaderLabels(["agents", "committed", "free to spec.",
@@ -110,8 +112,11 @@ class BudgetView(QWidget):
         self.overflow.setOpts(x0=[budget] if over > 0 else [], width=[over] if over > 0 else [],
                               y=[LIVE_Y] if over > 0 else [], height=BAR_HEIGHT + 0.2)
         self.budget_line.setValue(budget)
-        # Room right of the longest bar for its label.
-        widest = max(budget, rec.pass_tokens, REFERENCE_BATCHES[-1])
+        # Room right of the longest bar for its label. The axis fits the widest pass of recent
+        # steps, in steps of 8 tokens: a range that followed every step would redraw the axes,
+        # grid and every bar each frame (~10 ms), not just the bars that changed.
+        recent = history.column("pass_tokens", max(0, stop - RANGE_STEPS), stop).max()
+        widest = -(-max(budget, int(recent), REFERENCE_BATCHES[-1]) // 8) * 8
         self.plot.setXRange(0, widest * 1.3 + 1, padding=0)
         self.plot.setYRange(-0.6, LIVE_Y + 0.6, padding=0)
         self._place_labels(rec, budget, over)
@@ -129,7 +134,8 @@ class BudgetView(QWidget):
             texts.append((len(REFERENCE_BATCHES) - 1 - row,
                            f"{_fmt(per_agent_draft(budget, b))} per agent", max(b, 1)))
         for label, (y, text, x) in zip(self._labels, texts):
-            label.setText(text)
+            if label.toPlainText() != text:  # setText re-renders the text even when unchanged
+                label.setText(text)
             label.setPos(x + 0.2, y)
 
     def _fill_table(self, budget: int, live: int) -> None:
@@ -137,12 +143,15 @@ class BudgetView(QWidget):
         self.table.setProperty("live", live)
         batches = sorted(set(REFERENCE_BATCHES) | ({live} if live > 0 else set()))
         self.table.setRowCount(len(batches))
+        th = self._theme
         for row, b in enumerate(batches):
             cells = [f"{b}" + ("  ◀ live" if b == live else ""),
                      str(b), str(max(budget - b, 0)), _fmt(per_agent_draft(budget, b))]
             for col, text in enumerate(cells):
-                item = QTableWidgetItem(text)
-                if b == live:
-                    item.setBackground(self._theme.qcolor("highlight"))
-                    item.setForeground(self._theme.qcolor("committed"))
-                self.table.setItem(row, col, item)
+                item = self.table.item(row, col)
+                if item is None:  # items are reused: the live B changes many times a second
+                    item = QTableWidgetItem()
+                    self.table.setItem(row, col, item)
+                item.setText(text)
+                item.setBackground(th.qcolor("highlight") if b == live else QBrush())
+                item.setForeground(th.qcolor("committed") if b == live else th.qcolor("text"))

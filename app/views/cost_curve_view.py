@@ -27,6 +27,10 @@ class CostCurveView(QWidget):
         for item in (self.trail, self.live, self.budget_line):
             self.plot.addItem(item)
         self.budget_line.setVisible(False)
+        # Ranges follow the curve and grow with the live points, never shrink per frame: a range
+        # that moved with every new point would redraw the axes and grid each frame.
+        self.plot.disableAutoRange()
+        self._extent = (1.0, 1.0)  # (N, ms) the axes cover
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.plot)
@@ -39,6 +43,8 @@ class CostCurveView(QWidget):
             return
         ns, ms = zip(*calibration.points)
         self.curve.setData(list(ns), list(ms))
+        self._extent = (1.0, 1.0)
+        self._cover(max(ns), max(ms))
         self.budget_line.setValue(calibration.budget)
         self.budget_line.label.setFormat(f"T = {calibration.budget}")
         self.budget_line.setVisible(True)
@@ -51,3 +57,10 @@ class CostCurveView(QWidget):
         ms = history.column("dt_ms", lo, stop)
         self.trail.setData(n, ms)
         self.live.setData([n[-1]], [ms[-1]])
+        self._cover(float(n.max()), float(ms.max()))
+
+    def _cover(self, n: float, ms: float) -> None:
+        if n > self._extent[0] or ms > self._extent[1]:
+            self._extent = (max(n, self._extent[0]), max(ms, self._extent[1]))
+            self.plot.setXRange(0, self._extent[0] * 1.05, padding=0)
+            self.plot.setYRange(0, self._extent[1] * 1.1, padding=0)

@@ -2,10 +2,11 @@
 paid: goodput over the recent window against the spec-off estimate from the calibrated t(N)."""
 from __future__ import annotations
 
-from PySide6.QtWidgets import QLabel, QListWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QListWidget, QVBoxLayout, QWidget
 
 from app.history import History
 from app.theme import Theme
+from app.views.live_label import LiveLabel
 
 WINDOW_STEPS = 128
 SHOWN_REASONS = 40
@@ -15,9 +16,7 @@ class DecisionsView(QWidget):
     def __init__(self, theme: Theme, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._calibration = None
-        self.goodput = QLabel("goodput –")
-        self.goodput.setProperty("role", "headline")
-        self.goodput.setWordWrap(True)
+        self.goodput = LiveLabel("goodput –", role="headline", lines=2)
         self.reasons = QListWidget()
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)

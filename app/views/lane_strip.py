@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from app.history import History
 from app.theme import Theme
+from app.views.live_label import LiveLabel
 from app.views.plot_factory import make_plot
 
 RECENT_STEPS = 16     # columns on screen
@@ -27,9 +28,9 @@ class LaneStripView(QWidget):
         self.plot.getViewBox().invertY(True)
         self.plot.getAxis("bottom").setTicks([[]])
         self.image = pg.ImageItem()
+        self._agents: list[int] = []
         self.plot.addItem(self.image)
-        self.waste = QLabel(" ")
-        self.waste.setProperty("role", "muted")
+        self.waste = LiveLabel(role="muted")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.plot, 1)
@@ -62,7 +63,9 @@ class LaneStripView(QWidget):
         self.image.setRect(0, -0.5, RECENT_STEPS, len(agents))
         self.plot.setXRange(0, RECENT_STEPS, padding=0)
         self.plot.setYRange(-0.5, max(len(agents), 1) - 0.5, padding=0)
-        self.plot.getAxis("left").setTicks([[(i, str(a)) for i, a in enumerate(agents)]])
+        if agents != self._agents:  # new ticks redraw the axis; the lanes change rarely
+            self._agents = agents
+            self.plot.getAxis("left").setTicks([[(i, str(a)) for i, a in enumerate(agents)]])
         pad = history.column("padding", 0, stop).sum()
         would = history.column("pad_if_padded", 0, stop).sum()
         pass_tokens = history.column("pass_tokens", 0, stop).sum()

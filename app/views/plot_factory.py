@@ -8,6 +8,7 @@ from PySide6.QtWidgets import QGraphicsItem
 from app.theme import Theme
 
 pg.setConfigOptions(imageAxisOrder="row-major", antialias=False)
+LEFT_AXIS_PX = 52
 
 
 def make_plot(theme: Theme, title: str = "", left: str = "", bottom: str = "") -> pg.PlotWidget:
@@ -24,6 +25,9 @@ def make_plot(theme: Theme, title: str = "", left: str = "", bottom: str = "") -
         axis.setTextPen(pg.mkPen(theme.muted))
         if label:
             axis.setLabel(label, color=theme.muted)
+    # A fixed width: a left axis that sized itself to its tick text would re-lay out the plot
+    # (and repaint it whole) whenever the widest tick label changed; it also aligns stacked plots.
+    item.getAxis("left").setWidth(LEFT_AXIS_PX)
     item.showGrid(x=True, y=True, alpha=0.25)
     item.hideButtons()
     plot.setMenuEnabled(False)
