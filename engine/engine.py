@@ -10,8 +10,10 @@ from __future__ import annotations
 import random
 import threading
 import time
+from typing import Callable
 
 from engine.controls import CATEGORIES, ControlMailbox, Controls
+from engine.generate import calibrate_or_load
 from engine.kv_cache import PagedKVCache
 from engine.runner import ModelRunner
 from engine.sequence import Sequence
@@ -114,6 +116,23 @@ class Engine:
                 return
             if self.step() is not None:
                 done += 1
+
+    def recalibrate(self, progress: Callable[[str], None] | None = None):
+        """Measure t(N) again on this device, model and dtype (replacing the cached curve) and put
+        it in force from the next step; logged as a control change carrying the new curve.
+
+        Call it from the thread that steps the engine, between steps: it times forward passes of
+        the same model (on a KV cache of its own, so the agents' cache is untouched). An exception
+        raised by `progress` (a cancelled window, say) aborts it and keeps the old curve."""
+        measured = calibrate_or_load(self.loaded, self.calibration.eps, progress, force=True)
+        with self._lock:
+            self.calibration = self.executor.calibration = measured
+            t = self.now()
+            changes = {"calibration": measured.to_dict()}
+            self._event({"type": "control", "t": t, "changes": changes})
+            if self.trace:
+                self.trace.write_control(t, changes)
+        return measured
 
     def agents(self) -> list[AgentView]:
         with self._lock:

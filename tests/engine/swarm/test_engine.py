@@ -111,3 +111,41 @@ def test_trace_records_the_session(tiny, calibration, tmp_path):
     assert trace.controls[0]["changes"] == {"k": 2}
     assert trace.session["controls"]["swarm_size"] == 4 and trace.session["dtype"] == "fp32"
     assert {e["agent"] for e in trace.agents} == {0, 1, 2, 3}
+
+
+def test_recalibrate_measures_a_new_curve_and_applies_it_at_the_next_step(
+        tiny, calibration, tmp_path, monkeypatch):
+    from engine.spec.calibration import cache_path
+    from engine.telemetry.trace_reader import read_trace
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "s.jsonl"
+    engine = Engine(tiny, SwarmConfig(seed=3, clock="virtual", max_context=1024),
+                    Controls(swarm_size=2, tool_latency_s=0.3, mix=dict(SHORT)),
+                    calibration=calibration, trace_path=str(path))
+    engine.run(steps=3)
+    messages = []
+    measured = engine.recalibrate(progress=messages.append)
+    engine.run(steps=3)
+    engine.close()
+    assert engine.calibration is measured and measured.model == "tiny-test"
+    assert measured.points != calibration.points and len(messages) > 10
+    records = engine.records.snapshot()
+    assert {r.budget for r in records[:3]} == {calibration.budget}
+    assert {r.budget for r in records[3:]} == {measured.budget}
+    assert cache_path(measured.device, measured.model, measured.dtype).exists()
+    logged = [e for e in engine.events.snapshot() if e["type"] == "control"]
+    assert logged[-1]["changes"]["calibration"]["points"] == [list(p) for p in measured.points]
+    assert read_trace(path).controls[-1]["changes"] == logged[-1]["changes"]
+
+
+def test_a_cancelled_recalibration_keeps_the_old_curve(tiny, calibration, tmp_path, monkeypatch):
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path))
+    engine = make_engine(tiny, calibration, agents=2)
+
+    def cancel(message):
+        raise KeyboardInterrupt  # what a window closing mid-calibration raises, in effect
+
+    with pytest.raises(KeyboardInterrupt):
+        engine.recalibrate(progress=cancel)
+    assert engine.calibration is calibration and engine.executor.calibration is calibration
+    assert engine.step() is not None and engine.records.snapshot()[-1].budget == calibration.budget
