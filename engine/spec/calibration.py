@@ -1,10 +1,14 @@
 """The measured step-time curve t(N) and the budget T it implies (DESIGN.md §1).
 
 `measure` times real forward passes of one lane verifying N = 1, 2, 4, ... 64 query tokens (and a
-few batch shapes of one token per lane) on the actual device, model and dtype. The curve keeps the
-measured points and interpolates piecewise-linearly; T is the largest N with
-t(N) <= (1 + eps) * t(1). Results are cached as JSON per (device, model, dtype) under
-platformdirs.user_cache_dir("swarmscope")/calibration/ ($SWARMSCOPE_CACHE overrides the root)."""
+few batch shapes of one token per lane) on the actual device, model and dtype. Each point is the
+fastest of several repeats taken in interleaved rounds after a warm-up round, so a burst of load
+from another process spoils one sample of every point rather than every sample of one point.
+The fitted curve is the running maximum of the measured points, interpolated piecewise-linearly:
+a step never gets cheaper with more tokens, so a noisy dip must not read as free slack. T is the
+largest N with t(N) <= (1 + eps) * t(1). Results are cached as JSON per (device, model, dtype)
+under platformdirs.user_cache_dir("swarmscope")/calibration/ ($SWARMSCOPE_CACHE overrides the
+root); a cache written by an older measuring method (another `version`) is ignored and re-measured."""
 from __future__ import annotations
 
 import json
@@ -22,6 +26,7 @@ from engine.forward_batch import LaneInput
 
 QUERY_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
 BATCH_SHAPES = (2, 4, 8, 16)
+VERSION = 2  # 1: per-point repeats, not interleaved (points spoiled by load); 2: interleaved rounds
 
 
 @dataclass(slots=True)
@@ -32,6 +37,7 @@ class Calibration:
     device: str = "cpu"
     model: str = ""
     dtype: str = ""
+    version: int = VERSION  # how the points were measured; caches of another version are stale
 
     def __post_init__(self) -> None:
         self.points = sorted((int(n), float(ms)) for n, ms in self.points)
@@ -43,8 +49,8 @@ class Calibration:
 
     def t_ms(self, n_tokens: float) -> float:
         """Step time for n query tokens, interpolated between measured points and extrapolated
-        along the last segment. Running maximum, so timing noise never makes more work cheaper."""
-        pts = self._monotone()
+        along the last segment, on the fitted (monotone) curve."""
+        pts = self.curve
         if n_tokens <= pts[0][0]:
             return pts[0][1]
         for (n0, t0), (n1, t1) in zip(pts, pts[1:]):
@@ -55,7 +61,9 @@ class Calibration:
         (n0, t0), (n1, t1) = pts[-2], pts[-1]
         return t1 + (t1 - t0) / (n1 - n0) * (n_tokens - n1)
 
-    def _monotone(self) -> list[tuple[int, float]]:
+    @property
+    def curve(self) -> list[tuple[int, float]]:
+        """The measured points as a running maximum: timing noise never makes more work cheaper."""
         out, high = [], 0.0
         for n, ms in self.points:
             high = max(high, ms)
@@ -82,8 +90,10 @@ class Calibration:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Calibration":
-        return cls(**{k: data[k] for k in ("points", "eps", "batch_points", "device", "model",
-                                           "dtype") if k in data})
+        """Also reads calibrations embedded in older traces, which carry no version (1)."""
+        fields = {k: data[k] for k in ("points", "eps", "batch_points", "device", "model", "dtype")
+                  if k in data}
+        return cls(**fields, version=int(data.get("version", 1)))
 
     @classmethod
     def make_dummy(cls, t1_ms: float = 25.0, per_token_ms: float = 1.0, knee: int = 8,
@@ -107,6 +117,7 @@ def cache_path(device: str, model: str, dtype: str) -> Path:
 
 
 def load_cached(device: str, model: str, dtype: str, eps: float) -> Calibration | None:
+    """The cached calibration, or None when there is none or it is stale (another version)."""
     path = cache_path(device, model, dtype)
     if not path.exists():
         return None
@@ -114,6 +125,8 @@ def load_cached(device: str, model: str, dtype: str, eps: float) -> Calibration 
         calibration = Calibration.from_dict(json.loads(path.read_text()))
     except (ValueError, TypeError, KeyError) as exc:
         raise SwarmscopeError(f"{path}: unreadable calibration ({exc}); delete it to re-measure")
+    if calibration.version != VERSION:
+        return None
     calibration.eps = eps  # the measured curve does not depend on eps; T is derived from it
     return calibration
 
@@ -131,40 +144,38 @@ def measure(runner, vocab_size: int, *, device: str, model: str, dtype: str, eps
             ) -> Calibration:
     """Time real forward passes on `runner` (a ModelRunner with room for max(batch_shapes)
     sequences of context + max(query_sizes) tokens). Sequence ids from 1_000_000 are used and
-    freed afterwards. Each point is the fastest of `repeats` timed passes after one warm-up
-    (other processes on the machine only ever add time)."""
+    freed afterwards. One warm-up round, then `repeats` timed rounds over every shape; each point
+    keeps its fastest pass (other processes on the machine only ever add time)."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
     base = 1_000_000
     lanes_needed = max((1, *batch_shapes))
     tokens = [(7 * i + 3) % vocab_size for i in range(context + max(query_sizes))]
+    shapes = ([("N", n, [LaneInput(base, tokens[context:context + n], context, n)])
+               for n in query_sizes]
+              + [("B", b, [LaneInput(base + i, [tokens[context]], context, 1) for i in range(b)])
+                 for b in batch_shapes])
+    fastest = [float("inf")] * len(shapes)
     try:
         for lane in range(lanes_needed):  # a realistic context for attention to read
             runner.forward([LaneInput(base + lane, tokens[:context], 0, 0)])
-
-        def timed(lanes: list[LaneInput]) -> float:
-            samples = []
-            for _ in range(repeats + 1):
+        for round_ in range(repeats + 1):  # round 0 warms up allocator and kernel choices
+            for index, (_, _, lanes) in enumerate(shapes):
                 start = time.perf_counter()
                 runner.forward(lanes)
-                samples.append((time.perf_counter() - start) * 1e3)
+                ms = (time.perf_counter() - start) * 1e3
                 for lane in lanes:
                     runner.kv.blocks.truncate(lane.seq_id, context)
-            return min(samples[1:])  # the least-disturbed run: timing noise only adds
-
-        points = []
-        for n in query_sizes:
-            ms = timed([LaneInput(base, tokens[context:context + n], context, n)])
-            points.append((n, ms))
-            if progress:
-                progress(f"  N={n:3d} query tokens: {ms:7.2f} ms")
-        batch_points = []
-        for b in batch_shapes:
-            ms = timed([LaneInput(base + i, [tokens[context]], context, 1) for i in range(b)])
-            batch_points.append((b, ms))
-            if progress:
-                progress(f"  B={b:3d} lanes x 1 token: {ms:7.2f} ms")
+                if round_ > 0:
+                    fastest[index] = min(fastest[index], ms)
+            if progress and round_ > 0:
+                progress(f"  round {round_}/{repeats}: t(1) = {fastest[0]:.2f} ms, "
+                         f"t({query_sizes[-1]}) = {fastest[len(query_sizes) - 1]:.2f} ms")
     finally:
         for lane in range(lanes_needed):
             if base + lane in runner.kv.blocks:
                 runner.kv.blocks.free(base + lane)
+    points = [(n, ms) for (kind, n, _), ms in zip(shapes, fastest) if kind == "N"]
+    batch_points = [(b, ms) for (kind, b, _), ms in zip(shapes, fastest) if kind == "B"]
     return Calibration(points=points, eps=eps, batch_points=batch_points, device=device,
                        model=model, dtype=dtype)

@@ -4,15 +4,23 @@
 - goodput (default): per-lane k maximising expected emitted tokens per second. The j-th draft of
   lane i is accepted with probability about a_i ** j, so a step emits B + sum_i sum_{j<=k_i} a_i**j
   tokens in t(B + sum k + prefill) + drafting ms. Drafts are added greedily, best marginal gain
-  first; the allocation kept is the prefix of that order with the best rate (so a draft model
-  whose first pass is costly can still pay off over several drafts). Inside the budget the
-  measured curve is flat to within eps, so every draft with positive a_i is nearly free; past it
-  a draft must pay for itself.
+  first; the allocation kept is the prefix of that order with the best rate (so a curve with a
+  cost jump from 1 to 2 rows, or a draft model whose first pass is costly, can still pay off over
+  several drafts). Inside the budget every draft with positive a_i is nearly free; past it a draft
+  must pay for itself through the measured curve.
+
+Goodput explores cautiously: a lane with no history of its own, in a category without enough
+history to go on, is *probed* before it is planned with a guessed rate; a lane the plan leaves
+idle is probed again now and then so it can recover. A probe gets as many drafts as add no more
+than (1 + eps) times one draft's cost, and each probe that does not win the lane a place in the plan
+doubles the wait before the next (PROBE_EVERY, 2x, ... PROBE_MAX steps), so a stream that never
+accepts costs a vanishing share of the step time.
 
 Guards for every policy: no drafting when the batch exceeds the speculation ceiling; a lane or
-category whose rolling acceptance is below the minimum stops drafting, re-probed with one draft
-every PROBE_EVERY steps so it can recover; and (adaptive policies) hysteresis, so k moves by one
-only after the wish has persisted for HOLD_STEPS steps.
+category whose rolling acceptance is below the minimum stops drafting, re-probed on the same
+backed-off clock (one draft for fixed and uniform); and (adaptive policies) hysteresis, so a
+change of k by one applies only after the wish has persisted for HOLD_STEPS steps. Stopping
+(k falling to 0) applies at once: held drafts that do not pay are pure cost.
 """
 from __future__ import annotations
 
@@ -24,10 +32,11 @@ from engine.controls import Controls
 from engine.spec.acceptance import AcceptanceStats
 from engine.spec.calibration import Calibration
 
-MIN_TRIALS = 4      # tested drafts before a low rate may switch a lane or category off
-PROBE_EVERY = 16    # steps between one-draft probes of a switched-off lane
+MIN_TRIALS = 4      # tested drafts before a category's rate is trusted (or may switch it off)
+PROBE_EVERY = 16    # idle steps before the first re-probe of a lane
+PROBE_MAX = 256     # longest wait between probes, however often they failed
 HOLD_STEPS = 3      # steps a one-step change of k must persist before it is applied
-PRIOR = 0.5         # acceptance assumed for a lane and category with no history
+PRIOR = 0.5         # acceptance a lane's estimate is shrunk towards when nothing is known
 
 
 @dataclass(slots=True)
@@ -60,7 +69,8 @@ class SpeculationPolicy:
         self.stats = stats
         self._held: dict[int, int] = {}     # seq_id -> k in force (hysteresis)
         self._streak: dict[int, int] = {}   # seq_id -> steps the wish has differed
-        self._since_probe: dict[int, int] = {}
+        self._idle: dict[int, int] = {}     # seq_id -> idle steps since the last probe
+        self._wait: dict[int, int] = {}     # seq_id -> idle steps due before the next probe
 
     def decide(self, lanes: list[LaneView], prefill: int, controls: Controls,
                calibration: Calibration, draft_cost_ms: Callable[[list[int]], float]) -> Decision:
@@ -70,7 +80,8 @@ class SpeculationPolicy:
             return Decision([0] * batch, "off" if controls.policy == "off" else "no lanes")
         if batch > controls.spec_ceiling:
             return Decision([0] * batch, f"B={batch} > spec ceiling {controls.spec_ceiling}")
-        limits, probes, muted = self._guard(lanes, controls.min_acceptance)
+        limits, muted = self._guard(lanes, controls.min_acceptance)
+        t_ms, fresh = calibration.t_ms, None  # fresh: goodput's lanes with nothing to plan with
         if controls.policy == "fixed":
             ks = [min(controls.k, limit) for limit in limits]
             reason = f"fixed K={controls.k}"
@@ -79,53 +90,83 @@ class SpeculationPolicy:
             ks = self._hold(lanes, [min(k, limit) for limit in limits], limits)
             reason = f"uniform: floor((T={budget} - B={batch}) / B) = {k}"
         else:
-            t_ms = calibration.t_ms
             if controls.budget_override:  # move the measured knee to the overridden budget
                 scale = calibration.budget / controls.budget_override
                 t_ms = lambda n: calibration.t_ms(n * scale)  # noqa: E731
-            ks, reason = self._goodput(lanes, limits, prefill, budget, t_ms, draft_cost_ms)
-            ks = self._hold(lanes, ks, limits)
+            fresh = [self._fresh(lane) for lane in lanes]
+            planned = [0 if new else limit for new, limit in zip(fresh, limits)]
+            ks, reason = self._goodput(lanes, planned, prefill, budget, t_ms, draft_cost_ms)
+            ks = self._hold(lanes, ks, planned)
+        probes = self._probes(lanes, ks, muted, fresh)
+        tokens = batch + prefill + sum(ks)
         for i in probes:
-            ks[i] = min(1, lanes[i].available)
+            if controls.policy == "goodput":
+                ks[i] = _probe_size(lanes[i].available, i, ks, tokens, t_ms, draft_cost_ms,
+                                    calibration.eps)
+            else:
+                ks[i] = min(1, lanes[i].available)
+            tokens += ks[i]
         notes = []
-        if muted:
-            notes.append(f"{muted} lane(s) below min acceptance {controls.min_acceptance:g}")
+        if any(muted):
+            notes.append(f"{sum(muted)} lane(s) below min acceptance {controls.min_acceptance:g}")
         if probes:
-            notes.append(f"{len(probes)} re-probed")
+            notes.append(f"{len(probes)} probed")
         return Decision(ks, reason + ("; " + ", ".join(notes) if notes else ""))
 
     def forget(self, seq_id: int) -> None:
-        for table in (self._held, self._streak, self._since_probe):
+        for table in (self._held, self._streak, self._idle, self._wait):
             table.pop(seq_id, None)
 
-    # -- guards --
+    # -- guards and exploration --
     def _guard(self, lanes: list[LaneView], min_acceptance: float):
-        """Per-lane draft limits after the minimum-acceptance guard, lanes due a probe, muted count."""
-        limits, probes, muted = [], [], 0
-        for i, lane in enumerate(lanes):
+        """Per-lane draft limits after the minimum-acceptance guard, and which lanes it muted."""
+        limits, muted = [], []
+        for lane in lanes:
             low = any(c is not None and c.trials >= MIN_TRIALS and c.rate < min_acceptance
                       for c in (self.stats.lane(lane.seq_id), self.stats.category(lane.cat)))
-            if not low:
-                self._since_probe.pop(lane.seq_id, None)
-                limits.append(lane.available)
+            limits.append(0 if low else lane.available)
+            muted.append(low and lane.available > 0)
+        return limits, muted
+
+    def _fresh(self, lane: LaneView) -> bool:
+        """Nothing to plan with: no tested draft of its own, too few in its category."""
+        own, category = self.stats.lane(lane.seq_id), self.stats.category(lane.cat)
+        return (own is None or own.trials == 0) and (category is None
+                                                     or category.trials < MIN_TRIALS)
+
+    def _probes(self, lanes: list[LaneView], ks: list[int], muted: list[bool],
+                fresh: list[bool] | None) -> list[int]:
+        """Lanes to probe this step. A lane drafting by plan resets its clock; an idle lane that
+        could draft (muted, or planned at 0 by goodput) waits PROBE_EVERY steps, doubled after
+        each probe; a fresh lane is probed at once (goodput only)."""
+        due = []
+        for i, lane in enumerate(lanes):
+            idle = ks[i] == 0 and lane.available > 0 and (muted[i] or fresh is not None)
+            if not idle:
+                self._idle.pop(lane.seq_id, None)
+                self._wait.pop(lane.seq_id, None)
                 continue
-            muted += 1
-            limits.append(0)
-            waited = self._since_probe.get(lane.seq_id, 0) + 1
-            if waited >= PROBE_EVERY:
-                probes.append(i)
-                waited = 0
-            self._since_probe[lane.seq_id] = waited
-        return limits, probes, muted
+            wait = self._wait.setdefault(lane.seq_id, PROBE_EVERY)
+            idle_steps = self._idle.get(lane.seq_id, 0) + 1
+            if fresh is not None and fresh[i]:  # the first look, not a failed probe
+                due.append(i)
+                idle_steps = 0
+            elif idle_steps >= wait:
+                due.append(i)
+                idle_steps = 0
+                self._wait[lane.seq_id] = min(2 * wait, PROBE_MAX)
+            self._idle[lane.seq_id] = idle_steps
+        return due
 
     def _hold(self, lanes: list[LaneView], wished: list[int], limits: list[int]) -> list[int]:
-        """Hysteresis: big changes apply at once, a change of one waits HOLD_STEPS steps. A lane
-        capped by what its drafter can offer takes the cap without moving its held k."""
+        """Hysteresis: big changes and stopping apply at once, a change of one waits HOLD_STEPS
+        steps. A lane capped by what its drafter can offer takes the cap without moving its held k."""
         ks = []
         for lane, wish, limit in zip(lanes, wished, limits):
             held = self._held.setdefault(lane.seq_id, wish)
-            if wish == held or (wish == limit and wish < held):
+            if wish == held or wish == 0 or (wish == limit and wish < held):
                 self._streak[lane.seq_id] = 0
+                self._held[lane.seq_id] = held if wish == limit and wish < held else wish
                 ks.append(wish)
                 continue
             streak = self._streak.get(lane.seq_id, 0) + 1
@@ -164,3 +205,24 @@ class SpeculationPolicy:
         reason = (f"goodput: B={batch} T={budget} mean a={mean_a:.2f} -> sum k={sum(ks)}, "
                   f"{tokens:.1f} tok in {elapsed:.1f} ms")
         return ks, reason
+
+
+def _probe_size(available: int, lane: int, ks: list[int], tokens: int,
+                t_ms: Callable[[float], float], draft_cost_ms: Callable[[list[int]], float],
+                eps: float) -> int:
+    """Most drafts for `lane` whose extra cost, on top of the `tokens` already in the pass, is at
+    most (1 + eps) x that of one draft: past a cost jump (1 -> 2 rows on a CPU) the curve is flat,
+    so a longer probe costs what a one-draft probe does and tells more; on a rising stretch it
+    is one draft."""
+    def cost(k: int) -> float:
+        trial = list(ks)
+        trial[lane] = k
+        return t_ms(tokens + k) + draft_cost_ms(trial)
+
+    if available <= 0:
+        return 0
+    base = cost(0)
+    limit, size = base + (1 + eps) * (cost(1) - base), 1
+    while size < available and cost(size + 1) <= limit:
+        size += 1
+    return size
