@@ -1,9 +1,12 @@
 """Speculation policies side by side: tokens/s and acceptance for B = 1..16 decoding lanes.
 
-Two workloads: code edits ("here is a file, rewrite it with a change": the answer copies most of
-the prompt, so prompt lookup drafts well) and free chat (little to copy). For each workload and B,
-the prompts are prefilled once; every policy then decodes the same number of steps from the same
-state (KV rolled back between runs), all lanes decoding, with prompt-lookup drafts."""
+Two workloads: code edits (an agent applies a change and re-emits the complete updated file it
+just read, shown one worked example first; prompt lookup has real text to find, as much as the
+model actually copies) and free chat (little to copy). For each workload and B the prompts are
+prefilled once; every policy then decodes the same number of steps from the same state (KV rolled
+back between runs), all lanes decoding, with prompt-lookup drafts and a fresh policy state. Timed
+runs are interleaved (every policy once per round, `--repeats` rounds) and each cell is the median
+round, so a burst of load from another process spoils one round of every policy alike."""
 from __future__ import annotations
 
 import json
@@ -18,6 +21,20 @@ from engine.step import StepExecutor
 POLICIES = (("off", "off", 0), ("fixed-2", "fixed", 2), ("fixed-4", "fixed", 4),
             ("fixed-8", "fixed", 8), ("uniform", "uniform", 8), ("goodput", "goodput", 8))
 
+_EXAMPLE_BEFORE = '''def area(width, height):
+    return width * height
+
+
+def describe(shape):
+    return f"{shape['name']}: {area(shape['w'], shape['h'])}"
+'''
+_EXAMPLE_AFTER = '''def area(width: float, height: float) -> float:
+    return width * height
+
+
+def describe(shape):
+    return f"{shape['name']}: {area(shape['w'], shape['h'])}"
+'''
 _FILE = '''import json
 from pathlib import Path
 
@@ -40,12 +57,16 @@ def merge(base, extra):
         out[key] = value
     return out
 '''
-CODE_EDITS = tuple(f"Here is a file:\n\n{_FILE}\nRewrite the whole file with this change: {c}. "
-                   f"Output only the complete new file."
-                   for c in ("rename load_settings to read_settings",
-                             "change the default timeout from 30 to 60",
-                             "add type hints to every function",
-                             "make save_settings sort the keys"))
+_TASK = ("Apply the change to the file and output the complete updated file, nothing else.\n\n"
+         "Example.\nFile:\n```python\n{ex_before}```\nChange: add type hints to area.\n"
+         "Updated file:\n```python\n{ex_after}```\n\n"
+         "Now your turn.\nFile:\n```python\n{file}```\nChange: {change}.\nUpdated file:")
+CODE_EDITS = tuple(_TASK.format(ex_before=_EXAMPLE_BEFORE, ex_after=_EXAMPLE_AFTER, file=_FILE,
+                                change=change)
+                   for change in ("rename load_settings to read_settings",
+                                  "change the default timeout from 30 to 60",
+                                  "make save_settings sort the keys",
+                                  "rename merge to merged"))
 CHATS = ("What are three good habits for a new programmer?",
          "Explain why the sky is blue to a ten-year-old.",
          "Write a short poem about autumn leaves.",
@@ -58,7 +79,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--batches", default="1,2,4,8,16", help="comma-separated B values")
-    parser.add_argument("--steps", type=int, default=24, help="decode steps timed per run")
+    parser.add_argument("--steps", type=int, default=32, help="decode steps timed per run")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="interleaved rounds of every policy; cells are the median round")
     parser.add_argument("--json", action="store_true", help="print rows as JSON Lines")
 
 
@@ -71,13 +94,16 @@ def run(args) -> int:
         loaded = load_model(args.model, args.dtype, args.device, progress=say)
         calibration = calibrate_or_load(loaded, progress=say)
         batches = [int(b) for b in args.batches.split(",")]
+        if args.steps < 1 or args.repeats < 1 or min(batches) < 1:
+            raise ValueError("--steps, --repeats and every B must be >= 1")
     except (SwarmscopeError, ValueError) as exc:
         print(f"swarmscope bench spec: {exc}", file=sys.stderr)
         return 2
     rows = []
     for workload, prompts in WORKLOADS:
         for batch in batches:
-            rows += _measure(loaded, calibration, workload, prompts, batch, args.steps)
+            rows += _measure(loaded, calibration, workload, prompts, batch, args.steps,
+                             args.repeats)
             if not args.json:
                 say(f"done {workload} B={batch}")
     if args.json:
@@ -88,7 +114,7 @@ def run(args) -> int:
     return 0
 
 
-def _measure(loaded, calibration, workload, prompts, batch, steps) -> list[dict]:
+def _measure(loaded, calibration, workload, prompts, batch, steps, repeats) -> list[dict]:
     tok = loaded.tokenizer
     ids = [tok.encode(tok.chat_prompt(prompts[i % len(prompts)])) for i in range(batch)]
     room = max(len(p) for p in ids) + steps * 10 + 16
@@ -100,26 +126,38 @@ def _measure(loaded, calibration, workload, prompts, batch, steps) -> list[dict]
     prefill = StepExecutor(runner, calibration, target=loaded)
     for seq in seqs:  # everything but the last prompt token, which the timed runs decode from
         prefill.run([(seq, seq.pending - 1)], Controls(policy="off"), 0, 0.0)
-    rows = []
-    for label, policy, k in (("warm-up", "off", 0),) + POLICIES:
+
+    def timed(policy: str, k: int) -> tuple[float, int, int, int]:
+        """(ms, emitted, drafted, accepted) of one run from the prefilled state."""
         for seq, prompt in zip(seqs, ids):
             seq.token_ids[:] = prompt
             seq.num_cached = len(prompt) - 1
             kv.blocks.truncate(seq.seq_id, seq.num_cached)
         executor = StepExecutor(runner, calibration, target=loaded)
         controls = Controls(policy=policy, k=k)
-        emitted = drafted = accepted = 0
-        ms = 0.0
+        ms, emitted, drafted, accepted = 0.0, 0, 0, 0
         for step in range(steps):
             record = executor.run([(s, 1) for s in seqs], controls, step, 0.0).record
+            ms += record.dt_ms
             emitted, drafted, accepted = (emitted + record.emitted, drafted + record.drafted,
                                           accepted + record.accepted)
-            ms += record.dt_ms
-        if label != "warm-up":
-            rows.append({"workload": workload, "B": batch, "policy": label,
-                         "tokens_per_s": round(emitted / ms * 1e3, 1),
-                         "acceptance": round(accepted / drafted, 3) if drafted else None,
-                         "tokens_per_step": round(emitted / steps / batch, 2)})
+        return ms, emitted, drafted, accepted
+
+    timed("off", 0)  # warm-up: first passes at these shapes pay for allocation
+    runs: dict[str, list[tuple[float, int, int, int]]] = {label: [] for label, _, _ in POLICIES}
+    for _ in range(repeats):  # interleaved: every policy once per round
+        for label, policy, k in POLICIES:
+            runs[label].append(timed(policy, k))
+    rows = []
+    for label, _, _ in POLICIES:
+        rates = sorted(emitted / ms * 1e3 for ms, emitted, _, _ in runs[label])
+        drafted = sum(run[2] for run in runs[label])
+        accepted = sum(run[3] for run in runs[label])
+        emitted = sum(run[1] for run in runs[label])
+        rows.append({"workload": workload, "B": batch, "policy": label,
+                     "tokens_per_s": round(rates[len(rates) // 2], 1),
+                     "acceptance": round(accepted / drafted, 3) if drafted else None,
+                     "tokens_per_step": round(emitted / (steps * len(runs[label])) / batch, 2)})
     return rows
 
 
@@ -140,4 +178,4 @@ def _print_table(rows, calibration) -> None:
         good = cells["goodput"]["tokens_per_s"]
         print(f"{workload:10} {batch:3d} " + " ".join(f"{c:>14}" for c in text)
               + f"  {good / best:12.2f}  {good / cells['off']['tokens_per_s']:11.2f}")
-    print("cells: tokens/s (acceptance); uniform and goodput capped at k=8")
+    print("cells: median tokens/s (acceptance over all rounds); uniform and goodput capped at k=8")

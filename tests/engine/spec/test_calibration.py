@@ -1,3 +1,6 @@
+import json
+from types import SimpleNamespace
+
 import pytest
 
 from engine.spec import calibration as cal
@@ -35,3 +38,52 @@ def test_cache_path_honours_env(tmp_path, monkeypatch):
 def test_needs_a_point_at_one():
     with pytest.raises(ValueError):
         Calibration(points=[(2, 1.0)])
+
+
+def test_stale_cache_version_is_ignored(tmp_path, monkeypatch):
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path))
+    old = Calibration.make_dummy().to_dict()
+    del old["version"]  # written before calibration had versions
+    path = cal.cache_path("dummy", "dummy", "none")
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(old))
+    assert cal.load_cached("dummy", "dummy", "none", eps=0.1) is None
+    assert Calibration.from_dict(old).version == 1   # an old trace's curve still reads
+
+
+def test_measure_keeps_the_fastest_round_and_the_curve_never_falls(monkeypatch):
+    """A fake runner: a pass costs a set time per query size (N=4 dips below N=2, as MKL's
+    kernel choice can), and load spoils the first timed round of N=4."""
+    cost_ms = {1: 10.0, 2: 18.0, 4: 17.0}
+    now = [0.0]
+    passes = []
+
+    class Runner:
+        kv = SimpleNamespace(blocks=None)
+
+        def forward(self, lanes):
+            n = sum(len(lane.token_ids) for lane in lanes if lane.logits_rows)
+            passes.append(n)
+            spoiled = n == 4 and passes.count(4) == 2   # first timed round after the warm-up
+            now[0] += (cost_ms.get(n, 12.0) + (50.0 if spoiled else 0.0)) / 1e3
+
+    Runner.kv.blocks = _Blocks()
+    monkeypatch.setattr(cal.time, "perf_counter", lambda: now[0])
+    result = cal.measure(Runner(), 100, device="d", model="m", dtype="x", repeats=3,
+                         query_sizes=(1, 2, 4), batch_shapes=(2,))
+    assert [(n, round(ms, 6)) for n, ms in result.points] == [(1, 10.0), (2, 18.0), (4, 17.0)]
+    assert result.version == cal.VERSION
+    assert passes.count(4) == 4                        # one warm-up and three timed rounds
+    assert result.curve[2][1] == result.curve[1][1]      # the dip is no free slack
+    assert result.t_ms(3) == pytest.approx(18.0) and result.budget == 1
+
+
+class _Blocks:
+    def __contains__(self, seq_id):
+        return True
+
+    def truncate(self, seq_id, n):
+        pass
+
+    def free(self, seq_id):
+        pass

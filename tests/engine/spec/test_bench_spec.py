@@ -1,0 +1,38 @@
+"""`swarmscope bench spec` smoke test on the tiny model: the table has every policy and B."""
+import json
+
+from engine.bench.spec import CODE_EDITS, POLICIES
+from engine.cli.main import main
+
+
+def test_bench_spec_smoke_json(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path))
+    rc = main(["bench", "spec", "--steps", "4", "--batches", "1,2", "--model", "tiny-test",
+               "--repeats", "2", "--json"])
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rc == 0
+    labels = [label for label, _, _ in POLICIES]
+    assert len(rows) == 2 * 2 * len(labels)
+    assert {(r["workload"], r["B"]) for r in rows} == {(w, b) for w in ("code-edit", "chat")
+                                                      for b in (1, 2)}
+    for row in rows:
+        assert row["policy"] in labels and row["tokens_per_s"] > 0
+        assert (row["acceptance"] is None) == (row["policy"] == "off")
+        assert row["tokens_per_step"] >= 1.0  # every lane commits at least its bonus token
+
+
+def test_bench_spec_smoke_table(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path))
+    assert main(["bench", "spec", "--steps", "4", "--batches", "1,2", "--model", "tiny-test",
+                 "--repeats", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("workload"))
+    body = lines[header + 1:header + 5]
+    assert [line.split()[:2] for line in body] == [["code-edit", "1"], ["code-edit", "2"],
+                                                   ["chat", "1"], ["chat", "2"]]
+    assert "goodput/best" in lines[header]
+
+
+def test_code_edit_prompts_ask_for_the_whole_file_back():
+    assert len(set(CODE_EDITS)) == len(CODE_EDITS)
+    assert all("complete updated file" in p and "def load_settings" in p for p in CODE_EDITS)
