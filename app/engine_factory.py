@@ -1,9 +1,11 @@
-"""Builds the live engine the window watches: load the model (with progress), then the Engine,
-which loads the cached calibration for this (device, model, dtype) or measures it."""
+"""Builds the live engine the window watches: load the model, load the cached calibration for this
+(device, model, dtype) or measure it, then the Engine. Every stage reports progress through one
+callback, which is also where a closing window stops the build (it raises)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+
+from app.progress import Progress
 
 
 @dataclass(slots=True)
@@ -18,17 +20,24 @@ class EngineSpec:
         if self.agents < 1:
             raise ValueError(f"agents must be >= 1, got {self.agents}")
 
-    def build(self, progress: Callable[[str, float], None]):
+    def build(self, progress: Progress):
         # Imported here: the app starts (and replays traces) without loading torch first.
         from engine.controls import Controls
         from engine.engine import Engine
         from engine.loading import load_model
         from engine.swarm import SwarmConfig
 
+        from engine.generate import calibrate_or_load
+
         loaded = load_model(self.model, dtype=self.dtype, device=self.device,
-                            progress=lambda msg, frac: progress(msg, 0.8 * frac))
-        progress("calibrating t(N) (cached per device, model and dtype)…", 0.85)
+                            progress=lambda msg, frac: progress(msg, 0.7 * frac))
+        progress("calibrating t(N) (cached per device, model and dtype)…", 0.7)
+        # Measured here rather than inside Engine(), where a window closed mid-calibration could
+        # not stop it: here every forward pass checks for the close.
+        with progress.checking(loaded.model):
+            calibration = calibrate_or_load(loaded, progress=progress.calibration(0.7, 1.0))
         engine = Engine(loaded, SwarmConfig(), controls=Controls(swarm_size=self.agents),
-                        trace_path=self.trace_out)
+                        calibration=calibration, trace_path=self.trace_out)
         progress(f"{loaded.name} ready · T = {engine.calibration.budget}", 1.0)
         return engine
+

@@ -117,6 +117,7 @@ class MainWindow(QMainWindow):
         self.host = EngineHost(build or spec.build, self)
         self.host.worker.progress.connect(self._on_progress)
         self.host.worker.ready.connect(self._on_ready)
+        self.host.worker.recalibrated.connect(self._on_recalibrated)
         self.host.worker.failed.connect(self.show_error)
         self.progress.show()
         self.host.start()
@@ -133,11 +134,7 @@ class MainWindow(QMainWindow):
         self.dashboard.set_calibration(self.calibration)
         self.controls.set_controls(engine.controls)
         self.controls.setEnabled(True)
-        can_recalibrate = hasattr(engine, "recalibrate")
-        self.controls.recalibrate_button.setEnabled(can_recalibrate)
-        if not can_recalibrate:
-            self.controls.recalibrate_button.setToolTip(
-                "this engine cannot re-measure t(N) while running; run `swarmscope calibrate`")
+        self.controls.recalibrate_button.setEnabled(True)
         self._sync_ceilings()
         self.timer.start()
 
@@ -165,8 +162,16 @@ class MainWindow(QMainWindow):
                                           self.controls.spec_ceiling.value())
 
     def _recalibrate(self) -> None:
-        if self.host is not None and hasattr(self.engine, "recalibrate"):
+        """Re-measure t(N) on the worker thread between steps; the views keep drawing meanwhile."""
+        if self.host is not None and self.engine is not None:
+            self.controls.recalibrate_button.setEnabled(False)
+            self.progress.show()
             self.host.worker.request_recalibration()
+
+    def _on_recalibrated(self, calibration) -> None:
+        self.calibration = calibration
+        self.dashboard.set_calibration(calibration)
+        self.controls.recalibrate_button.setEnabled(self.engine is not None)
 
     def toggle_pause(self) -> None:
         if self.replaying:
@@ -179,21 +184,19 @@ class MainWindow(QMainWindow):
         self.timer.stop()
         if self.host is not None:
             if not self.host.stop():
-                # Still calibrating (not interruptible): keep the host referenced so its QThread
-                # is not destroyed while running; the process waits for it at exit.
-                self.show_error("the engine did not stop within 30 s")
+                # Stuck in one long call that reports no progress: keep the host referenced so
+                # its QThread is never destroyed while running (Qt aborts the process if it is).
+                self.show_error("the engine did not stop in time; it is left to finish")
                 self._stuck_hosts.append(self.host)
             self.poll()  # the last records since the previous frame
             self.host = None
         self.engine = None
         self.controls.setEnabled(False)
 
-    def join_threads(self) -> None:
-        """Wait for engines that were still calibrating at close (so Qt never destroys a running
-        QThread, which aborts the process)."""
-        for host in self._stuck_hosts:
-            host.thread.wait()
-        self._stuck_hosts.clear()
+    def join_threads(self, timeout_ms: int = 20_000) -> bool:
+        """Wait (bounded) for engines that did not stop when asked; True if none still runs."""
+        self._stuck_hosts = [h for h in self._stuck_hosts if not h.thread.wait(timeout_ms)]
+        return not self._stuck_hosts
 
     def show_error(self, message: str) -> None:
         self.banner.setText(f"⚠ {message}   (the session's records so far are kept)")
@@ -280,5 +283,6 @@ class MainWindow(QMainWindow):
         self.dashboard.show_history(self.history, stop, force=True)
 
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        self.hide()  # gone at once, while the engine finishes its step or calibration point
         self.stop_engine()
         super().closeEvent(event)

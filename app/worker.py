@@ -9,22 +9,22 @@ from typing import Callable
 
 from PySide6.QtCore import QObject, QThread, Qt, Signal, Slot
 
+from app.progress import Cancelled, Progress
 from engine.errors import SwarmscopeError
 
 log = logging.getLogger(__name__)
+STOP_WAIT_MS = 15_000  # calibration reports once per round of timed shapes (seconds)
 IDLE_WAIT_S = 0.005  # when a step had nothing to run; the engine sleeps too, this is a backstop
 
-# build(progress) -> engine; progress(message, fraction 0..1) may be called from the worker thread.
-EngineBuilder = Callable[[Callable[[str, float], None]], object]
-
-
-class _Cancelled(Exception):
-    """Raised from the progress callback when the window closes while the engine is being built."""
+# build(progress) -> engine; progress(message, fraction 0..1) is called on the worker thread and
+# raises Cancelled once the window has asked the worker to stop.
+EngineBuilder = Callable[[Progress], object]
 
 
 class EngineWorker(QObject):
     progress = Signal(str, float)
     ready = Signal(object)        # the engine, built and about to run
+    recalibrated = Signal(object)  # the new Calibration, in force from the next step
     failed = Signal(str)          # a message for the window; the session's records are kept
     finished = Signal()
 
@@ -33,6 +33,7 @@ class EngineWorker(QObject):
         self._build = build
         self._stop = threading.Event()
         self._recalibrate = threading.Event()
+        self._report = Progress(self.progress.emit, self._stop)
         self.engine = None
 
     def stop(self) -> None:
@@ -41,23 +42,23 @@ class EngineWorker(QObject):
     def request_recalibration(self) -> None:
         self._recalibrate.set()
 
-    def _progress(self, message: str, fraction: float) -> None:
-        if self._stop.is_set():  # model loading reports progress often: a cheap place to stop
-            raise _Cancelled
-        self.progress.emit(message, fraction)
-
     @Slot()
     def run(self) -> None:
         try:
-            self.engine = self._build(self._progress)
+            self.engine = self._build(self._report)
             self.ready.emit(self.engine)
             while not self._stop.is_set():
                 if self._recalibrate.is_set():
                     self._recalibrate.clear()
-                    self.engine.recalibrate(progress=self.progress.emit)
+                    self.progress.emit("re-measuring t(N)…", 0.0)
+                    with self._report.checking(self.engine.loaded.model):
+                        calibration = self.engine.recalibrate(
+                            progress=self._report.calibration(0.0, 1.0))
+                    self.progress.emit(f"recalibrated · T = {calibration.budget}", 1.0)
+                    self.recalibrated.emit(calibration)
                 if self.engine.step() is None:
                     self._stop.wait(IDLE_WAIT_S)
-        except _Cancelled:
+        except Cancelled:
             pass
         except SwarmscopeError as exc:
             self.failed.emit(str(exc))
@@ -89,8 +90,9 @@ class EngineHost(QObject):
     def start(self) -> None:
         self.thread.start()
 
-    def stop(self, timeout_ms: int = 30_000) -> bool:
-        """Ask the loop to end after the current step and wait; True if the thread ended."""
+    def stop(self, timeout_ms: int = STOP_WAIT_MS) -> bool:
+        """Ask the loop to end after the current step (or calibration point) and wait; True if
+        the thread ended. A False leaves the thread running: keep this host referenced."""
         self.worker.stop()
         if not self.thread.isRunning():
             return True

@@ -6,6 +6,9 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import torch
 
 from engine.controls import ControlMailbox, Controls
 from engine.spec.calibration import Calibration
@@ -34,6 +37,7 @@ class FakeEngine:
         self.events = RingBuffer()
         self.controls = Controls()
         self.calibration = Calibration.make_dummy(knee=12)
+        self.loaded = SimpleNamespace(model=torch.nn.Module())  # the worker hooks its forwards
         self.closed = False
         self._rng = random.Random(seed)
         self._step = 0
@@ -82,8 +86,13 @@ class FakeEngine:
                            ("text):\n    return", "accepted_draft"), (" json.loads", "committed")])
                 for i in range(self.controls.swarm_size)]
 
-    def recalibrate(self, progress=None) -> None:
+    def recalibrate(self, progress=None) -> Calibration:
+        for n in (1, 2, 4):
+            if progress:
+                progress(f"  N={n} query tokens")
+            time.sleep(self._step_s)
         self.calibration = Calibration.make_dummy(knee=10)
+        return self.calibration
 
     def close(self) -> None:
         self.closed = True

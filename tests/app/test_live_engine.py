@@ -1,10 +1,19 @@
 """The window over the real Engine (tiny-test model) on its worker thread: control changes posted
-from the panel reach the engine at the next step."""
+from the panel reach the engine at the next step; calibration can be re-run from the window; closing
+while the model loads or calibrates stops the worker and the process exits 0."""
+import os
+import subprocess
+import sys
+import threading
+import time
+
 import pytest
 
 from app.engine_factory import EngineSpec
 from app.main_window import MainWindow
+from app.progress import Progress
 from app.theme import Theme
+from app.worker import EngineHost
 
 
 @pytest.mark.slow
@@ -27,5 +36,70 @@ def test_controls_reach_the_real_engine(qtbot, tmp_path, monkeypatch):
     assert all(lane.k == 0 for rec in later for lane in rec.lanes)
     assert all(rec.batch <= 2 for rec in later)
     assert any(e.get("type") == "control" for e in window.history.events)
+
+    before = window.calibration
+    with qtbot.waitSignal(window.host.worker.recalibrated, timeout=120_000):
+        window.controls.recalibrate_button.click()
+    assert window.calibration is engine.calibration and window.calibration is not before
+    assert window.controls.recalibrate_button.isEnabled()
+    ns, _ = window.dashboard.cost.curve.getData()
+    assert list(ns) == [n for n, _ in engine.calibration.points]
+    mark = engine.records.total
+    qtbot.waitUntil(lambda: len(window.history) > mark + 2, timeout=60_000)
+    assert window.history.records[-1].budget == engine.calibration.budget
     window.close()
     assert window.host is None and (tmp_path / "live.jsonl").stat().st_size > 0
+
+
+def test_closing_mid_calibration_stops_the_worker(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "cache"))  # nothing cached: measure
+    spec = EngineSpec(model="tiny-test", dtype="fp32", device="cpu", agents=2)
+    calibrating, closed = threading.Event(), threading.Event()
+    heard = []
+
+    class Gated(Progress):
+        """The worker's progress, held inside calibrate_or_load's timing loop (every message after
+        its first) until the window has asked the worker to stop."""
+        def __init__(self, inner):
+            super().__init__(inner, threading.Event())
+            self._inner = inner
+
+        def check(self):
+            self._inner.check()
+
+        def __call__(self, message, fraction):
+            if any(m.startswith("calibrating tiny-test") for m in heard):
+                calibrating.set()
+                closed.wait(30)
+            heard.append(message)
+            super().__call__(message, fraction)
+
+    def build(progress):
+        return spec.build(Gated(progress))
+    host = EngineHost(build)
+    ready = []
+    host.worker.ready.connect(ready.append)
+    host.start()
+    try:
+        qtbot.waitUntil(calibrating.is_set, timeout=120_000)
+        host.worker.stop()
+        closed.set()
+        start = time.perf_counter()
+        assert host.stop(timeout_ms=10_000)
+        assert time.perf_counter() - start < 5
+    finally:
+        closed.set()
+        host.stop()
+    assert ready == [] and host.worker.engine is None
+    assert not list((tmp_path / "cache").rglob("*.json"))  # the cut-short curve was not cached
+
+
+@pytest.mark.parametrize("quit_after", ["0.3", "2.5"])
+def test_quit_while_loading_or_calibrating_exits_0(tmp_path, quit_after):
+    env = {**os.environ, "SWARMSCOPE_CACHE": str(tmp_path / "cache"), "QT_QPA_PLATFORM": "offscreen"}
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "app.main", "--model", "tiny-test", "--dtype",
+                           "fp32", "--quit-after", quit_after, "--trace-out", "none"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "QThread" not in done.stderr and time.perf_counter() - start < 60

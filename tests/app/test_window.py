@@ -135,3 +135,19 @@ def test_main_replays_saves_a_non_blank_screenshot_and_exits_0(qtbot, tmp_path):
     code = main(["--replay", str(trace), "--screenshot", str(shot), "--quit-after", "0.5",
                  "--size", "1200x800"])
     assert code == 0 and _non_blank(shot)
+
+
+def test_recalibration_runs_on_the_worker_and_redraws_the_curve(window, qtbot):
+    engine = FakeEngine()
+    window.start_live(build=lambda progress: engine)
+    qtbot.waitUntil(lambda: window.controls.recalibrate_button.isEnabled(), timeout=5000)
+    heard = []
+    window.host.worker.progress.connect(lambda msg, frac: heard.append((msg, frac)))
+    with qtbot.waitSignal(window.host.worker.recalibrated, timeout=5000):
+        window.controls.recalibrate_button.click()
+        assert not window.controls.recalibrate_button.isEnabled()  # one at a time
+    assert window.calibration is engine.calibration
+    assert window.dashboard.cost.budget_line.value() == engine.calibration.budget == 10
+    fractions = [f for _, f in heard]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0 and len(fractions) >= 4
+    assert window.controls.recalibrate_button.isEnabled()
