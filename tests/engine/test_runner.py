@@ -115,7 +115,7 @@ def test_paged_attention_matches_dense_reference():
     k_cache = torch.zeros(nblocks, bs, kvh, hd, dtype=torch.float64)
     v_cache = torch.zeros_like(k_cache)
     ctx, q_lens = [7, 3, 10], [2, 1, 3]
-    tables = [[5, 2], [9, 0], [1, 3, 12]]
+    tables = [[5, 6], [9, 0], [1, 3, 12]]  # lane 0: one consecutive run (the view path)
     keys = [torch.randn(n, kvh, hd, generator=gen, dtype=torch.float64) for n in ctx]
     values = [torch.randn(n, kvh, hd, generator=gen, dtype=torch.float64) for n in ctx]
     for table, k, v in zip(tables, keys, values):
