@@ -18,7 +18,7 @@ class AcceptanceView(QWidget):
     def __init__(self, theme: Theme, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._theme = theme
-        self.headline = LiveLabel("mean acceptance length –", role="headline", lines=2)
+        self.headline = LiveLabel("mean acceptance length –", role="headline", lines=3)
         self.position_plot = make_plot(theme, "by draft position", bottom="position j")
         self.category_plot = make_plot(theme, "by category")
         self.lane_plot = make_plot(theme, "by agent (rolling)", bottom="agent")

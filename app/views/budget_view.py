@@ -16,7 +16,7 @@ from app.views.plot_factory import dashed, make_plot
 REFERENCE_BATCHES = (1, 2, 4, 8, 16)
 LIVE_Y = len(REFERENCE_BATCHES) + 0.6   # the live bar sits above the reference bars
 BAR_HEIGHT = 0.62
-RANGE_STEPS = 256   # the x axis covers the widest pass of this many recent steps
+RANGE_STEPS = 32    # the x axis covers the widest pass of this many recent steps
 
 
 def per_agent_draft(budget: int, batch: int) -> float:

@@ -27,10 +27,12 @@ class CostCurveView(QWidget):
         for item in (self.trail, self.live, self.budget_line):
             self.plot.addItem(item)
         self.budget_line.setVisible(False)
-        # Ranges follow the curve and grow with the live points, never shrink per frame: a range
-        # that moved with every new point would redraw the axes and grid each frame.
+        # The axes fit the calibrated curve, stretched only while the live point lies beyond it:
+        # a range that followed every trail point would redraw the axes and grid each frame, and
+        # one slow outlier (a long prefill) would flatten the curve's knee for good.
         self.plot.disableAutoRange()
-        self._extent = (1.0, 1.0)  # (N, ms) the axes cover
+        self._curve_extent = (1.0, 1.0)  # (N, ms) of the calibrated points
+        self._shown: tuple[float, float] | None = None
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.plot)
@@ -43,8 +45,8 @@ class CostCurveView(QWidget):
             return
         ns, ms = zip(*calibration.points)
         self.curve.setData(list(ns), list(ms))
-        self._extent = (1.0, 1.0)
-        self._cover(max(ns), max(ms))
+        self._curve_extent = (float(max(ns)), float(max(ms)))
+        self._cover(1.0, 1.0)
         self.budget_line.setValue(calibration.budget)
         self.budget_line.label.setFormat(f"T = {calibration.budget}")
         self.budget_line.setVisible(True)
@@ -57,10 +59,11 @@ class CostCurveView(QWidget):
         ms = history.column("dt_ms", lo, stop)
         self.trail.setData(n, ms)
         self.live.setData([n[-1]], [ms[-1]])
-        self._cover(float(n.max()), float(ms.max()))
+        self._cover(float(n[-1]), float(ms[-1]))
 
     def _cover(self, n: float, ms: float) -> None:
-        if n > self._extent[0] or ms > self._extent[1]:
-            self._extent = (max(n, self._extent[0]), max(ms, self._extent[1]))
-            self.plot.setXRange(0, self._extent[0] * 1.05, padding=0)
-            self.plot.setYRange(0, self._extent[1] * 1.1, padding=0)
+        shown = (max(n, self._curve_extent[0]), max(ms, self._curve_extent[1]))
+        if shown != self._shown:
+            self._shown = shown
+            self.plot.setXRange(0, shown[0] * 1.05, padding=0)
+            self.plot.setYRange(0, shown[1] * 1.1, padding=0)
