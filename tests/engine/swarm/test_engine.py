@@ -128,7 +128,7 @@ def test_recalibrate_measures_a_new_curve_and_applies_it_at_the_next_step(
     engine.run(steps=3)
     engine.close()
     assert engine.calibration is measured and measured.model == "tiny-test"
-    assert measured.points != calibration.points and len(messages) > 10
+    assert measured.points != calibration.points and len(messages) >= 2  # start, ..., done
     records = engine.records.snapshot()
     assert {r.budget for r in records[:3]} == {calibration.budget}
     assert {r.budget for r in records[3:]} == {measured.budget}
