@@ -100,16 +100,17 @@ def run(args) -> int:
         print(f"swarmscope bench spec: {exc}", file=sys.stderr)
         return 2
     rows = []
-    for workload, prompts in WORKLOADS:
-        for batch in batches:
-            rows += _measure(loaded, calibration, workload, prompts, batch, args.steps,
-                             args.repeats)
-            if not args.json:
+    for batch in batches:  # B outermost: an interrupted run still compares both workloads
+        for workload, prompts in WORKLOADS:
+            measured = _measure(loaded, calibration, workload, prompts, batch, args.steps,
+                                args.repeats)
+            rows += measured
+            if args.json:  # as they come: a long run interrupted still leaves its rows
+                for row in measured:
+                    print(json.dumps(row), flush=True)
+            else:
                 say(f"done {workload} B={batch}")
-    if args.json:
-        for row in rows:
-            print(json.dumps(row))
-    else:
+    if not args.json:
         _print_table(rows, calibration)
     return 0
 

@@ -19,7 +19,7 @@ from engine.step import StepExecutor, StepOutcome
 
 CONFIG = PRESETS["tiny-test"]
 MODELS = {dtype: LlamaModel.random(CONFIG, seed=0, dtype=dtype)
-          for dtype in (torch.float32, torch.float64)}
+          for dtype in (torch.bfloat16, torch.float32, torch.float64)}
 CURVE = Calibration.make_dummy(knee=8)
 
 
@@ -118,6 +118,33 @@ def test_sampled_lane_does_not_depend_on_its_batch_mates():
     assert crowd[0] == alone[0]
 
 
+def _diverged_tokens(alone: list[int], mixed: list[int]) -> int:
+    """Tokens from the first difference on (0 when identical)."""
+    first = next((j for j, (a, b) in enumerate(zip(alone, mixed)) if a != b),
+                 min(len(alone), len(mixed)))
+    return max(len(alone), len(mixed)) - first
+
+
+def test_bf16_batch_shape_mismatch_is_measured(record_property):
+    """bf16 on CPU is not batch-shape invariant (DESIGN §3): greedy output of a lane alone and the
+    same lane in a mixed batch may diverge. Measured and reported, never hidden; what must hold
+    is asserted: the same runs in fp32 match exactly."""
+    prompts = [_copyish_prompt(s, n) for s, n in ((21, 40), (22, 9), (23, 55), (24, 30))]
+    controls = Controls(policy="fixed", k=4)
+    rates = {}
+    for dtype in (torch.bfloat16, torch.float32):
+        mixed, _ = _run(prompts, [16] * len(prompts), controls, dtype)
+        alone = [_run([p], [16], controls, dtype)[0][0] for p in prompts]
+        diverged = sum(_diverged_tokens(a, m) for a, m in zip(alone, mixed))
+        rates[dtype] = diverged / sum(len(a) for a in alone)
+        if dtype == torch.float32:
+            assert mixed == alone
+    record_property("bf16_mismatch_rate", rates[torch.bfloat16])
+    print(f"bf16 with drafts: {rates[torch.bfloat16]:.1%} of greedy tokens follow a divergence "
+          f"between alone and a mixed batch of {len(prompts)} (fp32: {rates[torch.float32]:.0%})")
+    assert 0.0 <= rates[torch.bfloat16] <= 1.0
+
+
 lane_strategy = st.tuples(st.integers(0, 10_000), st.integers(2, 32), st.integers(1, 10))
 
 
@@ -137,14 +164,14 @@ _CASE = dict(lanes=st.lists(lane_strategy, min_size=1, max_size=4),
              ragged=st.sampled_from(["packed", "padded"]), chunk=st.sampled_from([5, 16, 64]))
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**_CASE)
 def test_property_greedy_speculation_equals_plain(lanes, policy, k, drafter, ragged, chunk):
     _property_case(lanes, policy, k, drafter, ragged, chunk)
 
 
 @pytest.mark.slow
-@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**_CASE)
 def test_property_greedy_speculation_equals_plain_long(lanes, policy, k, drafter, ragged, chunk):
     _property_case(lanes, policy, k, drafter, ragged, chunk)

@@ -17,7 +17,10 @@ def test_bench_spec_smoke_json(tmp_path, monkeypatch, capsys):
                                                       for b in (1, 2)}
     for row in rows:
         assert row["policy"] in labels and row["tokens_per_s"] > 0
-        assert (row["acceptance"] is None) == (row["policy"] == "off")
+        if row["policy"] == "off":
+            assert row["acceptance"] is None          # nothing drafted, no rate to report
+        elif row["policy"].startswith("fixed"):       # the prompts repeat: lookup always finds some
+            assert 0.0 <= row["acceptance"] <= 1.0
         assert row["tokens_per_step"] >= 1.0  # every lane commits at least its bonus token
 
 
