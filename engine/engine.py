@@ -17,7 +17,6 @@ from engine.generate import calibrate_or_load
 from engine.kv_cache import PagedKVCache
 from engine.runner import ModelRunner
 from engine.sequence import Sequence
-from engine.spec import calibration as calib
 from engine.step import StepExecutor
 from engine.swarm.agent import Agent, AgentView
 from engine.swarm.config import SwarmConfig
@@ -43,7 +42,7 @@ class Engine:
         kv = PagedKVCache(loaded.config, -(-kv_tokens // config.block_size), config.block_size,
                           loaded.dtype, loaded.device)
         self.runner = ModelRunner(loaded.model, kv)
-        self.calibration = calibration or self._calibrate()
+        self.calibration = calibration or calibrate_or_load(loaded)
         self.executor = StepExecutor(self.runner, self.calibration, target=loaded)
         self.scheduler = Scheduler(SchedulerConfig(config.max_step_tokens,
                                                    config.rotate_after_steps), kv.blocks)
@@ -240,16 +239,6 @@ class Engine:
                 "dtype": _dtype_name(self.loaded.dtype), "calibration": self.calibration.to_dict(),
                 "controls": self.controls.to_dict(), "seed": self.config.seed,
                 "clock": self.config.clock}
-
-    def _calibrate(self):
-        device, dtype = str(self.loaded.device), _dtype_name(self.loaded.dtype)
-        cached = calib.load_cached(device, self.loaded.name, dtype, eps=0.10)
-        if cached is not None:
-            return cached
-        measured = calib.measure(self.runner, self.loaded.config.vocab_size, device=device,
-                                 model=self.loaded.name, dtype=dtype)
-        calib.save(measured)
-        return measured
 
 
 def _dtype_name(dtype) -> str:
