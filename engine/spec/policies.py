@@ -33,7 +33,8 @@ from engine.spec.acceptance import AcceptanceStats
 from engine.spec.calibration import Calibration
 
 MIN_TRIALS = 4      # tested drafts before a category's rate is trusted (or may switch it off)
-PROBE_EVERY = 16    # idle steps before the first re-probe of a lane
+PROBE_EVERY = 4     # idle steps before the first re-probe of a lane (a failed first look
+                    # often lands before the copying starts)
 PROBE_MAX = 256     # longest wait between probes, however often they failed
 HOLD_STEPS = 3      # steps a one-step change of k must persist before it is applied
 PRIOR = 0.5         # acceptance a lane's estimate is shrunk towards when nothing is known
