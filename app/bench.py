@@ -22,20 +22,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def frame_rate(steps: int, lanes: int, frames: int) -> float:
     """Full-window redraws per second while the newest record changes every frame."""
-    from PySide6.QtWidgets import QApplication
-
     from app.history import History
-    from app.main_window import MainWindow
-    from app.theme import Theme, apply_theme
     from engine.spec.calibration import Calibration
     from engine.telemetry.records import StepRecord
 
-    app = QApplication.instance() or QApplication([])
-    theme = Theme.load("dark")
-    apply_theme(app, theme)
-    window = MainWindow(theme)
-    window.resize(1600, 1000)
-    window.show()
+    app, window = _open_window()
     history = History()
     history.extend([StepRecord.make_dummy(i, batch=1 + (i * 7919) % lanes, budget=24)
                     for i in range(steps + frames)])
@@ -48,6 +39,21 @@ def frame_rate(steps: int, lanes: int, frames: int) -> float:
     fps = frames / (time.perf_counter() - start)
     window.close()
     return fps
+
+
+def _open_window():
+    """The dark-themed main window at a fixed size, shown (offscreen works too)."""
+    from PySide6.QtWidgets import QApplication
+
+    from app.main_window import MainWindow
+    from app.theme import Theme, apply_theme
+    app = QApplication.instance() or QApplication([])
+    theme = Theme.load("dark")
+    apply_theme(app, theme)
+    window = MainWindow(theme)
+    window.resize(1600, 1000)
+    window.show()
+    return app, window
 
 
 def engine_rate(args, windowed: bool) -> float:
@@ -68,16 +74,8 @@ def engine_rate(args, windowed: bool) -> float:
         elapsed = time.perf_counter() - start
     else:
         from PySide6.QtCore import QTimer
-        from PySide6.QtWidgets import QApplication
 
-        from app.main_window import MainWindow
-        from app.theme import Theme, apply_theme
-        app = QApplication.instance() or QApplication([])
-        theme = Theme.load("dark")
-        apply_theme(app, theme)
-        window = MainWindow(theme)
-        window.resize(1600, 1000)
-        window.show()
+        app, window = _open_window()
         start = time.perf_counter()
         window.start_live(build=lambda progress: engine)
         QTimer.singleShot(int(args.duration * 1000), window.close)
