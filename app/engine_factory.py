@@ -27,7 +27,7 @@ class EngineSpec:
         from engine.loading import load_model
         from engine.swarm import SwarmConfig
 
-        from engine.generate import calibrate_or_load
+        from engine.spec.calibration import calibrate_or_load
 
         loaded = load_model(self.model, dtype=self.dtype, device=self.device,
                             progress=lambda msg, frac: progress(msg, 0.7 * frac))

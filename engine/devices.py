@@ -31,6 +31,11 @@ def _cpu_has_fast_bf16() -> bool:
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """The short name `resolve_dtype` takes back ("fp32", "bf16", ...), used in caches and traces."""
+    return next(name for name, value in _DTYPES.items() if value == dtype)
+
+
 def resolve_dtype(name: str, device: torch.device | str) -> torch.dtype:
     device = torch.device(device)
     name = name.lower()

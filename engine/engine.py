@@ -13,10 +13,11 @@ import time
 from typing import Callable
 
 from engine.controls import CATEGORIES, ControlMailbox, Controls
-from engine.generate import calibrate_or_load
+from engine.devices import dtype_name
 from engine.kv_cache import PagedKVCache
 from engine.runner import ModelRunner
 from engine.sequence import Sequence
+from engine.spec.calibration import calibrate_or_load
 from engine.step import StepExecutor
 from engine.swarm.agent import Agent, AgentView
 from engine.swarm.config import SwarmConfig
@@ -236,11 +237,6 @@ class Engine:
 
     def _session(self) -> dict:
         return {"model": self.loaded.name, "device": str(self.loaded.device),
-                "dtype": _dtype_name(self.loaded.dtype), "calibration": self.calibration.to_dict(),
+                "dtype": dtype_name(self.loaded.dtype), "calibration": self.calibration.to_dict(),
                 "controls": self.controls.to_dict(), "seed": self.config.seed,
                 "clock": self.config.clock}
-
-
-def _dtype_name(dtype) -> str:
-    return {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16",
-            "torch.float64": "fp64"}.get(str(dtype), str(dtype))

@@ -8,8 +8,6 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-import torch
-
 from engine.controls import Controls
 from engine.kv_cache import PagedKVCache
 from engine.runner import ModelRunner
@@ -86,7 +84,7 @@ def generate(loaded, prompts: list[str], controls: Controls, max_new_tokens: int
     kv = PagedKVCache(loaded.config, blocks, block, loaded.model.dtype, loaded.model.device)
     runner = ModelRunner(loaded.model, kv)
     if calibration is None:
-        calibration = calibrate_or_load(loaded, progress=progress)
+        calibration = calib.calibrate_or_load(loaded, progress=progress)
     executor = StepExecutor(runner, calibration, target=loaded)
     records = decode(executor, seqs, controls)
     drafted = {s.agent: 0 for s in seqs}
@@ -97,26 +95,3 @@ def generate(loaded, prompts: list[str], controls: Controls, max_new_tokens: int
             accepted[lane.agent] += lane.acc
     return [GenerationResult(prompt, s.output_ids, tok.decode(s.output_ids), drafted[s.agent],
                              accepted[s.agent]) for prompt, s in zip(prompts, seqs)]
-
-
-def calibrate_or_load(loaded, eps: float = 0.10,
-                      progress: Callable[[str], None] | None = None,
-                      force: bool = False) -> calib.Calibration:
-    """The cached calibration for (device, model, dtype), measuring and caching it if absent."""
-    device, dtype = str(loaded.model.device), str(loaded.model.dtype).removeprefix("torch.")
-    if not force:
-        cached = calib.load_cached(device, loaded.name, dtype, eps)
-        if cached is not None:
-            return cached
-    # Room for the widest batch shape: 16 lanes x (64 context + 64 query) tokens.
-    kv = PagedKVCache(loaded.config, 16 * 8 + 8, 16, loaded.model.dtype, loaded.model.device)
-    runner = ModelRunner(loaded.model, kv)
-    if progress:
-        progress(f"calibrating {loaded.name} ({dtype}, {device}): timing forward passes")
-    with torch.inference_mode():
-        result = calib.measure(runner, loaded.config.vocab_size, device=device, model=loaded.name,
-                               dtype=dtype, eps=eps, progress=progress)
-    path = calib.save(result)
-    if progress:
-        progress(f"budget T = {result.budget} (t(1) = {result.t_ms(1):.2f} ms); cached in {path}")
-    return result

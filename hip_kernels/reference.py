@@ -66,7 +66,6 @@ def write_kv(
 def _first_rejection(accept: torch.Tensor, cu_draft_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per lane, how many leading drafts were accepted, and each draft's lane."""
     cu = cu_draft_lens.long()
-    num_lanes = cu.numel() - 1
     drafts = torch.arange(accept.numel(), device=accept.device)
     lane = torch.searchsorted(cu[1:], drafts, right=True)  # [total_drafts]
     offset = drafts - cu[lane]

@@ -15,7 +15,7 @@ import time
 import torch
 
 from engine.config import PRESETS
-from engine.devices import resolve_device, resolve_dtype
+from engine.devices import dtype_name, resolve_device, resolve_dtype
 from engine.forward_batch import LaneInput
 from engine.kv_cache import PagedKVCache
 from engine.model import LlamaModel
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     for row in verify_rows:
         row["x_t1"] = row["step_ms"] / t1
     report = {
-        "model": args.model, "dtype": str(model.dtype).removeprefix("torch."),
+        "model": args.model, "dtype": dtype_name(model.dtype),
         "device": str(device), "threads": torch.get_num_threads(), "ctx": args.ctx,
         "layout": args.layout, "weight_bytes": model.streamed_weight_bytes(),
         "read_bandwidth_gb_s": bandwidth / 1e9, "floor_ms": 1e3 * floor_s,

@@ -87,7 +87,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from engine.errors import SwarmscopeError
-    from engine.generate import calibrate_or_load
+    from engine.spec.calibration import calibrate_or_load
     from engine.loading import load_model
     say = lambda message, *_: print(message, file=sys.stderr)  # noqa: E731
     try:

@@ -16,7 +16,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from engine.generate import calibrate_or_load
+    from engine.spec.calibration import calibrate_or_load
     from engine.loading import load_model
     say = lambda message, *_: print(message, file=sys.stderr)  # noqa: E731
     try:

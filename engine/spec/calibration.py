@@ -20,9 +20,13 @@ from pathlib import Path
 from typing import Callable
 
 import platformdirs
+import torch
 
+from engine.devices import dtype_name
 from engine.errors import SwarmscopeError
 from engine.forward_batch import LaneInput
+from engine.kv_cache import PagedKVCache
+from engine.runner import ModelRunner
 
 QUERY_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
 BATCH_SHAPES = (2, 4, 8, 16)
@@ -179,3 +183,26 @@ def measure(runner, vocab_size: int, *, device: str, model: str, dtype: str, eps
     batch_points = [(b, ms) for (kind, b, _), ms in zip(shapes, fastest) if kind == "B"]
     return Calibration(points=points, eps=eps, batch_points=batch_points, device=device,
                        model=model, dtype=dtype)
+
+
+def calibrate_or_load(loaded, eps: float = 0.10,
+                      progress: Callable[[str], None] | None = None,
+                      force: bool = False) -> Calibration:
+    """The cached calibration for (device, model, dtype), measuring and caching it if absent."""
+    device, dtype = str(loaded.model.device), dtype_name(loaded.model.dtype)
+    if not force:
+        cached = load_cached(device, loaded.name, dtype, eps)
+        if cached is not None:
+            return cached
+    # Room for the widest batch shape: 16 lanes x (64 context + 64 query) tokens.
+    kv = PagedKVCache(loaded.config, 16 * 8 + 8, 16, loaded.model.dtype, loaded.model.device)
+    runner = ModelRunner(loaded.model, kv)
+    if progress:
+        progress(f"calibrating {loaded.name} ({dtype}, {device}): timing forward passes")
+    with torch.inference_mode():
+        result = measure(runner, loaded.config.vocab_size, device=device, model=loaded.name,
+                               dtype=dtype, eps=eps, progress=progress)
+    path = save(result)
+    if progress:
+        progress(f"budget T = {result.budget} (t(1) = {result.t_ms(1):.2f} ms); cached in {path}")
+    return result

@@ -17,6 +17,7 @@ import time
 import torch
 from torch import nn
 
+from engine.devices import dtype_name
 from engine.errors import KVCacheFull, ModelLoadError
 from engine.forward_batch import LaneInput
 from engine.kv_cache import PagedKVCache
@@ -60,7 +61,7 @@ class DraftModelDrafter:
     @classmethod
     def from_path(cls, spec: str, target, num_blocks: int | None = None) -> "DraftModelDrafter":
         from engine.loading import load_model
-        loaded = load_model(spec, dtype=_dtype_name(target.dtype), device=str(target.device))
+        loaded = load_model(spec, dtype=dtype_name(target.dtype), device=str(target.device))
         probe_target = target.tokenizer.encode(TOKENIZER_PROBE)
         if (loaded.config.vocab_size != target.config.vocab_size
                 or loaded.tokenizer.encode(TOKENIZER_PROBE) != probe_target):
@@ -130,7 +131,3 @@ class DraftModelDrafter:
         if seq_id in self.runner.kv.blocks:
             self.runner.kv.blocks.free(seq_id)
 
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
-            torch.float64: "fp64"}[dtype]
