@@ -140,6 +140,9 @@ class Engine:
 
     def close(self) -> None:
         if self.trace:
+            with self._lock:  # the text since each agent's last state change
+                for agent in self._agents.values():
+                    self._record_text(self.now(), agent)
             self.trace.close()
 
     # -- controls --
@@ -169,7 +172,8 @@ class Engine:
             agent_id = len(self._agents)
             rng = random.Random(f"{self.config.seed}:{agent_id}")
             agent = Agent(agent_id, self.workload, self.loaded.tokenizer, rng,
-                          self.config.temperature, self._max_context)
+                          self.config.temperature, self._max_context,
+                          record_text=self.trace is not None)
             self._agents[agent_id] = agent
             # First tasks go round the categories in the mix, so every category is present.
             cats = [c for c in CATEGORIES if self.controls.mix.get(c, 0) > 0]
@@ -231,6 +235,12 @@ class Engine:
         self._event({"type": "agent", "t": t, "agent": agent, "event": event})
         if self.trace:
             self.trace.write_agent(t, agent, event)
+            self._record_text(t, self._agents[agent])
+
+    def _record_text(self, t: float, agent: Agent) -> None:
+        segments = agent.take_text()  # decoded here, at a state change: never per step
+        if segments:
+            self.trace.write_text(t, agent.id, segments)
 
     def _event(self, event: dict) -> None:
         self.events.append(event)

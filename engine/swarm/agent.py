@@ -1,10 +1,16 @@
 """One agent of the swarm: a client of the engine that loops decode turn -> tool call -> tool
-output (prefill) -> decode turn, and keeps a transcript the app can show.
+output (prefill) -> decode turn, and keeps a transcript the app can show and the trace records.
 
 The agent owns its context as a Sequence; the engine feeds it through the scheduler. Its text is
-the Sequence's token_ids, so preemption (which only drops KV) never loses any of it."""
+the Sequence's token_ids, so preemption (which only drops KV) never loses any of it.
+
+For the trace, `take_text()` hands over the transcript since its last call as text. Steps only
+note where each run of output ends; decoding waits until the engine takes the text at a state
+change, and decodes the turn's output as a whole, so a character whose bytes span two steps (or an
+accepted draft and the token after it) comes out as one character, as in a decode of the turn."""
 from __future__ import annotations
 
+import os
 import random
 from collections import deque
 from dataclasses import dataclass, field
@@ -12,9 +18,9 @@ from dataclasses import dataclass, field
 from engine.sampling import SamplingParams
 from engine.sequence import Sequence
 from engine.swarm.workload import Task, Workload
+from engine.telemetry.trace_writer import SEGMENT_KINDS  # noqa: F401 - the transcript's kinds
 
 STATES = ("decode", "tool", "waiting", "done")
-SEGMENT_KINDS = ("prompt", "tool", "committed", "accepted_draft")
 MAX_SEGMENTS = 2000  # transcript segments kept per agent (older ones scroll away)
 
 
@@ -39,7 +45,7 @@ class AgentView:
 
 class Agent:
     def __init__(self, agent_id: int, workload: Workload, tokenizer, rng: random.Random,
-                 temperature: float, max_context: int) -> None:
+                 temperature: float, max_context: int, record_text: bool = False) -> None:
         self.id = agent_id
         self.workload, self.tokenizer, self.rng = workload, tokenizer, rng
         self.temperature, self.max_context = temperature, max_context
@@ -53,6 +59,12 @@ class Agent:
         self.tokens = self.drafted = self.accepted = 0
         # Segments hold text, or token ids decoded only when someone looks (keeps steps cheap).
         self._segments: deque[list] = deque(maxlen=MAX_SEGMENTS)
+        # Text not yet taken for the trace (None: not recorded): [text, kind] for prompt and tool
+        # output, [end, kind] for a run of this turn's output ending at _turn_ids[end].
+        self._unsent: list[list] | None = [] if record_text else None
+        self._turn_ids: list[int] = []  # this turn's output so far
+        self._taken_ids = 0             # of _turn_ids, how many are already taken as text
+        self._taken_chars = 0           # of the turn's decoded output, how much was taken
 
     # -- transitions (the engine calls these at step boundaries) --
     def start_task(self, cat: str, seq_id: int, t: float) -> Sequence:
@@ -68,6 +80,7 @@ class Agent:
         self.seq = Sequence(seq_id=seq_id, token_ids=ids, prompt_len=len(ids), sampling=sampling,
                             stop_ids=tuple(self.tokenizer.eos_ids), agent=self.id, cat=cat)
         self._segments.append([text, "prompt"])
+        self._note(text, "prompt")
         self._begin_turn(t)
         return self.seq
 
@@ -89,6 +102,7 @@ class Agent:
     def resume(self, text: str, ids: list[int], t: float) -> None:
         self.seq.token_ids.extend(ids)
         self._segments.append([text, "tool"])
+        self._note(text, "tool")
         self._begin_turn(t)
 
     def _begin_turn(self, t: float) -> None:
@@ -98,6 +112,8 @@ class Agent:
         seq.finished = False
         self.state = "decode"
         self.turn_started = t
+        self._settle_output()  # the last turn's output, decoded before its ids are dropped
+        self._turn_ids, self._taken_ids, self._taken_chars = [], 0, 0
 
     def on_tokens(self, new_ids: list[int], accepted: int, drafted: int) -> None:
         """Tokens this step committed for the agent: the first `accepted` were drafts."""
@@ -111,6 +127,52 @@ class Agent:
                 self._segments[-1][0].extend(ids)
             else:
                 self._segments.append([list(ids), kind])
+            if self._unsent is None:
+                continue
+            self._turn_ids.extend(ids)
+            last = self._unsent[-1] if self._unsent else None
+            if last is not None and last[1] == kind and isinstance(last[0], int):
+                last[0] = len(self._turn_ids)
+            else:
+                self._unsent.append([len(self._turn_ids), kind])
+
+    # -- text for the trace --
+    def take_text(self) -> list[list[str]]:
+        """The transcript since the last call as [[text, kind], ...] (kind in SEGMENT_KINDS),
+        decoded now. The engine calls it at state changes and at close, never per step."""
+        if not self._unsent:
+            return []
+        self._settle_output()
+        taken = [item for item in self._unsent if item[0]]
+        self._unsent = []
+        return taken
+
+    def _note(self, text: str, kind: str) -> None:
+        if self._unsent is not None:
+            self._unsent.append([text, kind])
+
+    def _settle_output(self) -> None:
+        """Replace the pending runs of output ([end, kind]) by their text. The decode of the
+        whole turn is the authority; the runs split it where their own decodes agree with it."""
+        pending = [item for item in (self._unsent or ()) if isinstance(item[0], int)]
+        if not pending:
+            return
+        ids, decode = self._turn_ids, self.tokenizer.decode
+        ends = [item[0] for item in pending]
+        full = decode(ids[:ends[-1]])
+        pieces = [decode(ids[a:b]) for a, b in zip([self._taken_ids] + ends[:-1], ends)]
+        if "".join(pieces) != full[self._taken_chars:]:
+            # A run boundary splits a character (or the tokenizer joins tokens with context):
+            # cut the whole decode where each run's prefix decode stops agreeing with it.
+            cuts = [self._taken_chars]
+            for end in ends[:-1]:
+                agree = len(os.path.commonprefix([decode(ids[:end]), full]))
+                cuts.append(max(cuts[-1], agree))
+            cuts.append(len(full))
+            pieces = [full[a:b] for a, b in zip(cuts, cuts[1:])]
+        for item, text in zip(pending, pieces):
+            item[0] = text
+        self._taken_ids, self._taken_chars = ends[-1], len(full)
 
     # -- views --
     def view(self, state: str | None = None) -> AgentView:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from engine.errors import TraceError
 from engine.telemetry.records import LAYOUTS, POLICIES, StepRecord
-from engine.telemetry.trace_writer import TRACE_VERSION
+from engine.telemetry.trace_writer import SEGMENT_KINDS, TRACE_VERSION
 
 AGENT_EVENTS = ("decode", "tool", "done")
 _STEP_FIELDS = {f.name for f in fields(StepRecord)}
@@ -21,6 +21,7 @@ class Trace:
     steps: list[StepRecord] = field(default_factory=list)
     controls: list[dict] = field(default_factory=list)  # {"type": "control", "t", "changes"}
     agents: list[dict] = field(default_factory=list)    # {"type": "agent", "t", "agent", "event"}
+    texts: list[dict] = field(default_factory=list)     # {"type": "text", "t", "agent", "segments"}
     warnings: list[str] = field(default_factory=list)
 
 
@@ -108,6 +109,8 @@ def _add_record(trace: Trace, number: int, text: str) -> None:
             raise TraceError(None, number, f"agent record needs a number t, an int agent and "
                                            f"an event in {AGENT_EVENTS}")
         trace.agents.append(obj)
+    elif kind == "text":
+        trace.texts.append(_check_text(number, obj))
     elif kind == "session":
         raise TraceError(None, number, "a second session record (only line 1 may be one)")
     else:
@@ -133,6 +136,19 @@ def _parse_step(number: int, obj: dict) -> StepRecord:
         return StepRecord.from_dict(obj)
     except (TypeError, ValueError) as exc:
         raise TraceError(None, number, f"bad step record: {exc}") from None
+
+
+def _check_text(number: int, obj: dict) -> dict:
+    if not _is_number(obj.get("t")) or type(obj.get("agent")) is not int \
+            or not isinstance(obj.get("segments"), list):
+        raise TraceError(None, number, "text record needs a number t, an int agent and a list "
+                                       "segments")
+    for segment in obj["segments"]:
+        if not (isinstance(segment, list) and len(segment) == 2 and isinstance(segment[0], str)
+                and segment[1] in SEGMENT_KINDS):
+            raise TraceError(None, number, f"text segment {segment!r:.60} is not [text, kind] "
+                                           f"with kind in {SEGMENT_KINDS}")
+    return obj
 
 
 def _is_number(value) -> bool:

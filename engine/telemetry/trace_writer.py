@@ -16,7 +16,8 @@ from pathlib import Path
 from engine.errors import TraceError
 from engine.telemetry.records import StepRecord
 
-TRACE_VERSION = 1
+TRACE_VERSION = 1  # text records came later, additively: version-1 files without them still read
+SEGMENT_KINDS = ("prompt", "tool", "committed", "accepted_draft")  # of a text record's segments
 
 
 class TraceWriter:
@@ -55,6 +56,10 @@ class TraceWriter:
 
     def write_agent(self, t: float, agent: int, event: str) -> None:
         self._write_line({"type": "agent", "t": t, "agent": agent, "event": event})
+
+    def write_text(self, t: float, agent: int, segments: list) -> None:
+        """An agent's transcript since its last text record: [[text, kind], ...]."""
+        self._write_line({"type": "text", "t": t, "agent": agent, "segments": segments})
 
     def _write_line(self, obj: dict) -> None:
         line = json.dumps(obj, separators=(",", ":")) + "\n"

@@ -15,6 +15,8 @@ from engine.telemetry.records import StepRecord
 from engine.telemetry.trace_reader import read_trace
 from engine.telemetry.trace_writer import TraceWriter
 
+TEXT = [["<|im_start|>user\nFix it.", "prompt"], ["def f(x):", "committed"],
+        ["\n    return x", "accepted_draft"]]
 SESSION = {"model": "tiny-test", "device": "cpu", "dtype": "fp32",
            "calibration": {"points": [[1, 2.0]]}, "controls": {"policy": "goodput"}}
 
@@ -28,6 +30,7 @@ def write_sample(path, steps=20):
             writer.write_step(rec)
         writer.write_control(0.5, {"k": 2})
         writer.write_agent(0.7, 0, "tool")
+        writer.write_text(0.7, 0, TEXT)
     return records
 
 
@@ -39,8 +42,18 @@ def test_round_trip(tmp_path, name):
     assert [s.to_dict() for s in trace.steps] == [r.to_dict() for r in records]
     assert trace.controls == [{"type": "control", "t": 0.5, "changes": {"k": 2}}]
     assert [a["event"] for a in trace.agents] == ["decode", "tool"] and trace.warnings == []
+    assert trace.texts == [{"type": "text", "t": 0.7, "agent": 0, "segments": TEXT}]
     if name.endswith(".gz"):
         assert gzip.open(tmp_path / name).readline().startswith(b'{"type":"session"')
+
+
+def test_a_version_1_trace_without_text_records_still_reads(tmp_path):
+    path = tmp_path / "old.jsonl"
+    write_sample(path)
+    lines = [line for line in lines_of(path) if '"type":"text"' not in line]
+    path.write_text("\n".join(lines) + "\n")
+    trace = read_trace(path)
+    assert trace.texts == [] and len(trace.steps) == 20 and len(trace.agents) == 2
 
 
 def lines_of(path):
@@ -54,6 +67,12 @@ def lines_of(path):
                                .replace('"padded"', '"diagonal"')), 3, "unknown policy"),
     (lambda ls: ls.__setitem__(4, '{"type": "agent", "t": 1, "agent": 0, "event": "nap"}'), 5,
      "event in"),
+    (lambda ls: ls.__setitem__(4, '{"type": "text", "t": 1, "agent": 0, "segments": [["hi", '
+                               '"shouted"]]}'), 5, "kind in"),
+    (lambda ls: ls.__setitem__(4, '{"type": "text", "t": 1, "agent": 0, "segments": [["hi"]]}'),
+     5, "is not [text, kind]"),
+    (lambda ls: ls.__setitem__(4, '{"type": "text", "t": 1, "agent": "0", "segments": []}'), 5,
+     "int agent"),
     (lambda ls: ls.__setitem__(4, '{"type": "mystery"}'), 5, "unknown record type"),
     (lambda ls: ls.__setitem__(4, '[1, 2]'), 5, "JSON object"),
     (lambda ls: ls.__setitem__(0, ls[0].replace('"version":1', '"version":9')), 1, "version 9"),
@@ -80,7 +99,7 @@ def test_truncated_last_line_and_empty_and_missing_files(tmp_path):
     path.write_text(text[:-30])
     with pytest.raises(TraceError, match=r"t.jsonl:\d+: truncated line"):
         read_trace(path)
-    assert len(read_trace(path, lenient=True).steps) == 5  # the cut line was the last agent event
+    assert len(read_trace(path, lenient=True).steps) == 5  # the cut line was the text record
     (tmp_path / "empty.jsonl").write_text("")
     with pytest.raises(TraceError, match="empty file"):
         read_trace(tmp_path / "empty.jsonl")
