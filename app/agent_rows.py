@@ -1,10 +1,13 @@
 """Rows of the agents table. Live they come from Engine.agents(); in replay they are rebuilt from
-the trace's agent events and step lanes (a trace has no transcripts). Qt-free."""
+the trace's step lanes, agent events and text records. Qt-free."""
 from __future__ import annotations
 
+import math
+from collections import deque
 from dataclasses import dataclass, field
 
 from app.history import History
+from engine.swarm.agent import MAX_SEGMENTS
 
 
 @dataclass(slots=True)
@@ -25,7 +28,8 @@ class AgentRow:
 
 class AgentTally:
     """Agent rows as of any step, rebuilt from the history incrementally: moving forward only
-    reads the new records (a live session or a playing replay), moving back starts over."""
+    reads the new records and events (a live session or a playing replay), moving back starts
+    over. Events must be in time order (the window sorts a trace's)."""
 
     def __init__(self) -> None:
         self._history: History | None = None
@@ -33,6 +37,9 @@ class AgentTally:
         self._rows: dict[int, AgentRow] = {}
         self._drafted: dict[int, int] = {}
         self._accepted: dict[int, int] = {}
+        self._events_read = 0
+        self._states: dict[int, str] = {}
+        self._transcripts: dict[int, deque] = {}
 
     def rows(self, history: History, stop: int) -> list[AgentRow]:
         if history is not self._history or stop < self._stop:
@@ -47,20 +54,34 @@ class AgentTally:
                 self._drafted[lane.agent] = self._drafted.get(lane.agent, 0) + lane.k
                 self._accepted[lane.agent] = self._accepted.get(lane.agent, 0) + lane.acc
         self._stop = stop
-        t_stop = history.records[stop - 1].t if stop else 0.0
-        states: dict[int, str] = {}
-        for event in history.events:  # events are few (one per agent state change)
-            if event.get("type") == "agent" and event["t"] <= t_stop:
-                states[event["agent"]] = event["event"]
+        self._read_events(history, stop)
+        states = self._states
         out = []
-        for agent in sorted(set(self._rows) | set(states)):
+        for agent in sorted(set(self._rows) | set(states) | set(self._transcripts)):
             row = self._rows.get(agent) or AgentRow(agent, "waiting", "?", 0, None)
             drafted = self._drafted.get(agent, 0)
             out.append(AgentRow(agent, states.get(agent, "waiting"), row.cat, row.tokens,
-                                self._accepted[agent] / drafted if drafted else None))
+                                self._accepted[agent] / drafted if drafted else None,
+                                list(self._transcripts.get(agent, ()))))
         return out
+
+    def _read_events(self, history: History, stop: int) -> None:
+        """Events before the next step started: what a viewer saw once step `stop - 1` was done
+        (the text of a turn is recorded as the turn ends, after its last step began). At the
+        end of the history, everything (the text recorded as the session closed, too)."""
+        bound = history.records[stop].t if stop < len(history) else math.inf
+        events = history.events
+        while self._events_read < len(events) and events[self._events_read]["t"] < bound:
+            event = events[self._events_read]
+            self._events_read += 1
+            if event.get("type") == "agent":
+                self._states[event["agent"]] = event["event"]
+            elif event.get("type") == "text":
+                shown = self._transcripts.setdefault(event["agent"], deque(maxlen=MAX_SEGMENTS))
+                shown.extend((text, kind) for text, kind in event["segments"])
 
 
 def rows_from_history(history: History, stop: int) -> list[AgentRow]:
-    """Agent table as of step `stop`: state from the last agent event before it, the rest from lanes."""
+    """Agent table as of step `stop`: state and transcript from the events before the next step,
+    the rest from lanes."""
     return AgentTally().rows(history, stop)

@@ -216,7 +216,8 @@ class MainWindow(QMainWindow):
         self.stop_engine()
         self.history = History()
         self.history.extend(trace.steps)
-        self.history.events = sorted(trace.controls + trace.agents, key=lambda e: e["t"])
+        self.history.events = sorted(trace.controls + trace.agents + trace.texts,
+                                     key=lambda e: e["t"])
         self.trace_path = path
         self.replaying = True
         calibration = trace.session.get("calibration")

@@ -80,8 +80,9 @@ class AgentsView(QWidget):
             return
         if not row.transcript:
             self._shown_key = None
-            self.transcript.setHtml(f"<i>agent {row.id}: no transcript (traces do not store "
-                                    "text; transcripts are shown live)</i>")
+            # In replay: text is recorded as each turn ends, and traces from before text
+            # records existed have none.
+            self.transcript.setHtml(f"<i>agent {row.id}: no text recorded up to here</i>")
             return
         th = self._theme
         style = {"prompt": f"color:{th.muted}", "tool": f"color:{th.prefill}",

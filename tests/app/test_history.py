@@ -61,7 +61,15 @@ def test_agent_rows_rebuilt_from_trace_events():
     history = History()
     history.extend([_rec(0, [(2, 2), (1, 0)], t=0.0), _rec(1, [(2, 1)], t=1.0)])
     history.events = [{"type": "agent", "t": 0.5, "agent": 1, "event": "tool"},
+                      {"type": "text", "t": 0.5, "agent": 1, "segments": [["ab", "committed"]]},
+                      {"type": "text", "t": 1.5, "agent": 1, "segments": [["c", "tool"]]},
                       {"type": "agent", "t": 2.0, "agent": 0, "event": "done"}]
+    # After step 0: what was recorded before step 1 began (t < 1.0).
+    rows = rows_from_history(history, 1)
+    assert [(r.id, r.state, r.tokens) for r in rows] == [(0, "waiting", 3), (1, "tool", 1)]
+    assert rows[1].transcript == [("ab", "committed")] and rows[0].transcript == []
+    # At the end: everything, also what was recorded after the last step began.
     rows = rows_from_history(history, 2)
-    assert [(r.id, r.state, r.tokens) for r in rows] == [(0, "waiting", 3 + 2), (1, "tool", 1)]
+    assert [(r.id, r.state, r.tokens) for r in rows] == [(0, "done", 3 + 2), (1, "tool", 1)]
     assert rows[0].acceptance == pytest.approx(3 / 4)
+    assert rows[1].transcript == [("ab", "committed"), ("c", "tool")]
