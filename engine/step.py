@@ -19,6 +19,7 @@ from engine.spec.acceptance import AcceptanceStats
 from engine.spec.calibration import Calibration
 from engine.spec.drafters import Draft, Drafter, make_drafter
 from engine.spec.policies import Decision, LaneView, SpeculationPolicy
+from engine.spec.shadow import ShadowChecks
 from engine.spec.verification import Verdict, verify_greedy, verify_sampled
 from engine.telemetry.records import LaneRecord, StepRecord
 
@@ -56,6 +57,7 @@ class StepExecutor:
         self.runner, self.calibration, self.target = runner, calibration, target
         self.stats = stats or AcceptanceStats()
         self.policy = SpeculationPolicy(self.stats)
+        self.shadows = ShadowChecks()
         self._drafters: dict[str, Drafter] = {}
         self._samplers: dict[int, LaneSampler] = {}
 
@@ -74,6 +76,7 @@ class StepExecutor:
             drafter.release(seq.seq_id)
         self._samplers.pop(seq.seq_id, None)
         self.policy.forget(seq.seq_id)
+        self.shadows.forget(seq.seq_id)
         self.stats.forget(seq.seq_id)
 
     def run(self, scheduled: list[tuple[Sequence, int]], controls: Controls, step: int,
@@ -127,8 +130,15 @@ class StepExecutor:
                 [Draft([]) for _ in seqs]
         drafter = self.drafter(controls.drafter)
         views = [LaneView(seq.seq_id, seq.cat, drafter.available(seq, controls.k)) for seq in seqs]
-        decision = self.policy.decide(views, prefill, controls, self.calibration, drafter.cost_ms)
-        return decision, drafter.propose(seqs, decision.ks)
+        decision = self.policy.decide(views, prefill, controls, self.calibration, drafter.cost_ms,
+                                      shadowed=drafter.free)
+        if not drafter.free:
+            return decision, drafter.propose(seqs, decision.ks)
+        offered = drafter.propose(seqs, [view.available for view in views])
+        for seq, draft, k in zip(seqs, offered, decision.ks):
+            if k == 0:
+                self.shadows.watch(seq.seq_id, draft.tokens)
+        return decision, [Draft(draft.tokens[:k]) for draft, k in zip(offered, decision.ks)]
 
     @staticmethod
     def _lanes(scheduled, fed, decoding, drafts: dict[int, Draft]) -> list[LaneInput]:
@@ -163,6 +173,9 @@ class StepExecutor:
         if draft.tokens:
             self.stats.record(seq.seq_id, seq.cat, len(draft.tokens), verdict.accepted)
             self._drafters_commit(seq, len(draft.tokens), verdict.accepted)
+        shadow = self.shadows.observe(seq.seq_id, tokens)
+        if shadow is not None:
+            self.stats.record(seq.seq_id, seq.cat, *shadow)
         return LaneResult(seq.seq_id, tokens, [j < kept_drafts for j in range(len(tokens))],
                           seq.finished)
 

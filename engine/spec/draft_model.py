@@ -42,6 +42,8 @@ def first_layers(model, num_layers: int):
 
 
 class DraftModelDrafter:
+    free = False  # every proposal runs the draft model
+
     def __init__(self, model, name: str, num_blocks: int, block_size: int = 16) -> None:
         kv = PagedKVCache(model.config, num_blocks, block_size, model.dtype, model.device)
         self.runner = ModelRunner(model, kv)

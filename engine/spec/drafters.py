@@ -3,7 +3,9 @@
 A step asks the drafter how many drafts each decoding lane *could* get (`available`), lets the
 policy pick k per lane within that, then asks for them (`propose`). After verification the
 drafter hears what was kept (`commit`) so any state of its own follows the target's accepted
-prefix. `cost_ms` is the drafter's own share of the step time, so policies can charge for it."""
+prefix. `cost_ms` is the drafter's own share of the step time, so policies can charge for it;
+a drafter whose proposals cost nothing says so (`free`), and the engine then checks the drafts it
+did not send against the output (spec/shadow.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,6 +32,7 @@ class Draft:
 
 class Drafter(Protocol):
     name: str
+    free: bool  # proposing costs nothing (no model): unsent proposals are shadow-checked
 
     def available(self, seq: Sequence, cap: int) -> int:
         """How many drafts (<= cap) this lane can get now; 0 when the drafter has nothing."""

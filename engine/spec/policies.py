@@ -2,25 +2,31 @@
 
 - off: none; fixed: K for every lane; uniform: the seed rule k = floor((T - B) / B);
 - goodput (default): per-lane k maximising expected emitted tokens per second. The j-th draft of
-  lane i is accepted with probability about a_i ** j, so a step emits B + sum_i sum_{j<=k_i} a_i**j
-  tokens in t(B + sum k + prefill) + drafting ms. Drafts are added greedily, best marginal gain
-  first; the allocation kept is the prefix of that order with the best rate (so a curve with a
-  cost jump from 1 to 2 rows, or a draft model whose first pass is costly, can still pay off over
-  several drafts). Inside the budget every draft with positive a_i is nearly free; past it a draft
-  must pay for itself through the measured curve.
+  lane i is accepted with probability first_i * cont_i ** (j - 1) (acceptance.Estimate), so a step
+  emits B + the sum of those over every draft in t(B + sum k + prefill) + drafting ms. Drafts are
+  added greedily, best marginal gain first; the allocation kept is the prefix of that order with
+  the best rate (so a curve with a cost jump from 1 to 2 rows, or a draft model whose first pass
+  is costly, can still pay off over several drafts). Inside the budget every draft with positive
+  gain is nearly free; past it a draft must pay for itself through the measured curve.
 
-Goodput explores cautiously: a lane with no history of its own, in a category without enough
-history to go on, is *probed* before it is planned with a guessed rate; a lane the plan leaves
-idle is probed again now and then so it can recover. A probe gets as many drafts as add no more
-than (1 + eps) times one draft's cost, and each probe that does not win the lane a place in the plan
-doubles the wait before the next (PROBE_EVERY, 2x, ... PROBE_MAX steps), so a stream that never
-accepts costs a vanishing share of the step time.
+Lanes that do not draft still need evidence, or a lane the plan parks could never come back.
+With a drafter whose proposals cost nothing (prompt lookup) the engine checks the proposals it
+did not send against what the lane then emitted (spec/shadow.py): that is the acceptance the
+drafts would have had, for free, so such lanes are never probed and a new lane is planned from
+its category (or the prior) like any other. With a costly drafter (a draft model) goodput
+explores by probing: a lane with no history of its own, in a category without enough history
+to go on, is probed before it is planned with a guessed rate; a lane the plan leaves idle is
+probed again now and then. A probe gets as many drafts as add no more than (1 + eps) times one
+draft's cost, and each probe that does not win the lane a place in the plan doubles the wait
+before the next (PROBE_EVERY, 2x, ... PROBE_MAX steps), so a stream that never accepts costs a
+vanishing share of the step time.
 
 Guards for every policy: no drafting when the batch exceeds the speculation ceiling; a lane or
-category whose rolling acceptance is below the minimum stops drafting, re-probed on the same
-backed-off clock (one draft for fixed and uniform); and (adaptive policies) hysteresis, so a
-change of k by one applies only after the wish has persisted for HOLD_STEPS steps. Stopping
-(k falling to 0) applies at once: held drafts that do not pay are pure cost.
+category whose rolling acceptance is below the minimum stops drafting (re-probed on the same
+backed-off clock with one draft for fixed and uniform, unless shadow checks watch it); and
+(adaptive policies) hysteresis, so a change of k by one applies only after the wish has persisted
+for HOLD_STEPS steps. Stopping (k falling to 0) applies at once: held drafts that do not pay are
+pure cost.
 """
 from __future__ import annotations
 
@@ -74,7 +80,10 @@ class SpeculationPolicy:
         self._wait: dict[int, int] = {}     # seq_id -> idle steps due before the next probe
 
     def decide(self, lanes: list[LaneView], prefill: int, controls: Controls,
-               calibration: Calibration, draft_cost_ms: Callable[[list[int]], float]) -> Decision:
+               calibration: Calibration, draft_cost_ms: Callable[[list[int]], float],
+               shadowed: bool = False) -> Decision:
+        """`shadowed`: the drafter's unsent proposals are checked against the output (free
+        evidence for idle lanes), so no lane needs a probe."""
         batch = len(lanes)
         budget = controls.budget_override or calibration.budget
         if controls.policy == "off" or not lanes:
@@ -94,11 +103,11 @@ class SpeculationPolicy:
             if controls.budget_override:  # move the measured knee to the overridden budget
                 scale = calibration.budget / controls.budget_override
                 t_ms = lambda n: calibration.t_ms(n * scale)  # noqa: E731
-            fresh = [self._fresh(lane) for lane in lanes]
+            fresh = [not shadowed and self._fresh(lane) for lane in lanes]
             planned = [0 if new else limit for new, limit in zip(fresh, limits)]
             ks, reason = self._goodput(lanes, planned, prefill, budget, t_ms, draft_cost_ms)
             ks = self._hold(lanes, ks, planned)
-        probes = self._probes(lanes, ks, muted, fresh)
+        probes = [] if shadowed else self._probes(lanes, ks, muted, fresh)
         tokens = batch + prefill + sum(ks)
         for i in probes:
             if controls.policy == "goodput":
@@ -187,8 +196,8 @@ class SpeculationPolicy:
         tokens = float(batch)
         elapsed = t_ms(batch + prefill)
         best = (tokens / elapsed, list(ks), tokens, elapsed)
-        # max-heap of the next draft's expected gain a_i ** (k_i + 1) per lane
-        heap = [(-rates[i], i) for i in range(batch) if limits[i] > 0 and rates[i] > 0]
+        # max-heap of each lane's next draft's expected gain, first * cont ** k
+        heap = [(-rates[i].first, i) for i in range(batch) if limits[i] > 0 and rates[i].first > 0]
         heapq.heapify(heap)
         drafted = 0
         while heap:
@@ -200,11 +209,12 @@ class SpeculationPolicy:
             if tokens / elapsed > best[0] * (1 + 1e-9):
                 best = (tokens / elapsed, list(ks), tokens, elapsed)
             if ks[i] < limits[i]:
-                heapq.heappush(heap, (neg_gain * rates[i], i))
+                heapq.heappush(heap, (neg_gain * rates[i].cont, i))
         rate, ks, tokens, elapsed = best
-        mean_a = sum(rates) / batch
-        reason = (f"goodput: B={batch} T={budget} mean a={mean_a:.2f} -> sum k={sum(ks)}, "
-                  f"{tokens:.1f} tok in {elapsed:.1f} ms")
+        first = sum(r.first for r in rates) / batch
+        cont = sum(r.cont for r in rates) / batch
+        reason = (f"goodput: B={batch} T={budget} mean first={first:.2f} cont={cont:.2f} -> "
+                  f"sum k={sum(ks)}, {tokens:.1f} tok in {elapsed:.1f} ms")
         return ks, reason
 
 

@@ -43,6 +43,7 @@ class PromptLookupDrafter:
     """Drafts from each lane's own context; no model, so its cost is zero."""
 
     name = "lookup"
+    free = True
 
     def __init__(self, ngram_sizes: tuple[int, ...] = (4, 3, 2), max_k: int = 64) -> None:
         if not ngram_sizes or min(ngram_sizes) < 1:
