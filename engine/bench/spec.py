@@ -3,10 +3,11 @@
 Two workloads: code edits (an agent applies a change and re-emits the complete updated file it
 just read, shown one worked example first; prompt lookup has real text to find, as much as the
 model actually copies) and free chat (little to copy). For each workload and B the prompts are
-prefilled once; every policy then decodes the same number of steps from the same state (KV rolled
-back between runs), all lanes decoding, with prompt-lookup drafts and a fresh policy state. Timed
-runs are interleaved (every policy once per round, `--repeats` rounds) and each cell is the median
-round, so a burst of load from another process spoils one round of every policy alike."""
+prefilled once; every policy then decodes the same number of steps from that state on its own
+copy of the lanes (KV cloned), all lanes decoding, with prompt-lookup drafts and a fresh policy
+state. The policies run in lockstep — each advances its lanes by one step in turn — so a burst of
+load from another process lands on every policy alike instead of spoiling one policy's run;
+`--repeats` such rounds are run and each cell is the median round."""
 from __future__ import annotations
 
 import json
@@ -81,7 +82,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--batches", default="1,2,4,8,16", help="comma-separated B values")
     parser.add_argument("--steps", type=int, default=32, help="decode steps timed per run")
     parser.add_argument("--repeats", type=int, default=3,
-                        help="interleaved rounds of every policy; cells are the median round")
+                        help="rounds of every policy in lockstep; cells are the median round")
     parser.add_argument("--json", action="store_true", help="print rows as JSON Lines")
 
 
@@ -118,37 +119,38 @@ def run(args) -> int:
 def _measure(loaded, calibration, workload, prompts, batch, steps, repeats) -> list[dict]:
     tok = loaded.tokenizer
     ids = [tok.encode(tok.chat_prompt(prompts[i % len(prompts)])) for i in range(batch)]
-    room = max(len(p) for p in ids) + steps * 10 + 16
-    kv = PagedKVCache(loaded.config, batch * (-(-room // 16)), 16, loaded.model.dtype,
-                      loaded.model.device)
+    lane_blocks = -(-(max(len(p) for p in ids) + steps * 10 + 16) // 16)
+    kv = PagedKVCache(loaded.config, (1 + len(POLICIES)) * batch * lane_blocks, 16,
+                      loaded.model.dtype, loaded.model.device)
     runner = ModelRunner(loaded.model, kv)
-    seqs = [Sequence(i, list(p), len(p), max_new_tokens=10**6, agent=i, cat=workload)
+    base = [Sequence(i, list(p), len(p), max_new_tokens=10**6, agent=i, cat=workload)
             for i, p in enumerate(ids)]
     prefill = StepExecutor(runner, calibration, target=loaded)
-    for seq in seqs:  # everything but the last prompt token, which the timed runs decode from
+    for seq in base:  # everything but the last prompt token, which the timed runs decode from
         prefill.run([(seq, seq.pending - 1)], Controls(policy="off"), 0, 0.0)
+    warm = _clone(kv, base, batch)  # first passes at these shapes pay for allocation
+    for step in range(2):
+        prefill.run([(seq, 1) for seq in warm], Controls(policy="off"), step, 0.0)
+    _release(kv, warm)
 
-    def timed(policy: str, k: int) -> tuple[float, int, int, int]:
-        """(ms, emitted, drafted, accepted) of one run from the prefilled state."""
-        for seq, prompt in zip(seqs, ids):
-            seq.token_ids[:] = prompt
-            seq.num_cached = len(prompt) - 1
-            kv.blocks.truncate(seq.seq_id, seq.num_cached)
-        executor = StepExecutor(runner, calibration, target=loaded)
-        controls = Controls(policy=policy, k=k)
-        ms, emitted, drafted, accepted = 0.0, 0, 0, 0
+    runs: dict[str, list[list[float]]] = {label: [] for label, _, _ in POLICIES}
+    for _ in range(repeats):
+        lanes = {label: _clone(kv, base, (2 + index) * batch)
+                 for index, (label, _, _) in enumerate(POLICIES)}
+        executors = {label: StepExecutor(runner, calibration, target=loaded)
+                     for label, _, _ in POLICIES}
+        totals = {label: [0.0, 0, 0, 0] for label, _, _ in POLICIES}  # ms, emitted, drafted, acc
         for step in range(steps):
-            record = executor.run([(s, 1) for s in seqs], controls, step, 0.0).record
-            ms += record.dt_ms
-            emitted, drafted, accepted = (emitted + record.emitted, drafted + record.drafted,
-                                          accepted + record.accepted)
-        return ms, emitted, drafted, accepted
-
-    timed("off", 0)  # warm-up: first passes at these shapes pay for allocation
-    runs: dict[str, list[tuple[float, int, int, int]]] = {label: [] for label, _, _ in POLICIES}
-    for _ in range(repeats):  # interleaved: every policy once per round
-        for label, policy, k in POLICIES:
-            runs[label].append(timed(policy, k))
+            turn = step % len(POLICIES)  # who goes first rotates: no policy always follows another
+            for label, policy, k in POLICIES[turn:] + POLICIES[:turn]:
+                record = executors[label].run([(seq, 1) for seq in lanes[label]],
+                                              Controls(policy=policy, k=k), step, 0.0).record
+                for i, value in enumerate((record.dt_ms, record.emitted, record.drafted,
+                                           record.accepted)):
+                    totals[label][i] += value
+        for label, _, _ in POLICIES:
+            runs[label].append(totals[label])
+            _release(kv, lanes[label])
     rows = []
     for label, _, _ in POLICIES:
         rates = sorted(emitted / ms * 1e3 for ms, emitted, _, _ in runs[label])
@@ -160,6 +162,27 @@ def _measure(loaded, calibration, workload, prompts, batch, steps, repeats) -> l
                      "acceptance": round(accepted / drafted, 3) if drafted else None,
                      "tokens_per_step": round(emitted / (steps * len(runs[label])) / batch, 2)})
     return rows
+
+
+def _clone(kv: PagedKVCache, seqs: list[Sequence], first_id: int) -> list[Sequence]:
+    """Copies of prefilled lanes under new sequence ids, their cached KV copied block by block."""
+    copies = []
+    for offset, seq in enumerate(seqs):
+        copy = Sequence(first_id + offset, list(seq.token_ids), seq.prompt_len,
+                        max_new_tokens=seq.max_new_tokens, agent=seq.agent, cat=seq.cat)
+        copy.num_cached = seq.num_cached
+        kv.blocks.ensure(copy.seq_id, seq.num_cached)
+        source = kv.blocks.block_table(seq.seq_id)
+        target = kv.blocks.block_table(copy.seq_id)
+        kv.k[:, target] = kv.k[:, source[:len(target)]]
+        kv.v[:, target] = kv.v[:, source[:len(target)]]
+        copies.append(copy)
+    return copies
+
+
+def _release(kv: PagedKVCache, seqs: list[Sequence]) -> None:
+    for seq in seqs:
+        kv.blocks.free(seq.seq_id)
 
 
 def _print_table(rows, calibration) -> None:

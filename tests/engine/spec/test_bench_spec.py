@@ -39,3 +39,34 @@ def test_bench_spec_smoke_table(tmp_path, monkeypatch, capsys):
 def test_code_edit_prompts_ask_for_the_whole_file_back():
     assert len(set(CODE_EDITS)) == len(CODE_EDITS)
     assert all("complete updated file" in p and "def load_settings" in p for p in CODE_EDITS)
+
+
+def test_cloned_lanes_decode_what_their_source_decodes():
+    """The lockstep bench gives every policy a copy of the prefilled lanes: the copy's KV must be
+    the source's, so both decode the same greedy tokens."""
+    from engine.bench.spec import _clone, _release
+    from engine.config import PRESETS
+    from engine.controls import Controls
+    from engine.kv_cache import PagedKVCache
+    from engine.model import LlamaModel
+    from engine.runner import ModelRunner
+    from engine.sequence import Sequence
+    from engine.spec.calibration import Calibration
+    from engine.step import StepExecutor
+
+    config = PRESETS["tiny-test"]
+    kv = PagedKVCache(config, 64, 16)
+    executor = StepExecutor(ModelRunner(LlamaModel.random(config, seed=1), kv),
+                            Calibration.make_dummy())
+    source = [Sequence(i, list(range(5 + i, 45 + i)), 40, max_new_tokens=100) for i in range(2)]
+    for seq in source:
+        executor.run([(seq, seq.pending - 1)], Controls(policy="off"), 0, 0.0)
+    copies = _clone(kv, source, 10)
+    free_before = kv.blocks.num_free_blocks
+    for lanes in (source, copies):
+        for step in range(6):
+            executor.run([(seq, 1) for seq in lanes], Controls(policy="off"), step, 0.0)
+    assert [s.output_ids for s in copies] == [s.output_ids for s in source]
+    assert all(len(s.output_ids) == 6 for s in copies)
+    _release(kv, copies)
+    assert kv.blocks.num_free_blocks > free_before
