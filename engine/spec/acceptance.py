@@ -81,7 +81,7 @@ class AcceptanceCounter:
         return [a / p for a, p in zip(self.accepted_at, self.proposed_at)]
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Estimate:
     """What a policy plans with: the j-th draft (1-based) is accepted w.p. first * cont**(j-1)."""
 
@@ -116,7 +116,7 @@ class AcceptanceStats:
     def category(self, cat: str) -> AcceptanceCounter | None:
         return self.categories.get(cat)
 
-    def estimate(self, seq_id: int, cat: str, prior: float = 0.5,
+    def estimate(self, seq_id: int, cat: str, prior: Estimate = Estimate(0.5, 0.5),
                  weight: float = 4.0) -> Estimate:
         """A lane's rates for planning: its rolling counts shrunk towards its category's rates
         (or `prior` without one) by `weight` pseudo-trials, so a few unlucky drafts do not pin a
@@ -124,9 +124,9 @@ class AcceptanceStats:
         category, lane = self.categories.get(cat), self.lanes.get(seq_id)
         rates = []
         for part in ("first", "cont"):
-            base = prior
+            base = getattr(prior, part)
             if category is not None:
-                base = getattr(category, part).shrunk(prior, weight)
+                base = getattr(category, part).shrunk(base, weight)
             rates.append(getattr(lane, part).shrunk(base, weight) if lane is not None else base)
         return Estimate(*rates)
 

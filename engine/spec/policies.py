@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from engine.controls import Controls
-from engine.spec.acceptance import AcceptanceStats
+from engine.spec.acceptance import AcceptanceStats, Estimate
 from engine.spec.calibration import Calibration
 
 MIN_TRIALS = 4      # tested drafts before a category's rate is trusted (or may switch it off)
@@ -43,7 +43,9 @@ PROBE_EVERY = 4     # idle steps before the first re-probe of a lane (a failed f
                     # often lands before the copying starts)
 PROBE_MAX = 256     # longest wait between probes, however often they failed
 HOLD_STEPS = 3      # steps a one-step change of k must persist before it is applied
-PRIOR = 0.5         # acceptance a lane's estimate is shrunk towards when nothing is known
+# What a lane's estimate is shrunk towards when nothing is known: a coin toss for the first
+# draft; a draft after an accepted one is usually part of the same copied run.
+PRIOR = Estimate(first=0.5, cont=0.5)
 
 
 @dataclass(slots=True)
@@ -103,10 +105,13 @@ class SpeculationPolicy:
             if controls.budget_override:  # move the measured knee to the overridden budget
                 scale = calibration.budget / controls.budget_override
                 t_ms = lambda n: calibration.t_ms(n * scale)  # noqa: E731
-            fresh = [not shadowed and self._fresh(lane) for lane in lanes]
+            fresh = [self._fresh(lane) for lane in lanes]
             planned = [0 if new else limit for new, limit in zip(fresh, limits)]
             ks, reason = self._goodput(lanes, planned, prefill, budget, t_ms, draft_cost_ms)
             ks = self._hold(lanes, ks, planned)
+            if shadowed:  # no guessing where it costs: fresh lanes wait for their shadow checks
+                _fill_within_budget(ks, [limit if new else 0 for new, limit in zip(fresh, limits)],
+                                    budget - batch - prefill)
         probes = [] if shadowed else self._probes(lanes, ks, muted, fresh)
         tokens = batch + prefill + sum(ks)
         for i in probes:
@@ -216,6 +221,19 @@ class SpeculationPolicy:
         reason = (f"goodput: B={batch} T={budget} mean first={first:.2f} cont={cont:.2f} -> "
                   f"sum k={sum(ks)}, {tokens:.1f} tok in {elapsed:.1f} ms")
         return ks, reason
+
+
+def _fill_within_budget(ks: list[int], limits: list[int], room: int) -> None:
+    """Give lanes drafts one at a time, round robin up to `limits`, while the pass stays within
+    the budget (`room` more tokens in all): such drafts are free, whatever they are worth."""
+    room -= sum(ks)
+    while room > 0:
+        takers = [i for i, limit in enumerate(limits) if ks[i] < limit]
+        for i in takers[:room]:
+            ks[i] += 1
+        room -= len(takers[:room])
+        if not takers:
+            return
 
 
 def _probe_size(available: int, lane: int, ks: list[int], tokens: int,

@@ -40,7 +40,7 @@ def test_estimate_gains_and_expected_drafts():
 
 def test_estimate_shrinks_lane_towards_category_towards_prior():
     stats = AcceptanceStats()
-    assert stats.estimate(1, "code-edit", prior=0.3) == Estimate(0.3, 0.3)
+    assert stats.estimate(1, "code-edit", prior=Estimate(0.3, 0.6)) == Estimate(0.3, 0.6)
     for _ in range(20):
         stats.record(2, "code-edit", 4, 4)
     fresh = stats.estimate(1, "code-edit")

