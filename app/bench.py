@@ -1,9 +1,20 @@
 """GUI frame rate with 16 lanes and 10,000 steps of history; engine tokens/s with the window open
-vs headless on the same seeded swarm. Run: `swarmscope bench gui [--model tiny-test]`."""
+vs headless on the same seeded swarm. Run: `swarmscope bench gui [--model tiny-test]`.
+
+The engine comparison runs the same work both ways: a seeded swarm on the virtual clock (session
+time advances by the calibrated t(N), not by the wall clock) takes the same steps and emits the
+same tokens however fast the machine is, so only the wall time differs. Each run is a process of
+its own, as a user runs them: headless, the engine steps on the main thread (`swarmscope run
+--headless`); windowed, the app's worker thread loads the model and steps while the window
+draws. (Torch work on two threads of one process costs both: each gets an OpenMP team, and on a
+machine with few cores they contend.) Headless and windowed runs alternate for `--rounds`
+rounds, so a slow spell of the machine touches both."""
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 import time
 
 
@@ -13,10 +24,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--frames", type=int, default=90, help="redraws timed for the fps test")
     parser.add_argument("--model", default="tiny-test", help="model for the tokens/s comparison")
     parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--duration", type=float, default=20.0,
-                        help="seconds per engine run (headless, then windowed)")
+    parser.add_argument("--engine-steps", type=int, default=150,
+                        help="engine steps per run (each round: headless, then windowed)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="headless and windowed runs alternate this many times")
     parser.add_argument("--agents", type=int, default=8)
     parser.add_argument("--skip-engine", action="store_true", help="only the frame-rate test")
+    parser.add_argument("--one-run", choices=("headless", "windowed"), help=argparse.SUPPRESS)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -56,51 +70,116 @@ def _open_window():
     return app, window
 
 
-def engine_rate(args, windowed: bool) -> float:
-    """Emitted tokens per second of the same seeded swarm (measured clock), window open or not."""
+def engine_seconds(args, windowed: bool) -> tuple[float, int]:
+    """(wall seconds, emitted tokens) of `args.engine_steps` steps of the seeded swarm, in this
+    process: stepped by this thread (headless) or built and stepped by the window's worker."""
     from engine.controls import Controls
     from engine.engine import Engine
     from engine.loading import load_model
     from engine.swarm import SwarmConfig
 
-    loaded = load_model(args.model, dtype=args.dtype)
-    engine = Engine(loaded, SwarmConfig(seed=0, clock="measured"),
-                    controls=Controls(swarm_size=args.agents))
+    def build(progress=None) -> Engine:
+        return Engine(load_model(args.model, dtype=args.dtype), SwarmConfig(seed=0, clock="virtual"),
+                      controls=Controls(swarm_size=args.agents))
+
     if not windowed:
-        # The same loop the app's worker runs, minus the window, for the same wall time.
+        engine = build()
         start = time.perf_counter()
-        while time.perf_counter() - start < args.duration:
+        while engine.records.total < args.engine_steps:
             engine.step()
         elapsed = time.perf_counter() - start
     else:
         from PySide6.QtCore import QTimer
 
         app, window = _open_window()
-        start = time.perf_counter()
-        window.start_live(build=lambda progress: engine)
-        QTimer.singleShot(int(args.duration * 1000), window.close)
+        counted = _StopAfter(args.engine_steps)
+        window.start_live(build=lambda progress: counted.wrap(build(progress)))
+        done = QTimer()  # the app's own event loop runs meanwhile, as for a user
+        done.timeout.connect(lambda: counted.done_at is not None and app.quit())
+        done.start(100)
         app.exec()
-        elapsed = time.perf_counter() - start
-    emitted = sum(rec.emitted for rec in engine.records.snapshot())
+        elapsed = counted.done_at - counted.started_at
+        engine = counted.engine
+        window.close()
+    emitted = sum(rec.emitted for rec in engine.records.snapshot()[:args.engine_steps])
     engine.close()
-    return emitted / elapsed
+    return elapsed, emitted
+
+
+def _engine_run_in_a_process(args, mode: str) -> tuple[float, int]:
+    command = [sys.executable, "-m", "engine.cli.main", "bench", "gui", "--one-run", mode,
+               "--model", args.model, "--dtype", args.dtype, "--agents", str(args.agents),
+               "--engine-steps", str(args.engine_steps)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{mode} run failed: {done.stderr.strip()[-2000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return result["seconds"], result["emitted"]
+
+
+class _StopAfter:
+    """The engine as the window's worker sees it, idling after `steps` steps; notes when its
+    first step began and its last ended."""
+
+    def __init__(self, steps: int) -> None:
+        self._steps = steps
+        self.engine = None
+        self.started_at: float | None = None
+        self.done_at: float | None = None
+
+    def wrap(self, engine) -> "_StopAfter":
+        self.engine = engine
+        return self
+
+    def step(self):
+        if self.done_at is not None:
+            return None
+        if self.started_at is None:
+            self.started_at = time.perf_counter()
+        record = self.engine.step()
+        if self.engine.records.total >= self._steps:
+            self.done_at = time.perf_counter()
+        return record
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
 
 
 def run(args) -> int:
+    if args.engine_steps < 1 or args.rounds < 1:
+        print("swarmscope bench gui: --engine-steps and --rounds must be >= 1", file=sys.stderr)
+        return 2
+    if args.one_run:
+        seconds, emitted = engine_seconds(args, windowed=args.one_run == "windowed")
+        print(json.dumps({"seconds": seconds, "emitted": emitted}))
+        return 0
     fps = frame_rate(args.steps, args.lanes, args.frames)
     result = {"fps": round(fps, 1), "steps": args.steps, "lanes": args.lanes}
     if not args.skip_engine:
-        headless = engine_rate(args, windowed=False)
-        windowed = engine_rate(args, windowed=True)
+        runs = {"headless": [], "windowed": []}
+        try:
+            for _ in range(args.rounds):
+                for mode in runs:
+                    runs[mode].append(_engine_run_in_a_process(args, mode))
+        except RuntimeError as exc:
+            print(f"swarmscope bench gui: {exc}", file=sys.stderr)
+            return 1
+        if len({emitted for run in runs.values() for _, emitted in run}) != 1:
+            print("swarmscope bench gui: the runs emitted different token counts; the seeded "
+                  "swarm was not reproduced", file=sys.stderr)
+            return 1
+        headless, windowed = (sum(e for _, e in runs[mode]) / sum(s for s, _ in runs[mode])
+                              for mode in ("headless", "windowed"))
         result.update(headless_tok_s=round(headless, 1), windowed_tok_s=round(windowed, 1),
-                      ratio=round(windowed / headless, 3))
+                      ratio=round(windowed / headless, 3), engine_steps=args.engine_steps,
+                      rounds=args.rounds)
     if args.json:
         print(json.dumps(result))
     else:
         print(f"GUI redraw: {result['fps']} fps with {args.lanes} lanes and {args.steps} steps "
               f"of history (target >= 30)")
         if "ratio" in result:
-            print(f"engine: {result['headless_tok_s']} tok/s headless, "
-                  f"{result['windowed_tok_s']} tok/s with the window open, "
-                  f"ratio {result['ratio']} (target >= 0.95)")
+            print(f"engine ({args.engine_steps} steps x {args.rounds} rounds, same tokens): "
+                  f"{result['headless_tok_s']} tok/s headless, {result['windowed_tok_s']} tok/s "
+                  f"with the window open, ratio {result['ratio']} (target >= 0.95)")
     return 0

@@ -41,8 +41,10 @@ class Dashboard(QWidget):
         self.decisions = DecisionsView(theme)
         self.agents = AgentsView(theme)
         self._slow_at = 0.0
+        self.agents.selection_changed.connect(self._refresh_slow_views_soon)
         self._tally = AgentTally()
         self._drawn: tuple[History, int] | None = None  # what the fast views show now
+        self._slow_drawn: tuple | None = None  # (history, step, events) the slow views show
 
         def row(*pairs: tuple[str, QWidget, int]) -> QSplitter:
             split = QSplitter(Qt.Orientation.Horizontal)
@@ -62,6 +64,9 @@ class Dashboard(QWidget):
         layout.setContentsMargins(2, 2, 2, 2)
         layout.addWidget(rows)
 
+    def _refresh_slow_views_soon(self) -> None:
+        self._slow_at, self._slow_drawn = 0.0, None  # the next redraw refreshes them
+
     @property
     def fast_views(self):
         return (self.batch, self.budget, self.lanes, self.cost)
@@ -79,8 +84,9 @@ class Dashboard(QWidget):
             for view in self.fast_views:
                 view.show_history(history, stop)
         now = time.monotonic()
-        if force or now - self._slow_at >= SLOW_REFRESH_S:
-            self._slow_at = now
+        changed = (history, stop, len(history.events)) != self._slow_drawn
+        if force or (changed and now - self._slow_at >= SLOW_REFRESH_S):
+            self._slow_at, self._slow_drawn = now, (history, stop, len(history.events))
             # Rolling aggregates over hundreds of steps: a quarter second behind is invisible.
             self.acceptance.show_history(history, stop)
             self.decisions.show_history(history, stop)

@@ -1,7 +1,11 @@
 """The window: dashboard in the middle, controls on the left, replay bar at the bottom. Live, a
-timer pulls new records from the engine's ring buffers at 25 Hz and redraws; in replay, the
-scrubber picks the step the views show. Errors appear in a banner; records are never dropped."""
+timer pulls new records from the engine's ring buffers at 25 Hz and redraws as often as the
+frame pacer allows (by default 3 % of one core, so the engine keeps the machine; View → Smooth
+redraw lifts it); in replay, the scrubber picks the step the views show. Errors appear in a
+banner; records are never dropped."""
 from __future__ import annotations
+
+import sys
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QAction, QIcon, QKeySequence
@@ -13,19 +17,26 @@ from app.controls_panel import ControlsPanel
 from app.dashboard import Dashboard
 from app.engine_factory import EngineSpec
 from app.exporting import FILTERS, export
+from app.frame_pacer import ENGINE_FIRST_SHARE, SMOOTH_SHARE, FramePacer
 from app.history import History
 from app.replay import ReplayPanel
+from app.views.agents_view import TRANSCRIPT_CHARS
 from app.theme import RESOURCES, Theme, apply_theme
 from app.worker import EngineBuilder, EngineHost
 from engine.controls import Controls
 from engine.errors import SwarmscopeError
 
 FRAME_MS = 40  # 25 Hz: views redraw from the ring buffers on this timer, never once per step
+# The engine thread's Python (scheduling, verification, the model's per-layer glue) shares the GIL
+# with this thread's drawing; a shorter switch interval than CPython's 5 ms hands it back to the
+# engine sooner when a redraw holds it.
+GIL_SWITCH_S = 0.001
 
 
 class MainWindow(QMainWindow):
     def __init__(self, theme: Theme) -> None:
         super().__init__()
+        sys.setswitchinterval(GIL_SWITCH_S)
         self.setWindowTitle("swarmscope")
         self.setWindowIcon(QIcon(str(RESOURCES / "icons" / "swarmscope.svg")))
         self.theme = theme
@@ -37,6 +48,8 @@ class MainWindow(QMainWindow):
         self.calibration = None   # the t(N) curve of the live engine or of the replayed trace
         self.replaying = False
         self._record_seq = self._event_seq = 0
+        self.pacer = FramePacer()
+        self._undrawn = False  # records pulled but not drawn yet (the pacer held the frame)
 
         self.banner = QLabel()
         self.banner.setProperty("role", "error")
@@ -100,6 +113,8 @@ class MainWindow(QMainWindow):
         view = self.menuBar().addMenu("&View")
         self.follow_action = action(view, "Follow live", self._set_follow, "F", checkable=True)
         self.follow_action.setChecked(True)
+        self.smooth_action = action(view, "Smooth redraw (takes CPU from the engine)",
+                                    self._set_smooth, checkable=True)
         for name in ("dark", "light"):
             action(view, f"{name.title()} theme", lambda _=False, n=name: self.set_theme(n))
 
@@ -147,10 +162,20 @@ class MainWindow(QMainWindow):
         events, self._event_seq = engine.events.since(self._event_seq)
         self.history.extend(records)
         self.history.events.extend(events)
-        if self.follow_action.isChecked() or records:
-            stop = len(self.history)
-            self.dashboard.show_history(
-                self.history, stop, agents=lambda: [AgentRow.from_view(a) for a in engine.agents()])
+        self._undrawn = self._undrawn or bool(records or events)
+        if self._undrawn and self.pacer.ready():
+            self._undrawn = False
+            self.dashboard.show_history(self.history, len(self.history),
+                                        agents=lambda: self._live_agents(engine))
+
+    def _live_agents(self, engine) -> list[AgentRow]:
+        """The engine's agents, decoding only the shown agent's transcript tail."""
+        shown = self.dashboard.agents.selected
+        views = engine.agents(set() if shown is None else {shown}, TRANSCRIPT_CHARS)
+        return [AgentRow.from_view(view) for view in views]
+
+    def _set_smooth(self, smooth: bool) -> None:
+        self.pacer.share = SMOOTH_SHARE if smooth else ENGINE_FIRST_SHARE
 
     def _post_controls(self, changes: dict) -> None:
         if self.engine is not None:

@@ -134,9 +134,14 @@ class Engine:
                 self.trace.write_control(t, changes)
         return measured
 
-    def agents(self) -> list[AgentView]:
+    def agents(self, transcript_of: set[int] | None = None,
+               tail_chars: int | None = None) -> list[AgentView]:
+        """Every agent's view; transcripts (decoding them is the costly part, under the lock the
+        engine steps with) only for the agents in `transcript_of` (None: all), and only their
+        newest `tail_chars` characters when given."""
         with self._lock:
-            return [agent.view(self._state(agent)) for agent in self._agents.values()]
+            return [agent.view(self._state(agent), transcript_of is None or agent.id in transcript_of,
+                               tail_chars) for agent in self._agents.values()]
 
     def close(self) -> None:
         if self.trace:

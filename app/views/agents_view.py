@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 import re
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QHeaderView, QSplitter, QTableWidget, QTableWidgetItem, QTextEdit,
                                QVBoxLayout, QWidget)
 
@@ -19,6 +19,8 @@ _UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ufffd]")
 
 
 class AgentsView(QWidget):
+    selection_changed = Signal()  # live rows carry only the selected agent's text: fetch anew
+
     def __init__(self, theme: Theme, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._theme = theme
@@ -42,6 +44,11 @@ class AgentsView(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(splitter)
+
+    @property
+    def selected(self) -> int | None:
+        """The agent whose transcript is shown."""
+        return self._selected
 
     def set_rows(self, rows: list[AgentRow]) -> None:
         self._rows = rows
@@ -71,6 +78,7 @@ class AgentsView(QWidget):
         if selected and selected[0].row() < len(self._rows):
             self._selected = self._rows[selected[0].row()].id
             self._show_transcript()
+            self.selection_changed.emit()
 
     def _show_transcript(self) -> None:
         row = next((r for r in self._rows if r.id == self._selected), None)

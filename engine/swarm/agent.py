@@ -175,9 +175,18 @@ class Agent:
         self._taken_ids, self._taken_chars = ends[-1], len(full)
 
     # -- views --
-    def view(self, state: str | None = None) -> AgentView:
-        transcript = [(seg if isinstance(seg, str) else self.tokenizer.decode(seg), kind)
-                      for seg, kind in self._segments]
+    def view(self, state: str | None = None, transcript: bool = True,
+             tail_chars: int | None = None) -> AgentView:
+        """`transcript`: decode the text at all (the costly part); `tail_chars`: only the newest
+        segments that together hold at least that many characters."""
+        segments = []
+        for seg, kind in reversed(self._segments if transcript else ()):
+            segments.append((seg if isinstance(seg, str) else self.tokenizer.decode(seg), kind))
+            if tail_chars is not None:
+                tail_chars -= len(segments[-1][0])
+                if tail_chars <= 0:
+                    break
+        transcript = segments[::-1]
         return AgentView(id=self.id, state=state or self.state, cat=self.cat, tokens=self.tokens,
                          acceptance=self.accepted / self.drafted if self.drafted else None,
                          transcript=transcript, turns=len(self.turn_times),

@@ -80,10 +80,14 @@ class FakeEngine:
         self._step += 1
         return rec
 
-    def agents(self) -> list[FakeAgent]:
+    def agents(self, transcript_of: set[int] | None = None,
+               tail_chars: int | None = None) -> list[FakeAgent]:
+        """As Engine.agents: text only for the agents asked for (tail_chars is not needed here:
+        the fake transcripts are short)."""
+        text = [("Fix the bug in parser.py\n", "prompt"), ("def parse(", "committed"),
+                ("text):\n    return", "accepted_draft"), (" json.loads", "committed")]
         return [FakeAgent(i, "decode" if i < self._batch else "tool", CATS[i % 3], 10 * i, 0.5,
-                          [("Fix the bug in parser.py\n", "prompt"), ("def parse(", "committed"),
-                           ("text):\n    return", "accepted_draft"), (" json.loads", "committed")])
+                          text if transcript_of is None or i in transcript_of else [])
                 for i in range(self.controls.swarm_size)]
 
     def recalibrate(self, progress=None) -> Calibration:

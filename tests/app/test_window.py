@@ -151,3 +151,23 @@ def test_recalibration_runs_on_the_worker_and_redraws_the_curve(window, qtbot):
     fractions = [f for _, f in heard]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0 and len(fractions) >= 4
     assert window.controls.recalibrate_button.isEnabled()
+
+
+def test_live_redraws_are_paced_and_smooth_redraw_lifts_the_limit(window, qtbot):
+    """Engine first: a costly frame holds the next back; records keep arriving meanwhile and
+    the views catch up. View → Smooth redraw draws at the timer's rate."""
+    engine = FakeEngine()
+    window.start_live(build=lambda progress: engine)
+    qtbot.waitUntil(lambda: len(window.history) > 5, timeout=5000)
+    drawn = []
+    original = window.dashboard.show_history
+    window.dashboard.show_history = lambda *a, **k: (drawn.append(a[1]), original(*a, **k))
+    window.pacer.share = 0.001                 # a frame may take 0.1 % of the wall time
+    qtbot.wait(1000)
+    paced = len(drawn)
+    assert paced <= 3 and len(window.history) > 20  # the history still grows at full speed
+    window.smooth_action.trigger()
+    assert window.pacer.share == 1.0
+    drawn.clear()
+    qtbot.wait(1000)
+    assert len(drawn) >= 10 and drawn[-1] >= len(window.history) - 5  # and catches up at once

@@ -93,6 +93,13 @@ def test_agent_views_carry_transcripts(tiny, calibration):
         assert kinds[0] == "prompt" and "```" in v.transcript[0][0]  # the file it was shown
         assert v.tokens > 0 and {"committed", "accepted_draft"} & set(kinds)
         assert v.state in ("decode", "tool", "waiting")
+    # The window asks for one agent's text, and only its tail: the others are not decoded.
+    shown = views[1]
+    picked = engine.agents(transcript_of={shown.id}, tail_chars=10)
+    assert [v.transcript for v in picked if v.id != shown.id] == [[], []]
+    tail = next(v for v in picked if v.id == shown.id).transcript
+    assert 0 < len(tail) < len(shown.transcript) and tail == shown.transcript[-len(tail):]
+    assert sum(len(text) for text, _ in tail) >= 10
 
 
 def test_trace_records_the_session(tiny, calibration, tmp_path):
