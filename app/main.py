@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quit_after is not None:
         def finish() -> None:
             if args.screenshot:
-                window.poll()
+                window.poll(force=True)
                 window.grab().save(args.screenshot)
             window.close()
         QTimer.singleShot(int(args.quit_after * 1000), finish)

@@ -153,8 +153,9 @@ class MainWindow(QMainWindow):
         self._sync_ceilings()
         self.timer.start()
 
-    def poll(self) -> None:
-        """Pull what the engine recorded since the last frame, then redraw once."""
+    def poll(self, force: bool = False) -> None:
+        """Pull what the engine recorded since the last frame, then redraw once if the pacer
+        allows (`force`: now, every view, as for a screenshot)."""
         engine = self.engine
         if engine is None:
             return
@@ -163,10 +164,10 @@ class MainWindow(QMainWindow):
         self.history.extend(records)
         self.history.events.extend(events)
         self._undrawn = self._undrawn or bool(records or events)
-        if self._undrawn and self.pacer.ready():
+        if force or (self._undrawn and self.pacer.ready()):
             self._undrawn = False
             self.dashboard.show_history(self.history, len(self.history),
-                                        agents=lambda: self._live_agents(engine))
+                                        agents=lambda: self._live_agents(engine), force=force)
 
     def _live_agents(self, engine) -> list[AgentRow]:
         """The engine's agents, decoding only the shown agent's transcript tail."""
@@ -213,7 +214,7 @@ class MainWindow(QMainWindow):
                 # its QThread is never destroyed while running (Qt aborts the process if it is).
                 self.show_error("the engine did not stop in time; it is left to finish")
                 self._stuck_hosts.append(self.host)
-            self.poll()  # the last records since the previous frame
+            self.poll(force=True)  # the last records since the previous frame, drawn
             self.host = None
         self.engine = None
         self.controls.setEnabled(False)

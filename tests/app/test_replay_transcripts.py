@@ -3,8 +3,6 @@ at the end the whole transcript with accepted drafts highlighted as live."""
 import pytest
 
 from app.agent_rows import AgentTally, rows_from_history
-from app.main_window import MainWindow
-from app.theme import Theme
 from engine.controls import Controls
 from engine.engine import Engine
 from engine.loading import load_model
@@ -25,16 +23,6 @@ def trace_path(tmp_path_factory):
     engine.run(steps=120)
     engine.close()
     return path
-
-
-@pytest.fixture
-def window(qtbot):
-    win = MainWindow(Theme.load("dark"))
-    qtbot.addWidget(win)
-    win.resize(1400, 900)
-    win.show()
-    yield win
-    win.stop_engine()
 
 
 def _recorded(trace, agent, before=float("inf")):

@@ -5,20 +5,8 @@ import pytest
 from PySide6.QtGui import QImage
 
 from app.main import main
-from app.main_window import MainWindow
-from app.theme import Theme
 from app.worker import EngineHost
 from tests.app.fake_engine import FakeEngine
-
-
-@pytest.fixture
-def window(qtbot):
-    win = MainWindow(Theme.load("dark"))
-    qtbot.addWidget(win)
-    win.resize(1400, 900)
-    win.show()
-    yield win
-    win.stop_engine()
 
 
 def _non_blank(path) -> bool:
