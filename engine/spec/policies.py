@@ -12,8 +12,9 @@
 Lanes that do not draft still need evidence, or a lane the plan parks could never come back.
 With a drafter whose proposals cost nothing (prompt lookup) the engine checks the proposals it
 did not send against what the lane then emitted (spec/shadow.py): that is the acceptance the
-drafts would have had, for free, so such lanes are never probed and a new lane is planned from
-its category (or the prior) like any other. With a costly drafter (a draft model) goodput
+drafts would have had, for free, so such lanes are never probed, and a lane with nothing to go
+on yet (no evidence of its own, too little in its category) drafts only inside the budget, where
+drafts cost nothing, until its shadow checks come in. With a costly drafter (a draft model) goodput
 explores by probing: a lane with no history of its own, in a category without enough history
 to go on, is probed before it is planned with a guessed rate; a lane the plan leaves idle is
 probed again now and then. A probe gets as many drafts as add no more than (1 + eps) times one
@@ -43,9 +44,7 @@ PROBE_EVERY = 4     # idle steps before the first re-probe of a lane (a failed f
                     # often lands before the copying starts)
 PROBE_MAX = 256     # longest wait between probes, however often they failed
 HOLD_STEPS = 3      # steps a one-step change of k must persist before it is applied
-# What a lane's estimate is shrunk towards when nothing is known: a coin toss for the first
-# draft; a draft after an accepted one is usually part of the same copied run.
-PRIOR = Estimate(first=0.5, cont=0.5)
+PRIOR = Estimate(first=0.5, cont=0.5)  # what an estimate is shrunk towards when nothing is known
 
 
 @dataclass(slots=True)
@@ -228,12 +227,12 @@ def _fill_within_budget(ks: list[int], limits: list[int], room: int) -> None:
     the budget (`room` more tokens in all): such drafts are free, whatever they are worth."""
     room -= sum(ks)
     while room > 0:
-        takers = [i for i, limit in enumerate(limits) if ks[i] < limit]
-        for i in takers[:room]:
-            ks[i] += 1
-        room -= len(takers[:room])
+        takers = [i for i, limit in enumerate(limits) if ks[i] < limit][:room]
         if not takers:
             return
+        for i in takers:
+            ks[i] += 1
+        room -= len(takers)
 
 
 def _probe_size(available: int, lane: int, ks: list[int], tokens: int,
