@@ -5,8 +5,6 @@ redraw lifts it); in replay, the scrubber picks the step the views show. Errors 
 banner; records are never dropped."""
 from __future__ import annotations
 
-import sys
-
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QAction, QIcon, QKeySequence
 from PySide6.QtWidgets import (QApplication, QDockWidget, QFileDialog, QLabel, QMainWindow,
@@ -27,16 +25,11 @@ from engine.controls import Controls
 from engine.errors import SwarmscopeError
 
 FRAME_MS = 40  # 25 Hz: views redraw from the ring buffers on this timer, never once per step
-# The engine thread's Python (scheduling, verification, the model's per-layer glue) shares the GIL
-# with this thread's drawing; a shorter switch interval than CPython's 5 ms hands it back to the
-# engine sooner when a redraw holds it.
-GIL_SWITCH_S = 0.001
 
 
 class MainWindow(QMainWindow):
     def __init__(self, theme: Theme) -> None:
         super().__init__()
-        sys.setswitchinterval(GIL_SWITCH_S)
         self.setWindowTitle("swarmscope")
         self.setWindowIcon(QIcon(str(RESOURCES / "icons" / "swarmscope.svg")))
         self.theme = theme

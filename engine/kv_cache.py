@@ -46,3 +46,12 @@ class PagedKVCache:
     def layer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V storage of one layer, each [num_blocks, block_size, num_kv_heads, head_dim]."""
         return self.k[index], self.v[index]
+
+    def copy_sequence(self, source_id: int, target_id: int, num_tokens: int) -> None:
+        """Give `target_id` its own blocks holding the first `num_tokens` cached tokens of
+        `source_id` (a fork: both continue independently)."""
+        self.blocks.ensure(target_id, num_tokens)
+        target = self.blocks.block_table(target_id)
+        source = self.blocks.block_table(source_id)[:len(target)]
+        self.k[:, target] = self.k[:, source]
+        self.v[:, target] = self.v[:, source]

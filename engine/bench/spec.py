@@ -165,17 +165,13 @@ def _measure(loaded, calibration, workload, prompts, batch, steps, repeats) -> l
 
 
 def _clone(kv: PagedKVCache, seqs: list[Sequence], first_id: int) -> list[Sequence]:
-    """Copies of prefilled lanes under new sequence ids, their cached KV copied block by block."""
+    """Copies of prefilled lanes under new sequence ids, with copies of their cached KV."""
     copies = []
     for offset, seq in enumerate(seqs):
         copy = Sequence(first_id + offset, list(seq.token_ids), seq.prompt_len,
                         max_new_tokens=seq.max_new_tokens, agent=seq.agent, cat=seq.cat)
         copy.num_cached = seq.num_cached
-        kv.blocks.ensure(copy.seq_id, seq.num_cached)
-        source = kv.blocks.block_table(seq.seq_id)
-        target = kv.blocks.block_table(copy.seq_id)
-        kv.k[:, target] = kv.k[:, source[:len(target)]]
-        kv.v[:, target] = kv.v[:, source[:len(target)]]
+        kv.copy_sequence(seq.seq_id, copy.seq_id, seq.num_cached)
         copies.append(copy)
     return copies
 

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from engine.sampling import SamplingParams
 from engine.sequence import Sequence
 from engine.swarm.workload import Task, Workload
-from engine.telemetry.trace_writer import SEGMENT_KINDS  # noqa: F401 - the transcript's kinds
 
 STATES = ("decode", "tool", "waiting", "done")
 MAX_SEGMENTS = 2000  # transcript segments kept per agent (older ones scroll away)
@@ -138,7 +137,7 @@ class Agent:
 
     # -- text for the trace --
     def take_text(self) -> list[list[str]]:
-        """The transcript since the last call as [[text, kind], ...] (kind in SEGMENT_KINDS),
+        """The transcript since the last call as [[text, kind], ...] (trace_writer.SEGMENT_KINDS),
         decoded now. The engine calls it at state changes and at close, never per step."""
         if not self._unsent:
             return []
