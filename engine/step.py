@@ -18,6 +18,7 @@ from engine.sequence import Sequence
 from engine.spec.acceptance import AcceptanceStats
 from engine.spec.calibration import Calibration
 from engine.spec.drafters import Draft, Drafter, make_drafter
+from engine.spec.live_cost import LiveOverhead
 from engine.spec.policies import Decision, LaneView, SpeculationPolicy
 from engine.spec.shadow import ShadowChecks
 from engine.spec.verification import Verdict, verify_greedy, verify_sampled
@@ -58,6 +59,7 @@ class StepExecutor:
         self.stats = stats or AcceptanceStats()
         self.policy = SpeculationPolicy(self.stats)
         self.shadows = ShadowChecks()
+        self.overhead = LiveOverhead()
         self._drafters: dict[str, Drafter] = {}
         self._samplers: dict[int, LaneSampler] = {}
 
@@ -115,7 +117,11 @@ class StepExecutor:
             results[seq.seq_id] = result
             lanes.append(LaneRecord(agent=seq.agent, cat=seq.cat, k=len(draft.tokens),
                                     acc=sum(result.accepted_flags), pad=out.pad[index], ctx=ctx))
-        record = StepRecord(step=step, t=t, dt_ms=(time.perf_counter() - start) * 1e3,
+        dt_ms = (time.perf_counter() - start) * 1e3
+        if decode_seqs and not prefill:  # prefill chunks are not what the policy plans for
+            self._learn_overhead(len(decode_seqs), [len(d.tokens) for d in drafts], controls,
+                                 dt_ms)
+        record = StepRecord(step=step, t=t, dt_ms=dt_ms,
                             batch=len(decode_seqs), prefill=prefill,
                             budget=controls.budget_override or self.calibration.budget,
                             policy=controls.policy, ragged=controls.ragged, lanes=lanes,
@@ -129,16 +135,23 @@ class StepExecutor:
             return Decision([0] * len(seqs), "off" if seqs else "prefill only"), \
                 [Draft([]) for _ in seqs]
         drafter = self.drafter(controls.drafter)
-        views = [LaneView(seq.seq_id, seq.cat, drafter.available(seq, controls.k)) for seq in seqs]
+        # A free drafter is asked for one token more than may be sent: its prediction of the
+        # token after the last draft, for the shadow check.
+        offers = [drafter.available(seq, controls.k + drafter.free) for seq in seqs]
+        views = [LaneView(seq.seq_id, seq.cat, min(n, controls.k)) for seq, n in zip(seqs, offers)]
         decision = self.policy.decide(views, prefill, controls, self.calibration, drafter.cost_ms,
-                                      shadowed=drafter.free)
+                                      shadowed=drafter.free, overhead_ms=self.overhead.at(len(seqs)))
         if not drafter.free:
             return decision, drafter.propose(seqs, decision.ks)
-        offered = drafter.propose(seqs, [view.available for view in views])
+        offered = drafter.propose(seqs, offers)
         for seq, draft, k in zip(seqs, offered, decision.ks):
-            if k == 0:
-                self.shadows.watch(seq.seq_id, draft.tokens)
+            self.shadows.watch(seq.seq_id, draft.tokens, k)
         return decision, [Draft(draft.tokens[:k]) for draft, k in zip(offered, decision.ks)]
+
+    def _learn_overhead(self, lanes: int, drafted: list[int], controls: Controls,
+                        dt_ms: float) -> None:
+        draft_ms = self.drafter(controls.drafter).cost_ms(drafted) if any(drafted) else 0.0
+        self.overhead.observe(lanes, dt_ms - draft_ms - self.calibration.t_ms(lanes + sum(drafted)))
 
     @staticmethod
     def _lanes(scheduled, fed, decoding, drafts: dict[int, Draft]) -> list[LaneInput]:
@@ -170,12 +183,11 @@ class StepExecutor:
         self.runner.kv.blocks.truncate(seq.seq_id, seq.num_cached)
         seq.finished = bool(tokens and tokens[-1] in seq.stop_ids) or \
             len(seq.output_ids) >= seq.max_new_tokens
-        if draft.tokens:
-            self.stats.record(seq.seq_id, seq.cat, len(draft.tokens), verdict.accepted)
-            self._drafters_commit(seq, len(draft.tokens), verdict.accepted)
-        shadow = self.shadows.observe(seq.seq_id, tokens)
-        if shadow is not None:
-            self.stats.record(seq.seq_id, seq.cat, *shadow)
+        sent = len(draft.tokens)
+        self.stats.record(seq.seq_id, seq.cat, sent, verdict.accepted,
+                          self.shadows.check(seq.seq_id, sent, verdict.accepted, verdict.bonus))
+        if sent:
+            self._drafters_commit(seq, sent, verdict.accepted)
         return LaneResult(seq.seq_id, tokens, [j < kept_drafts for j in range(len(tokens))],
                           seq.finished)
 

@@ -1,16 +1,21 @@
 """Acceptance statistics, per lane and per workload category.
 
-Two views of the same verified drafts:
+Two views of the same drafts:
 - **per draft position**: of the drafts proposed at position j (1-based), how many were accepted —
-  cumulative counts, for plots and reports;
-- **rolling rates**, exponentially decayed, for the policies: the per-token rate (accepted over
-  tested drafts; the minimum-acceptance guard reads it) and the two rates the planner uses,
-  because drafts are closer to all-or-nothing than to independent coin flips (a prompt-lookup
-  match is either the text being copied, and then runs on, or a coincidence that fails at once):
-  `first`, the chance the first draft is accepted, and `cont`, the chance a draft is accepted
-  given the one before it was. The j-th draft is then accepted with probability first * cont**(j-1).
-  A step with k drafts and `acc` accepted tests `acc + (acc < k)` drafts: drafts after the first
-  rejected one were never tested, so they are not counted as failures.
+  cumulative counts of verified drafts, for plots and reports;
+- **rolling rates**, exponentially decayed, for the policies. Drafts are closer to runs than to
+  independent coin flips: a prompt-lookup match is either the text being copied, and then runs
+  on, or a coincidence that fails at once. So each lane is modelled as a two-state chain over its
+  tokens: *copying* while the drafter's prediction of the last token was right, *cold* otherwise.
+  `start` is the chance a prediction is right from cold, `cont` the chance it is right while
+  copying; a lane's j-th draft is accepted with probability first * cont**(j-1), where `first` is
+  `cont` for a copying lane and `start` for a cold one. `tokens` is the plain per-token rate the
+  minimum-acceptance guard reads.
+
+Evidence comes from verified drafts (`record`: k drafts, `acc` accepted; drafts after the first
+rejected one were never tested, so they are not counted as failures) and from shadow checks
+(`record`'s `next_hit`): the drafter's unsent prediction of the token after the sent drafts,
+compared with the token the lane emitted there (spec/shadow.py).
 """
 from __future__ import annotations
 
@@ -39,24 +44,28 @@ class Rate:
 
 @dataclass(slots=True)
 class AcceptanceCounter:
-    decay: float = 0.95           # weight kept by older steps at each update (~20 steps)
-    tokens: Rate = field(default_factory=Rate)  # every tested draft
-    first: Rate = field(default_factory=Rate)   # first drafts
-    cont: Rate = field(default_factory=Rate)    # drafts after an accepted one
+    decay: float = 0.95           # weight kept by older evidence at each update (~20 steps)
+    tokens: Rate = field(default_factory=Rate)  # every tested prediction
+    start: Rate = field(default_factory=Rate)   # predictions made from cold
+    cont: Rate = field(default_factory=Rate)    # predictions made while copying
     proposed_at: list[int] = field(default_factory=list)  # [position] drafts proposed
     accepted_at: list[int] = field(default_factory=list)  # [position] drafts accepted
     steps: int = 0                # verifications with at least one draft
 
-    def update(self, k: int, acc: int) -> None:
+    def update(self, k: int, acc: int, copying: bool) -> None:
+        """k verified drafts, `acc` accepted, sent while the lane was copying or cold."""
         if not 0 <= acc <= k:
             raise ValueError(f"accepted {acc} outside 0..{k}")
         if k == 0:
             return
         missed = 1 if acc < k else 0
         self.tokens.add(acc, acc + missed, self.decay)
-        self.first.add(1 if acc else 0, 1, self.decay)
-        if acc and k > 1:
-            self.cont.add(acc - 1, acc - 1 + missed, self.decay)
+        if copying:
+            self.cont.add(acc, acc + missed, self.decay)
+        else:
+            self.start.add(1 if acc else 0, 1, self.decay)
+            if acc and k > 1:
+                self.cont.add(acc - 1, acc - 1 + missed, self.decay)
         self.steps += 1
         if len(self.proposed_at) < k:
             grow = k - len(self.proposed_at)
@@ -66,14 +75,19 @@ class AcceptanceCounter:
             self.proposed_at[j] += 1
             self.accepted_at[j] += 1 if j < acc else 0
 
+    def observe(self, hit: bool, copying: bool) -> None:
+        """One shadow-checked prediction (not a sent draft: rates only)."""
+        self.tokens.add(int(hit), 1, self.decay)
+        (self.cont if copying else self.start).add(int(hit), 1, self.decay)
+
     @property
     def trials(self) -> float:
-        """Decayed count of tested drafts."""
+        """Decayed count of tested predictions."""
         return self.tokens.trials
 
     @property
     def rate(self) -> float | None:
-        """Rolling per-token acceptance rate; None before any draft was tested."""
+        """Rolling per-token acceptance rate; None before anything was tested."""
         return self.tokens.value
 
     def per_position(self) -> list[float]:
@@ -97,7 +111,7 @@ class Estimate:
 
 
 class AcceptanceStats:
-    """Counters per lane (sequence id) and per category, fed once per verified lane."""
+    """Counters per lane (sequence id) and per category, and whether each lane is copying."""
 
     def __init__(self, decay: float = 0.95) -> None:
         if not 0.0 < decay < 1.0:
@@ -105,10 +119,28 @@ class AcceptanceStats:
         self.decay = decay
         self.lanes: dict[int, AcceptanceCounter] = {}
         self.categories: dict[str, AcceptanceCounter] = {}
+        self._copying: dict[int, bool] = {}
 
-    def record(self, seq_id: int, cat: str, k: int, acc: int) -> None:
-        self.lanes.setdefault(seq_id, AcceptanceCounter(self.decay)).update(k, acc)
-        self.categories.setdefault(cat, AcceptanceCounter(self.decay)).update(k, acc)
+    def record(self, seq_id: int, cat: str, k: int, acc: int,
+               next_hit: bool | None = None) -> None:
+        """One verified lane: `acc` of its `k` sent drafts accepted. `next_hit`: whether the
+        drafter's unsent prediction of the token after the drafts matched the token emitted there
+        (None: no prediction, or a draft was rejected so that token was never predicted)."""
+        if k == 0 and next_hit is None:  # nothing predicted the token this lane just emitted
+            self._copying[seq_id] = False
+            return
+        counters = (self.lanes.setdefault(seq_id, AcceptanceCounter(self.decay)),
+                    self.categories.setdefault(cat, AcceptanceCounter(self.decay)))
+        copying = self._copying.get(seq_id, False)
+        if k:
+            for counter in counters:
+                counter.update(k, acc, copying)
+            copying = acc == k  # all accepted: as far as anyone knows, the copy runs on
+        if acc == k and next_hit is not None:
+            for counter in counters:
+                counter.observe(next_hit, copying)
+            copying = next_hit
+        self._copying[seq_id] = copying
 
     def lane(self, seq_id: int) -> AcceptanceCounter | None:
         return self.lanes.get(seq_id)
@@ -116,19 +148,24 @@ class AcceptanceStats:
     def category(self, cat: str) -> AcceptanceCounter | None:
         return self.categories.get(cat)
 
+    def copying(self, seq_id: int) -> bool:
+        return self._copying.get(seq_id, False)
+
     def estimate(self, seq_id: int, cat: str, prior: Estimate = Estimate(0.5, 0.5),
                  weight: float = 4.0) -> Estimate:
         """A lane's rates for planning: its rolling counts shrunk towards its category's rates
         (or `prior` without one) by `weight` pseudo-trials, so a few unlucky drafts do not pin a
-        lane at zero and a new lane starts from what its category does."""
+        lane at zero and a new lane starts from what its category does. `prior.first` is the
+        prior of `start`."""
         category, lane = self.categories.get(cat), self.lanes.get(seq_id)
         rates = []
-        for part in ("first", "cont"):
-            base = getattr(prior, part)
+        for part, base in (("start", prior.first), ("cont", prior.cont)):
             if category is not None:
                 base = getattr(category, part).shrunk(base, weight)
             rates.append(getattr(lane, part).shrunk(base, weight) if lane is not None else base)
-        return Estimate(*rates)
+        start, cont = rates
+        return Estimate(first=cont if self.copying(seq_id) else start, cont=cont)
 
     def forget(self, seq_id: int) -> None:
         self.lanes.pop(seq_id, None)
+        self._copying.pop(seq_id, None)

@@ -82,9 +82,10 @@ class SpeculationPolicy:
 
     def decide(self, lanes: list[LaneView], prefill: int, controls: Controls,
                calibration: Calibration, draft_cost_ms: Callable[[list[int]], float],
-               shadowed: bool = False) -> Decision:
+               shadowed: bool = False, overhead_ms: float = 0.0) -> Decision:
         """`shadowed`: the drafter's unsent proposals are checked against the output (free
-        evidence for idle lanes), so no lane needs a probe."""
+        evidence for idle lanes), so no lane needs a probe. `overhead_ms`: what a live step of
+        these lanes takes beyond the calibrated t(N) (spec/live_cost.py)."""
         batch = len(lanes)
         budget = controls.budget_override or calibration.budget
         if controls.policy == "off" or not lanes:
@@ -92,7 +93,8 @@ class SpeculationPolicy:
         if batch > controls.spec_ceiling:
             return Decision([0] * batch, f"B={batch} > spec ceiling {controls.spec_ceiling}")
         limits, muted = self._guard(lanes, controls.min_acceptance)
-        t_ms, fresh = calibration.t_ms, None  # fresh: goodput's lanes with nothing to plan with
+        t_ms = lambda n: calibration.t_ms(n) + overhead_ms  # noqa: E731
+        fresh = None  # goodput's lanes with nothing to plan with
         if controls.policy == "fixed":
             ks = [min(controls.k, limit) for limit in limits]
             reason = f"fixed K={controls.k}"
@@ -103,14 +105,15 @@ class SpeculationPolicy:
         else:
             if controls.budget_override:  # move the measured knee to the overridden budget
                 scale = calibration.budget / controls.budget_override
-                t_ms = lambda n: calibration.t_ms(n * scale)  # noqa: E731
+                t_ms = lambda n: calibration.t_ms(n * scale) + overhead_ms  # noqa: E731
             fresh = [self._fresh(lane) for lane in lanes]
             planned = [0 if new else limit for new, limit in zip(fresh, limits)]
             ks, reason = self._goodput(lanes, planned, prefill, budget, t_ms, draft_cost_ms)
             ks = self._hold(lanes, ks, planned)
             if shadowed:  # no guessing where it costs: fresh lanes wait for their shadow checks
-                _fill_within_budget(ks, [limit if new else 0 for new, limit in zip(fresh, limits)],
-                                    budget - batch - prefill)
+                fresh_limits = [limit if new else 0 for new, limit in zip(fresh, limits)]
+                _fill_within(ks, fresh_limits, _slack(t_ms, batch + prefill, calibration.eps,
+                                                      sum(ks) + sum(fresh_limits)))
         probes = [] if shadowed else self._probes(lanes, ks, muted, fresh)
         tokens = batch + prefill + sum(ks)
         for i in probes:
@@ -222,9 +225,18 @@ class SpeculationPolicy:
         return ks, reason
 
 
-def _fill_within_budget(ks: list[int], limits: list[int], room: int) -> None:
-    """Give lanes drafts one at a time, round robin up to `limits`, while the pass stays within
-    the budget (`room` more tokens in all): such drafts are free, whatever they are worth."""
+def _slack(t_ms: Callable[[float], float], base: int, eps: float, most: int) -> int:
+    """Tokens (up to `most`) a pass of `base` tokens can take on for at most eps more time: the
+    budget's T - B on a roofline; on a curve with a cost jump, the flat stretch past it."""
+    room = 0
+    while room < most and t_ms(base + room + 1) <= (1 + eps) * t_ms(base):
+        room += 1
+    return room
+
+
+def _fill_within(ks: list[int], limits: list[int], room: int) -> None:
+    """Give lanes drafts one at a time, round robin up to `limits`, while the pass takes at most
+    `room` drafts in all: such drafts are free, whatever they are worth."""
     room -= sum(ks)
     while room > 0:
         takers = [i for i, limit in enumerate(limits) if ks[i] < limit][:room]

@@ -1,31 +1,22 @@
-"""Shadow checks: unsent free drafts scored against what the lane then emitted."""
-import pytest
-
+"""Shadow checks: the drafter's unsent prediction of the token after the sent drafts."""
 from engine.spec.shadow import ShadowChecks
 
 
-def test_a_check_resolves_at_the_first_mismatch_or_when_all_matched():
-    checks = ShadowChecks(max_tokens=3)
-    checks.watch(1, [10, 11, 12, 13])                 # only the first three are watched
-    assert checks.observe(1, [10]) is None            # one step, one token: still open
-    assert checks.observe(1, [11, 12]) == (3, 3)       # a drafting step may commit several
-    checks.watch(1, [20, 21])
-    assert checks.observe(1, [20, 99]) == (2, 1)
-    assert checks.observe(1, [5]) is None              # nothing pending any more
-
-
-def test_one_check_per_lane_and_forget():
+def test_the_token_after_the_sent_drafts_is_checked_against_the_bonus():
     checks = ShadowChecks()
-    checks.watch(1, [10, 11])
-    checks.watch(1, [30, 31])                          # ignored: a check is pending
-    checks.watch(2, [])                                # nothing offered, nothing to check
-    assert checks.observe(2, [1]) is None
-    assert checks.observe(1, [30]) == (2, 0)
-    checks.watch(3, [1])
+    checks.watch(1, [10, 11, 12], sent=0)              # an idle lane: its first offer
+    assert checks.check(1, sent=0, accepted=0, bonus=10) is True
+    checks.watch(1, [10, 11, 12], sent=2)              # two sent, both accepted: 12 is checked
+    assert checks.check(1, sent=2, accepted=2, bonus=13) is False
+    assert checks.check(1, sent=0, accepted=0, bonus=13) is None  # checked once only
+
+
+def test_nothing_to_check_after_a_rejection_or_without_an_offer():
+    checks = ShadowChecks()
+    checks.watch(1, [10, 11, 12], sent=2)
+    assert checks.check(1, sent=2, accepted=1, bonus=11) is None  # the bonus replaced a draft
+    checks.watch(2, [10, 11], sent=2)                  # every offered token was sent
+    assert checks.check(2, sent=2, accepted=2, bonus=12) is None
+    checks.watch(3, [7], sent=0)
     checks.forget(3)
-    assert checks.observe(3, [1]) is None
-
-
-def test_needs_a_token():
-    with pytest.raises(ValueError):
-        ShadowChecks(max_tokens=0)
+    assert checks.check(3, sent=0, accepted=0, bonus=7) is None
