@@ -1,18 +1,20 @@
 """Speculation policies side by side: tokens/s and acceptance for B = 1..16 decoding lanes.
 
-Two workloads: code edits (an agent applies a change and re-emits the complete updated file it
-just read, shown one worked example first; prompt lookup has real text to find, as much as the
-model actually copies) and free chat (little to copy). For each workload and B the prompts are
-prefilled once; every policy then decodes the same number of steps from that state on its own
-copy of the lanes (KV cloned), all lanes decoding, with prompt-lookup drafts and a fresh policy
-state. The policies run in lockstep — each advances its lanes by one step in turn — so a burst of
-load from another process lands on every policy alike instead of spoiling one policy's run;
-`--repeats` such rounds are run and each cell is the median round."""
+Two workloads (spec_workloads.py): code edits, copy-heavy, and free chat, with little to copy.
+For each workload and B, a round prefills B distinct prompts; every policy then decodes the same
+number of steps from that state on its own copy of the lanes (KV cloned), all lanes decoding,
+with prompt-lookup drafts. The policies run in lockstep — each advances
+its lanes by one step in turn — so a burst of load from another process lands on every policy
+alike instead of spoiling one policy's run. `--repeats` rounds take the next B prompts each time
+(wrapping around the sixteen), so small B is not judged on one prompt's luck; each cell is the
+tokens and time of all rounds together. Each policy keeps its state across rounds, as in a
+running engine; the first round starts it cold."""
 from __future__ import annotations
 
 import json
 import sys
 
+from engine.bench.spec_workloads import WORKLOADS
 from engine.controls import Controls
 from engine.kv_cache import PagedKVCache
 from engine.runner import ModelRunner
@@ -22,58 +24,6 @@ from engine.step import StepExecutor
 POLICIES = (("off", "off", 0), ("fixed-2", "fixed", 2), ("fixed-4", "fixed", 4),
             ("fixed-8", "fixed", 8), ("uniform", "uniform", 8), ("goodput", "goodput", 8))
 
-_EXAMPLE_BEFORE = '''def area(width, height):
-    return width * height
-
-
-def describe(shape):
-    return f"{shape['name']}: {area(shape['w'], shape['h'])}"
-'''
-_EXAMPLE_AFTER = '''def area(width: float, height: float) -> float:
-    return width * height
-
-
-def describe(shape):
-    return f"{shape['name']}: {area(shape['w'], shape['h'])}"
-'''
-_FILE = '''import json
-from pathlib import Path
-
-
-def load_settings(path):
-    """Read the settings file and fill in defaults."""
-    data = json.loads(Path(path).read_text())
-    data.setdefault("retries", 3)
-    data.setdefault("timeout", 30)
-    return data
-
-
-def save_settings(path, data):
-    Path(path).write_text(json.dumps(data, indent=2))
-
-
-def merge(base, extra):
-    out = dict(base)
-    for key, value in extra.items():
-        out[key] = value
-    return out
-'''
-_TASK = ("Apply the change to the file and output the complete updated file, nothing else.\n\n"
-         "Example.\nFile:\n```python\n{ex_before}```\nChange: add type hints to area.\n"
-         "Updated file:\n```python\n{ex_after}```\n\n"
-         "Now your turn.\nFile:\n```python\n{file}```\nChange: {change}.\nUpdated file:")
-CODE_EDITS = tuple(_TASK.format(ex_before=_EXAMPLE_BEFORE, ex_after=_EXAMPLE_AFTER, file=_FILE,
-                                change=change)
-                   for change in ("rename load_settings to read_settings",
-                                  "change the default timeout from 30 to 60",
-                                  "make save_settings sort the keys",
-                                  "rename merge to merged"))
-CHATS = ("What are three good habits for a new programmer?",
-         "Explain why the sky is blue to a ten-year-old.",
-         "Write a short poem about autumn leaves.",
-         "What should I pack for a weekend hiking trip?")
-WORKLOADS = (("code-edit", CODE_EDITS), ("chat", CHATS))
-
 
 def add_arguments(parser) -> None:
     parser.add_argument("--model", default="default")
@@ -82,7 +32,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--batches", default="1,2,4,8,16", help="comma-separated B values")
     parser.add_argument("--steps", type=int, default=32, help="decode steps timed per run")
     parser.add_argument("--repeats", type=int, default=3,
-                        help="rounds of every policy in lockstep; cells are the median round")
+                        help="rounds of every policy in lockstep, each on the next B prompts; "
+                             "cells add up all rounds")
     parser.add_argument("--json", action="store_true", help="print rows as JSON Lines")
 
 
@@ -118,28 +69,27 @@ def run(args) -> int:
 
 def _measure(loaded, calibration, workload, prompts, batch, steps, repeats) -> list[dict]:
     tok = loaded.tokenizer
-    ids = [tok.encode(tok.chat_prompt(prompts[i % len(prompts)])) for i in range(batch)]
-    lane_blocks = -(-(max(len(p) for p in ids) + steps * 10 + 16) // 16)
+    encoded = [tok.encode(tok.chat_prompt(prompt)) for prompt in prompts]
+    lane_blocks = -(-(max(len(ids) for ids in encoded) + steps * 10 + 16) // 16)
     kv = PagedKVCache(loaded.config, (1 + len(POLICIES)) * batch * lane_blocks, 16,
                       loaded.model.dtype, loaded.model.device)
     runner = ModelRunner(loaded.model, kv)
-    base = [Sequence(i, list(p), len(p), max_new_tokens=10**6, agent=i, cat=workload)
-            for i, p in enumerate(ids)]
-    prefill = StepExecutor(runner, calibration, target=loaded)
-    for seq in base:  # everything but the last prompt token, which the timed runs decode from
-        prefill.run([(seq, seq.pending - 1)], Controls(policy="off"), 0, 0.0)
-    warm = _clone(kv, base, batch)  # first passes at these shapes pay for allocation
-    for step in range(2):
-        prefill.run([(seq, 1) for seq in warm], Controls(policy="off"), step, 0.0)
-    _release(kv, warm)
-
-    runs: dict[str, list[list[float]]] = {label: [] for label, _, _ in POLICIES}
-    for _ in range(repeats):
+    totals = {label: [0.0, 0, 0, 0] for label, _, _ in POLICIES}  # ms, emitted, drafted, acc
+    # One executor per policy for all rounds: like a running engine, a policy meets each round's
+    # new lanes knowing what it learned of their category and of the step cost.
+    executors = {label: StepExecutor(runner, calibration, target=loaded)
+                 for label, _, _ in POLICIES}
+    for round_ in range(repeats):
+        base = _prefill(runner, calibration, loaded, workload,
+                        [encoded[(round_ * batch + i) % len(encoded)] for i in range(batch)])
+        if round_ == 0:  # first passes at these shapes pay for allocation
+            warm = _clone(kv, base, batch)
+            for step in range(2):
+                StepExecutor(runner, calibration).run([(seq, 1) for seq in warm],
+                                                      Controls(policy="off"), step, 0.0)
+            _release(kv, warm)
         lanes = {label: _clone(kv, base, (2 + index) * batch)
                  for index, (label, _, _) in enumerate(POLICIES)}
-        executors = {label: StepExecutor(runner, calibration, target=loaded)
-                     for label, _, _ in POLICIES}
-        totals = {label: [0.0, 0, 0, 0] for label, _, _ in POLICIES}  # ms, emitted, drafted, acc
         for step in range(steps):
             turn = step % len(POLICIES)  # who goes first rotates: no policy always follows another
             for label, policy, k in POLICIES[turn:] + POLICIES[:turn]:
@@ -149,19 +99,27 @@ def _measure(loaded, calibration, workload, prompts, batch, steps, repeats) -> l
                                            record.accepted)):
                     totals[label][i] += value
         for label, _, _ in POLICIES:
-            runs[label].append(totals[label])
-            _release(kv, lanes[label])
+            for seq in lanes[label]:
+                executors[label].release(seq)
+        _release(kv, base)
     rows = []
     for label, _, _ in POLICIES:
-        rates = sorted(emitted / ms * 1e3 for ms, emitted, _, _ in runs[label])
-        drafted = sum(run[2] for run in runs[label])
-        accepted = sum(run[3] for run in runs[label])
-        emitted = sum(run[1] for run in runs[label])
+        ms, emitted, drafted, accepted = totals[label]
         rows.append({"workload": workload, "B": batch, "policy": label,
-                     "tokens_per_s": round(rates[len(rates) // 2], 1),
+                     "tokens_per_s": round(emitted / ms * 1e3, 1),
                      "acceptance": round(accepted / drafted, 3) if drafted else None,
-                     "tokens_per_step": round(emitted / (steps * len(runs[label])) / batch, 2)})
+                     "tokens_per_step": round(emitted / (steps * repeats) / batch, 2)})
     return rows
+
+
+def _prefill(runner, calibration, loaded, workload, prompts) -> list[Sequence]:
+    """Lanes with everything but the last prompt token cached: the timed runs decode from it."""
+    lanes = [Sequence(i, list(ids), len(ids), max_new_tokens=10**6, agent=i, cat=workload)
+             for i, ids in enumerate(prompts)]
+    executor = StepExecutor(runner, calibration, target=loaded)
+    for seq in lanes:
+        executor.run([(seq, seq.pending - 1)], Controls(policy="off"), 0, 0.0)
+    return lanes
 
 
 def _clone(kv: PagedKVCache, seqs: list[Sequence], first_id: int) -> list[Sequence]:
@@ -198,4 +156,4 @@ def _print_table(rows, calibration) -> None:
         good = cells["goodput"]["tokens_per_s"]
         print(f"{workload:10} {batch:3d} " + " ".join(f"{c:>14}" for c in text)
               + f"  {good / best:12.2f}  {good / cells['off']['tokens_per_s']:11.2f}")
-    print("cells: median tokens/s (acceptance over all rounds); uniform and goodput capped at k=8")
+    print("cells: tokens/s (acceptance) over all rounds; uniform and goodput capped at k=8")

@@ -1,7 +1,8 @@
 """`swarmscope bench spec` smoke test on the tiny model: the table has every policy and B."""
 import json
 
-from engine.bench.spec import CODE_EDITS, POLICIES
+from engine.bench.spec import POLICIES
+from engine.bench.spec_workloads import CHATS, CODE_EDITS
 from engine.cli.main import main
 
 
@@ -36,9 +37,11 @@ def test_bench_spec_smoke_table(tmp_path, monkeypatch, capsys):
     assert "goodput/best" in lines[header]
 
 
-def test_code_edit_prompts_ask_for_the_whole_file_back():
-    assert len(set(CODE_EDITS)) == len(CODE_EDITS)
-    assert all("complete updated file" in p and "def load_settings" in p for p in CODE_EDITS)
+def test_every_lane_has_its_own_prompt_and_code_edits_ask_for_the_whole_file_back():
+    assert len(set(CODE_EDITS)) == len(CODE_EDITS) == 16 and len(set(CHATS)) == len(CHATS) == 16
+    assert all("complete updated file" in p and p.count("```python") == 3 for p in CODE_EDITS)
+    files = [p.split("Now your turn.")[1].split("Change:")[0] for p in CODE_EDITS]
+    assert all(files[i] != files[i + 1] for i in range(15))  # neighbouring lanes edit other files
 
 
 def test_cloned_lanes_decode_what_their_source_decodes():
