@@ -140,7 +140,7 @@ class StepExecutor:
         offers = [drafter.available(seq, controls.k + drafter.free) for seq in seqs]
         views = [LaneView(seq.seq_id, seq.cat, min(n, controls.k)) for seq, n in zip(seqs, offers)]
         decision = self.policy.decide(views, prefill, controls, self.calibration, drafter.cost_ms,
-                                      shadowed=drafter.free, overhead_ms=self.overhead.at(len(seqs)))
+                                      shadowed=drafter.free, overhead=self.overhead.estimate())
         if not drafter.free:
             return decision, drafter.propose(seqs, decision.ks)
         offered = drafter.propose(seqs, offers)
@@ -151,7 +151,8 @@ class StepExecutor:
     def _learn_overhead(self, lanes: int, drafted: list[int], controls: Controls,
                         dt_ms: float) -> None:
         draft_ms = self.drafter(controls.drafter).cost_ms(drafted) if any(drafted) else 0.0
-        self.overhead.observe(lanes, dt_ms - draft_ms - self.calibration.t_ms(lanes + sum(drafted)))
+        self.overhead.observe(lanes, sum(drafted),
+                              dt_ms - draft_ms - self.calibration.t_ms(lanes + sum(drafted)))
 
     @staticmethod
     def _lanes(scheduled, fed, decoding, drafts: dict[int, Draft]) -> list[LaneInput]:

@@ -2,25 +2,27 @@
 
 - off: none; fixed: K for every lane; uniform: the seed rule k = floor((T - B) / B);
 - goodput (default): per-lane k maximising expected emitted tokens per second. The j-th draft of
-  lane i is accepted with probability first_i * cont_i ** (j - 1) (acceptance.Estimate), so a step
-  emits B + the sum of those over every draft in t(B + sum k + prefill) + drafting ms. Drafts are
-  added greedily, best marginal gain first; the allocation kept is the prefix of that order with
-  the best rate (so a curve with a cost jump from 1 to 2 rows, or a draft model whose first pass
-  is costly, can still pay off over several drafts). Inside the budget every draft with positive
-  gain is nearly free; past it a draft must pay for itself through the measured curve.
+  lane i is accepted with probability first_i * cont_i ** (j - 1) (acceptance.Estimate: `first`
+  is high while the lane is copying), so a step emits B + the sum of those over every draft in
+  t(B + sum k + prefill) + drafting ms, where t is the calibrated curve plus the live overhead
+  (spec/live_cost.py). Drafts are added greedily, best marginal gain first; the allocation kept
+  is the prefix of that order with the best rate (so a curve with a cost jump from 1 to 2 rows,
+  or a draft model whose first pass is costly, can still pay off over several drafts). Where the
+  curve is flat every draft with positive gain is nearly free; past it a draft must pay for
+  itself.
 
 Lanes that do not draft still need evidence, or a lane the plan parks could never come back.
-With a drafter whose proposals cost nothing (prompt lookup) the engine checks the proposals it
+With a drafter whose proposals cost nothing (prompt lookup) the engine checks the prediction it
 did not send against what the lane then emitted (spec/shadow.py): that is the acceptance the
-drafts would have had, for free, so such lanes are never probed, and a lane with nothing to go
-on yet (no evidence of its own, too little in its category) drafts only inside the budget, where
-drafts cost nothing, until its shadow checks come in. With a costly drafter (a draft model) goodput
-explores by probing: a lane with no history of its own, in a category without enough history
-to go on, is probed before it is planned with a guessed rate; a lane the plan leaves idle is
-probed again now and then. A probe gets as many drafts as add no more than (1 + eps) times one
-draft's cost, and each probe that does not win the lane a place in the plan doubles the wait
-before the next (PROBE_EVERY, 2x, ... PROBE_MAX steps), so a stream that never accepts costs a
-vanishing share of the step time.
+draft would have had, for free, so such lanes are never probed, and a lane with nothing to go on
+yet (no evidence of its own, too little in its category) drafts only as far as drafts are free
+(the pass costs at most eps more than without them), until its shadow checks come in. With a
+costly drafter (a draft model) goodput explores by probing: a lane with no history of its own,
+in a category without enough history to go on, is probed before it is planned with a guessed
+rate; a lane the plan leaves idle is probed again now and then. A probe gets as many drafts as
+add no more than (1 + eps) times one draft's cost, and each probe that does not win the lane a
+place in the plan doubles the wait before the next (PROBE_EVERY, 2x, ... PROBE_MAX steps), so a
+stream that never accepts costs a vanishing share of the step time.
 
 Guards for every policy: no drafting when the batch exceeds the speculation ceiling; a lane or
 category whose rolling acceptance is below the minimum stops drafting (re-probed on the same
@@ -39,6 +41,7 @@ from typing import Callable
 from engine.controls import Controls
 from engine.spec.acceptance import AcceptanceStats, Estimate
 from engine.spec.calibration import Calibration
+from engine.spec.live_cost import Overhead
 
 MIN_TRIALS = 4      # tested drafts before a category's rate is trusted (or may switch it off)
 PROBE_EVERY = 4     # idle steps before the first re-probe of a lane (a failed first look
@@ -86,10 +89,10 @@ class SpeculationPolicy:
 
     def decide(self, lanes: list[LaneView], prefill: int, controls: Controls,
                calibration: Calibration, draft_cost_ms: Callable[[list[int]], float],
-               shadowed: bool = False, overhead_ms: float = 0.0) -> Decision:
+               shadowed: bool = False, overhead: Overhead = Overhead()) -> Decision:
         """`shadowed`: the drafter's unsent proposals are checked against the output (free
-        evidence for idle lanes), so no lane needs a probe. `overhead_ms`: what a live step of
-        these lanes takes beyond the calibrated t(N) (spec/live_cost.py)."""
+        evidence for idle lanes), so no lane needs a probe. `overhead`: what a live step takes
+        beyond the calibrated t(N) (spec/live_cost.py)."""
         batch = len(lanes)
         budget = controls.budget_override or calibration.budget
         if controls.policy == "off" or not lanes:
@@ -97,7 +100,13 @@ class SpeculationPolicy:
         if batch > controls.spec_ceiling:
             return Decision([0] * batch, f"B={batch} > spec ceiling {controls.spec_ceiling}")
         limits, muted = self._guard(lanes, controls.min_acceptance)
-        t_ms = lambda n: calibration.t_ms(n) + overhead_ms  # noqa: E731
+        scale = calibration.budget / controls.budget_override if controls.budget_override else 1
+
+        def t_ms(n: float) -> float:
+            """Planned time of a pass of n tokens: the measured curve (its knee moved to an
+            overridden budget) plus what live steps take beyond it."""
+            return calibration.t_ms(n * scale) + overhead.ms(batch, n - batch - prefill)
+
         fresh = None  # goodput's lanes with nothing to plan with
         if controls.policy == "fixed":
             ks = [min(controls.k, limit) for limit in limits]
@@ -107,9 +116,6 @@ class SpeculationPolicy:
             ks = self._hold(lanes, [min(k, limit) for limit in limits], limits)
             reason = f"uniform: floor((T={budget} - B={batch}) / B) = {k}"
         else:
-            if controls.budget_override:  # move the measured knee to the overridden budget
-                scale = calibration.budget / controls.budget_override
-                t_ms = lambda n: calibration.t_ms(n * scale) + overhead_ms  # noqa: E731
             fresh = [self._fresh(lane) for lane in lanes]
             planned = [0 if new else limit for new, limit in zip(fresh, limits)]
             ks, reason = self._goodput(lanes, planned, prefill, budget, t_ms, draft_cost_ms)
