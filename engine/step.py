@@ -101,6 +101,8 @@ class StepExecutor:
             if not any(d.tokens for d in drafts):
                 raise
             drafts = [Draft([]) for _ in decode_seqs]  # retry plainly: drafts must never evict
+            for seq in decode_seqs:  # the watched predictions were for the dropped drafts' ends
+                self.shadows.forget(seq.seq_id)
             by_seq = dict(zip((seq.seq_id for seq in decode_seqs), drafts))
             decision.reason += "; KV full: drafts dropped"
             out = self.runner.forward(self._lanes(scheduled, fed, decoding, by_seq), controls.ragged)
@@ -119,8 +121,7 @@ class StepExecutor:
                                     acc=sum(result.accepted_flags), pad=out.pad[index], ctx=ctx))
         dt_ms = (time.perf_counter() - start) * 1e3
         if decode_seqs and not prefill:  # prefill chunks are not what the policy plans for
-            self._learn_overhead(len(decode_seqs), [len(d.tokens) for d in drafts], controls,
-                                 dt_ms)
+            self._learn_overhead([len(d.tokens) for d in drafts], controls, dt_ms)
         record = StepRecord(step=step, t=t, dt_ms=dt_ms,
                             batch=len(decode_seqs), prefill=prefill,
                             budget=controls.budget_override or self.calibration.budget,
@@ -148,11 +149,10 @@ class StepExecutor:
             self.shadows.watch(seq.seq_id, draft.tokens, k)
         return decision, [Draft(draft.tokens[:k]) for draft, k in zip(offered, decision.ks)]
 
-    def _learn_overhead(self, lanes: int, drafted: list[int], controls: Controls,
-                        dt_ms: float) -> None:
+    def _learn_overhead(self, drafted: list[int], controls: Controls, dt_ms: float) -> None:
         draft_ms = self.drafter(controls.drafter).cost_ms(drafted) if any(drafted) else 0.0
-        self.overhead.observe(lanes, sum(drafted),
-                              dt_ms - draft_ms - self.calibration.t_ms(lanes + sum(drafted)))
+        planned = self.calibration.t_ms(len(drafted) + sum(drafted)) + draft_ms
+        self.overhead.observe(drafted, dt_ms - planned)
 
     @staticmethod
     def _lanes(scheduled, fed, decoding, drafts: dict[int, Draft]) -> list[LaneInput]:

@@ -1,53 +1,78 @@
 """What live steps cost beyond the calibrated curve.
 
-Calibration times one lane at a short context. A live step with B lanes also reads every lane's
-context and does per-lane work around the pass (drafting, verification, bookkeeping), so it takes
-longer than t(N): 5-10 ms a lane for SmolLM2-135M on two CPU cores. Each draft costs more than
-the curve's slope, too, since its attention reads the whole long context of its lane. Goodput
-weighs a draft's cost against the whole step's, so both matter: without the first every step
-looks cheaper than it is and drafts look dearer; without the second deep drafts look cheap.
+Calibration times one lane at a short context. A live step costs more than t(N), in three ways
+that the policy's choices move (measured for SmolLM2-135M on two CPU cores, 16 lanes at 400 tokens
+of context):
+- per lane: every lane's attention reads its whole context, and each lane has work around the
+  pass (drafting, verification, bookkeeping): 5-10 ms a lane;
+- per draft: a draft's attention reads its lane's long context too, which one lane at 64 tokens
+  did not: about half a millisecond a draft;
+- per group: lanes are attended in one call per distinct query length (attention.py), so every
+  distinct draft count adds a call per layer: about 6 ms a group.
+Goodput weighs a draft's cost against the whole step's, so all three matter: without the first
+every step looks cheaper than it is and drafts look dearer; without the others deep or uneven
+drafts look cheap.
 
-The excess of each decode step over t(N) is fitted as per_lane * B + per_draft * D (D drafted
-tokens) by decayed least squares. The per-draft term is held towards zero by a small ridge, so
-it stays zero until steps with different draft counts tell it apart from the per-lane term.
-Neither term is taken below zero: a calibration measured under load would otherwise make drafts
-look cheap."""
+The excess of each decode step over t(N) is fitted as per_lane * B + per_draft * D + per_group
+* (G - 1) by decayed least squares (D drafted tokens, G distinct query lengths), the draft and
+group terms shrunk slightly towards zero; they stay zero until steps with drafts are seen. No
+term is taken below zero: a calibration measured under load would otherwise make drafts look
+cheap."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 
 @dataclass(frozen=True, slots=True)
 class Overhead:
     per_lane_ms: float = 0.0
     per_draft_ms: float = 0.0
+    per_group_ms: float = 0.0
 
-    def ms(self, lanes: int, drafts: float) -> float:
-        return self.per_lane_ms * lanes + self.per_draft_ms * drafts
+    def ms(self, lanes: int, drafts: float, groups: int = 1) -> float:
+        return (self.per_lane_ms * lanes + self.per_draft_ms * drafts
+                + self.per_group_ms * max(0, groups - 1))
+
+
+def query_groups(ks: list[int]) -> int:
+    """Attention calls per layer for decoding lanes drafting `ks`: one per distinct 1 + k."""
+    return len(set(ks))
 
 
 class LiveOverhead:
-    RIDGE = 16.0  # drafts^2: weight of the prior that a draft costs what the curve says
+    RIDGE = 1e-3  # relative shrinkage of the draft and group terms towards zero
 
     def __init__(self, decay: float = 0.8) -> None:
         if not 0.0 < decay < 1.0:
             raise ValueError(f"decay must be in (0, 1), got {decay}")
         self.decay = decay
-        self._sums = [0.0] * 5  # decayed sums of B*B, B*D, D*D, B*excess, D*excess
+        self._xx = np.zeros((3, 3))  # decayed sums of x x^T, x = (B, D, G - 1)
+        self._xy = np.zeros(3)       # decayed sums of x * excess
 
-    def observe(self, lanes: int, drafts: int, excess_ms: float) -> None:
-        """One decode step of `lanes` lanes and `drafts` drafts took `excess_ms` longer than
-        the calibrated curve."""
-        terms = (lanes * lanes, lanes * drafts, drafts * drafts, lanes * excess_ms,
-                 drafts * excess_ms)
-        self._sums = [s * self.decay + term for s, term in zip(self._sums, terms)]
+    def observe(self, ks: list[int], excess_ms: float) -> None:
+        """One decode step with `ks` drafts per lane took `excess_ms` longer than the
+        calibrated curve."""
+        if not ks:
+            return
+        x = np.array([len(ks), sum(ks), query_groups(ks) - 1], dtype=float)
+        self._xx = self._xx * self.decay + np.outer(x, x)
+        self._xy = self._xy * self.decay + x * excess_ms
 
     def estimate(self) -> Overhead:
-        bb, bd, dd, by, dy = self._sums
-        dd += self.RIDGE
-        det = bb * dd - bd * bd
-        if bb <= 0 or det <= 0:
+        if self._xx[0, 0] <= 0:
             return Overhead()
-        per_draft = max(0.0, (bb * dy - bd * by) / det)
-        per_lane = max(0.0, (by - bd * per_draft) / bb)
-        return Overhead(per_lane, per_draft)
+        terms = np.zeros(3)
+        free = [0, 1, 2]
+        while free:  # least squares; a term that comes out negative is held at zero
+            # The ridge keeps the system positive definite while a term's feature has never
+            # been non-zero (no drafts yet: D = G - 1 = 0); B >= 1 always.
+            ridge = [0.0 if i == 0 else self.RIDGE * self._xx[i, i] + 1e-6 for i in free]
+            solved = np.linalg.solve(self._xx[np.ix_(free, free)] + np.diag(ridge),
+                                     self._xy[free])
+            if solved.min() >= 0:
+                terms[free] = solved
+                break
+            free.pop(int(solved.argmin()))
+        return Overhead(*(float(v) for v in terms))

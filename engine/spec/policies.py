@@ -41,7 +41,7 @@ from typing import Callable
 from engine.controls import Controls
 from engine.spec.acceptance import AcceptanceStats, Estimate
 from engine.spec.calibration import Calibration
-from engine.spec.live_cost import Overhead
+from engine.spec.live_cost import Overhead, query_groups
 
 MIN_TRIALS = 4      # tested drafts before a category's rate is trusted (or may switch it off)
 PROBE_EVERY = 4     # idle steps before the first re-probe of a lane (a failed first look
@@ -102,10 +102,12 @@ class SpeculationPolicy:
         limits, muted = self._guard(lanes, controls.min_acceptance)
         scale = calibration.budget / controls.budget_override if controls.budget_override else 1
 
-        def t_ms(n: float) -> float:
-            """Planned time of a pass of n tokens: the measured curve (its knee moved to an
-            overridden budget) plus what live steps take beyond it."""
-            return calibration.t_ms(n * scale) + overhead.ms(batch, n - batch - prefill)
+        def step_ms(ks: list[int]) -> float:
+            """Planned time of a step drafting `ks`: the measured curve (its knee moved to an
+            overridden budget), what live steps take beyond it, and the drafter's own time."""
+            drafts = sum(ks)
+            return (calibration.t_ms((batch + prefill + drafts) * scale) + draft_cost_ms(ks)
+                    + overhead.ms(batch, drafts, query_groups(ks)))
 
         fresh = None  # goodput's lanes with nothing to plan with
         if controls.policy == "fixed":
@@ -118,21 +120,17 @@ class SpeculationPolicy:
         else:
             fresh = [self._fresh(lane) for lane in lanes]
             planned = [0 if new else limit for new, limit in zip(fresh, limits)]
-            ks, reason = self._goodput(lanes, planned, prefill, budget, t_ms, draft_cost_ms)
+            ks, reason = self._goodput(lanes, planned, budget, step_ms)
             ks = self._hold(lanes, ks, planned)
             if shadowed:  # no guessing where it costs: fresh lanes wait for their shadow checks
-                fresh_limits = [limit if new else 0 for new, limit in zip(fresh, limits)]
-                _fill_within(ks, fresh_limits, _slack(t_ms, batch + prefill, calibration.eps,
-                                                      sum(ks) + sum(fresh_limits)))
+                _fill_free(ks, [limit if new else 0 for new, limit in zip(fresh, limits)],
+                           step_ms, calibration.eps)
         probes = [] if shadowed else self._probes(lanes, ks, muted, fresh)
-        tokens = batch + prefill + sum(ks)
         for i in probes:
             if controls.policy == "goodput":
-                ks[i] = _probe_size(lanes[i].available, i, ks, tokens, t_ms, draft_cost_ms,
-                                    calibration.eps)
+                ks[i] = _probe_size(lanes[i].available, i, ks, step_ms, calibration.eps)
             else:
                 ks[i] = min(1, lanes[i].available)
-            tokens += ks[i]
         notes = []
         if any(muted):
             notes.append(f"{sum(muted)} lane(s) below min acceptance {controls.min_acceptance:g}")
@@ -206,68 +204,87 @@ class SpeculationPolicy:
         return ks
 
     # -- goodput --
-    def _goodput(self, lanes, limits, prefill, budget, t_ms, draft_cost_ms):
+    def _goodput(self, lanes, limits, budget, step_ms):
         batch = len(lanes)
         rates = [self.stats.estimate(lane.seq_id, lane.cat, PRIOR) for lane in lanes]
         ks = [0] * batch
         tokens = float(batch)
-        elapsed = t_ms(batch + prefill)
-        best = (tokens / elapsed, list(ks), tokens, elapsed)
+        best = (tokens / step_ms(ks), list(ks))
         # max-heap of each lane's next draft's expected gain, first * cont ** k
         heap = [(-rates[i].first, i) for i in range(batch) if limits[i] > 0 and rates[i].first > 0]
         heapq.heapify(heap)
-        drafted = 0
         while heap:
             neg_gain, i = heapq.heappop(heap)
             ks[i] += 1
-            drafted += 1
             tokens += -neg_gain
-            elapsed = t_ms(batch + drafted + prefill) + draft_cost_ms(ks)
-            if tokens / elapsed > best[0] * (1 + 1e-9):
-                best = (tokens / elapsed, list(ks), tokens, elapsed)
+            rate = tokens / step_ms(ks)
+            if rate > best[0] * (1 + 1e-9):
+                best = (rate, list(ks))
             if ks[i] < limits[i]:
                 heapq.heappush(heap, (neg_gain * rates[i].cont, i))
-        rate, ks, tokens, elapsed = best
+        ks = _fewer_groups(best[1], limits, rates, step_ms)
+        tokens = batch + sum(rate.expected(k) for rate, k in zip(rates, ks))
         first = sum(r.first for r in rates) / batch
         cont = sum(r.cont for r in rates) / batch
         reason = (f"goodput: B={batch} T={budget} mean first={first:.2f} cont={cont:.2f} -> "
-                  f"sum k={sum(ks)}, {tokens:.1f} tok in {elapsed:.1f} ms")
+                  f"sum k={sum(ks)}, {tokens:.1f} tok in {step_ms(ks):.1f} ms")
         return ks, reason
 
 
-def _slack(t_ms: Callable[[float], float], base: int, eps: float, most: int) -> int:
-    """Tokens (up to `most`) a pass of `base` tokens can take on for at most eps more time: the
-    budget's T - B on a roofline; on a curve with a cost jump, the flat stretch past it."""
-    room = 0
-    while room < most and t_ms(base + room + 1) <= (1 + eps) * t_ms(base):
-        room += 1
-    return room
+def _fewer_groups(ks: list[int], limits: list[int], rates: list[Estimate],
+                  step_ms: Callable[[list[int]], float]) -> list[int]:
+    """Move lanes alone in their draft count into another lane's count while that raises the
+    expected rate: each distinct count is one more attention call per layer (live_cost.py), which
+    the greedy order, one draft at a time, cannot see to avoid."""
+    def rate(trial: list[int]) -> float:
+        return (len(trial) + sum(r.expected(k) for r, k in zip(rates, trial))) / step_ms(trial)
+
+    ks, best = list(ks), rate(ks)
+    moved = True
+    while moved:
+        moved = False
+        for i, k in enumerate(ks):
+            if k == 0 or ks.count(k) > 1:
+                continue
+            for other in sorted(set(ks) - {k}):
+                if other > limits[i]:
+                    break
+                trial = ks[:i] + [other] + ks[i + 1:]
+                if rate(trial) > best * (1 + 1e-9):
+                    ks, best, moved = trial, rate(trial), True
+                    break
+    return ks
 
 
-def _fill_within(ks: list[int], limits: list[int], room: int) -> None:
-    """Give lanes drafts one at a time, round robin up to `limits`, while the pass takes at most
-    `room` drafts in all: such drafts are free, whatever they are worth."""
-    room -= sum(ks)
-    while room > 0:
-        takers = [i for i, limit in enumerate(limits) if ks[i] < limit][:room]
-        if not takers:
+def _fill_free(ks: list[int], limits: list[int], step_ms: Callable[[list[int]], float],
+               eps: float) -> None:
+    """Give lanes drafts one at a time, round robin up to `limits`, while the step is planned at
+    most eps slower than without them: such drafts are free, whatever they are worth (the
+    budget's T - B on a roofline; on a curve with a cost jump, the flat stretch past it)."""
+    limit = (1 + eps) * step_ms(ks)
+    while True:
+        grew = False
+        for i, cap in enumerate(limits):
+            if ks[i] < cap:
+                ks[i] += 1
+                if step_ms(ks) > limit:
+                    ks[i] -= 1
+                    return
+                grew = True
+        if not grew:
             return
-        for i in takers:
-            ks[i] += 1
-        room -= len(takers)
 
 
-def _probe_size(available: int, lane: int, ks: list[int], tokens: int,
-                t_ms: Callable[[float], float], draft_cost_ms: Callable[[list[int]], float],
-                eps: float) -> int:
-    """Most drafts for `lane` whose extra cost, on top of the `tokens` already in the pass, is at
-    most (1 + eps) x that of one draft: past a cost jump (1 -> 2 rows on a CPU) the curve is flat,
+def _probe_size(available: int, lane: int, ks: list[int],
+                step_ms: Callable[[list[int]], float], eps: float) -> int:
+    """Most drafts for `lane` whose extra cost, on top of the step as planned, is at most
+    (1 + eps) x that of one draft: past a cost jump (1 -> 2 rows on a CPU) the curve is flat,
     so a longer probe costs what a one-draft probe does and tells more; on a rising stretch it
     is one draft."""
     def cost(k: int) -> float:
         trial = list(ks)
         trial[lane] = k
-        return t_ms(tokens + k) + draft_cost_ms(trial)
+        return step_ms(trial)
 
     if available <= 0:
         return 0
