@@ -44,7 +44,7 @@ def query_groups(ks: list[int]) -> int:
 class LiveOverhead:
     RIDGE = 1e-3  # relative shrinkage of the draft and group terms towards zero
 
-    def __init__(self, decay: float = 0.8) -> None:
+    def __init__(self, decay: float = 0.95) -> None:
         if not 0.0 < decay < 1.0:
             raise ValueError(f"decay must be in (0, 1), got {decay}")
         self.decay = decay
