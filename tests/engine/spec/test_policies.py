@@ -201,7 +201,7 @@ def test_fresh_lane_probes_at_the_price_of_one_draft_then_commits_or_stops():
     assert first.ks == [5] and "probed" in first.reason
     good, bad = AcceptanceStats(), AcceptanceStats()
     good.record(0, "code-edit", 8, 8)
-    for _ in range(3):  # a copy, once started, usually runs on (the prior): one miss is not enough
+    for _ in range(3):
         bad.record(0, "code-edit", 8, 0)
     lanes = [LaneView(0, "code-edit", 16)]
     assert sum(SpeculationPolicy(good).decide(lanes, 0, Controls(k=16), CPU_FP32, _free).ks) > 8
