@@ -2,8 +2,10 @@
 vs headless on the same seeded swarm. Run: `swarmscope bench gui [--model tiny-test]`.
 
 The engine comparison runs the same work both ways: a seeded swarm on the virtual clock (session
-time advances by the calibrated t(N), not by the wall clock) takes the same steps and emits the
-same tokens however fast the machine is, so only the wall time differs. Each run is a process of
+time advances by the calibrated t(N), not by the wall clock) with the fixed-K policy takes the
+same steps and emits the same tokens however fast the machine is, so only the wall time differs.
+(Goodput's plan depends on measured step times, spec/live_cost.py, so two runs of it may draft
+differently.) Each run is a process of
 its own, as a user runs them: headless, the engine steps on the main thread (`swarmscope run
 --headless`); windowed, the app's worker thread loads the model and steps while the window
 draws. (Torch work on two threads of one process costs both: each gets an OpenMP team, and on a
@@ -80,7 +82,7 @@ def engine_seconds(args, windowed: bool) -> tuple[float, int]:
 
     def build(progress=None) -> Engine:
         return Engine(load_model(args.model, dtype=args.dtype), SwarmConfig(seed=0, clock="virtual"),
-                      controls=Controls(swarm_size=args.agents))
+                      controls=Controls(swarm_size=args.agents, policy="fixed"))
 
     if not windowed:
         engine = build()

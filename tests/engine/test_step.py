@@ -193,3 +193,18 @@ def test_lanes_that_do_not_draft_are_scored_by_shadow_checks():
     checked = executor.stats.category(seq.cat)
     assert checked is not None and checked.steps == 0 and checked.trials > 0  # no draft was sent
     assert seq.output_ids == _alone(tuple(prompt), 24, torch.float64)
+
+
+def test_the_executor_learns_what_live_steps_take_beyond_the_calibration():
+    """A calibration far faster than the machine: every decode step's excess is learned, and
+    the plan's step time includes it."""
+    model = MODELS[torch.float64]
+    instant = Calibration.make_dummy(t1_ms=1e-3, per_token_ms=1e-4)
+    executor = StepExecutor(ModelRunner(model, PagedKVCache(CONFIG, 512, 16, torch.float64, "cpu")),
+                            instant, target=SimpleNamespace(model=model))
+    assert executor.overhead.estimate().per_lane_ms == 0.0
+    seqs = [Sequence(i, _copyish_prompt(i, 30), 30, max_new_tokens=12) for i in range(3)]
+    records = decode(executor, seqs, Controls(policy="goodput", k=4))
+    decode_ms = [r.dt_ms / r.batch for r in records if r.batch and not r.prefill]
+    learned = executor.overhead.estimate()
+    assert 0.2 * min(decode_ms) < learned.per_lane_ms + learned.per_draft_ms < 5 * max(decode_ms)
