@@ -3,9 +3,9 @@
 Two workloads (spec_workloads.py): code edits, copy-heavy, and free chat, with little to copy.
 For each workload and B, a round prefills B distinct prompts; every policy then decodes the same
 number of steps from that state on its own copy of the lanes (KV cloned), all lanes decoding,
-with prompt-lookup drafts. The policies run in lockstep — each advances
-its lanes by one step in turn — so a burst of load from another process lands on every policy
-alike instead of spoiling one policy's run. `--repeats` rounds take the next B prompts each time
+with prompt-lookup drafts. The policies run in lockstep — each advances its lanes by one step in
+turn — so a burst of load from another process lands on every policy alike instead of spoiling
+one policy's run. `--repeats` rounds take the next B prompts each time
 (wrapping around the sixteen), so small B is not judged on one prompt's luck; each cell is the
 tokens and time of all rounds together. Each policy keeps its state across rounds, as in a
 running engine; the first round starts it cold."""
@@ -86,10 +86,9 @@ def _measure(loaded, calibration, workload, prompts, batch, steps, repeats) -> l
         base = _prefill(runner, calibration, loaded, workload,
                         [encoded[(round_ * batch + i) % len(encoded)] for i in range(batch)])
         if round_ == 0:  # first passes at these shapes pay for allocation
-            warm = _clone(kv, base, batch)
+            warm, warmer = _clone(kv, base, batch), StepExecutor(runner, calibration)
             for step in range(2):
-                StepExecutor(runner, calibration).run([(seq, 1) for seq in warm],
-                                                      Controls(policy="off"), step, 0.0)
+                warmer.run([(seq, 1) for seq in warm], Controls(policy="off"), step, 0.0)
             _release(kv, warm)
         lanes = {label: _clone(kv, base, (2 + index) * batch)
                  for index, (label, _, _) in enumerate(POLICIES)}

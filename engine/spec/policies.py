@@ -222,8 +222,11 @@ class SpeculationPolicy:
                 best = (rate, list(ks))
             if ks[i] < limits[i]:
                 heapq.heappush(heap, (neg_gain * rates[i].cont, i))
-        ks = _fewer_groups(best[1], limits, rates, step_ms)
-        tokens = batch + sum(rate.expected(k) for rate, k in zip(rates, ks))
+        def expected_tokens(trial: list[int]) -> float:
+            return batch + sum(rate.expected(k) for rate, k in zip(rates, trial))
+
+        ks = _fewer_groups(best[1], limits, expected_tokens, step_ms)
+        tokens = expected_tokens(ks)
         first = sum(r.first for r in rates) / batch
         cont = sum(r.cont for r in rates) / batch
         reason = (f"goodput: B={batch} T={budget} mean first={first:.2f} cont={cont:.2f} -> "
@@ -231,13 +234,14 @@ class SpeculationPolicy:
         return ks, reason
 
 
-def _fewer_groups(ks: list[int], limits: list[int], rates: list[Estimate],
+def _fewer_groups(ks: list[int], limits: list[int],
+                  expected_tokens: Callable[[list[int]], float],
                   step_ms: Callable[[list[int]], float]) -> list[int]:
     """Move lanes alone in their draft count into another lane's count while that raises the
     expected rate: each distinct count is one more attention call per layer (live_cost.py), which
     the greedy order, one draft at a time, cannot see to avoid."""
     def rate(trial: list[int]) -> float:
-        return (len(trial) + sum(r.expected(k) for r, k in zip(rates, trial))) / step_ms(trial)
+        return expected_tokens(trial) / step_ms(trial)
 
     ks, best = list(ks), rate(ks)
     moved = True
