@@ -30,7 +30,8 @@ from engine.runner import ModelRunner
 
 QUERY_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
 BATCH_SHAPES = (2, 4, 8, 16)
-VERSION = 2  # 1: per-point repeats, not interleaved (points spoiled by load); 2: interleaved rounds
+VERSION = 3  # 1: per-point repeats, not interleaved (points spoiled by load); 2: interleaved rounds;
+#             3: CPU linears computed as weight @ x.T over padded rows (a much flatter fp32 curve)
 
 
 @dataclass(slots=True)
