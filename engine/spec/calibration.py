@@ -1,6 +1,6 @@
 """The measured step-time curve t(N) and the budget T it implies (DESIGN.md §1).
 
-`measure` times real forward passes of one lane verifying N = 1, 2, 4, ... 64 query tokens (and a
+`measure` times real forward passes of one lane verifying N = 1 .. 32, 40 .. 64 query tokens (and a
 few batch shapes of one token per lane) on the actual device, model and dtype. Each point is the
 fastest of several repeats taken in interleaved rounds after a warm-up round, so a burst of load
 from another process spoils one sample of every point rather than every sample of one point.
@@ -28,7 +28,9 @@ from engine.forward_batch import LaneInput
 from engine.kv_cache import PagedKVCache
 from engine.runner import ModelRunner
 
-QUERY_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
+# Every N up to 32: step cost climbs in stairs (the CPU path computes rows in multiples of 8), and
+# a policy spending slack must see where a stair ends, not a line smoothed over it.
+QUERY_SIZES = (*range(1, 33), 40, 48, 56, 64)
 BATCH_SHAPES = (2, 4, 8, 16)
 VERSION = 3  # 1: per-point repeats, not interleaved (points spoiled by load); 2: interleaved rounds;
 #             3: CPU linears computed as weight @ x.T over padded rows (a much flatter fp32 curve)
