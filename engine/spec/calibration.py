@@ -1,6 +1,6 @@
 """The measured step-time curve t(N) and the budget T it implies (DESIGN.md §1).
 
-`measure` times real forward passes of one lane verifying N = 1 .. 32, 40 .. 64 query tokens (and a
+`measure` times real forward passes of one lane verifying N = 1 .. 32, 40 .. 128 query tokens (and a
 few batch shapes of one token per lane) on the actual device, model and dtype. Each point is the
 fastest of several repeats taken in interleaved rounds after a warm-up round, so a burst of load
 from another process spoils one sample of every point rather than every sample of one point.
@@ -30,7 +30,7 @@ from engine.runner import ModelRunner
 
 # Every N up to 32: step cost climbs in stairs (the CPU path computes rows in multiples of 8), and
 # a policy spending slack must see where a stair ends, not a line smoothed over it.
-QUERY_SIZES = (*range(1, 33), 40, 48, 56, 64)
+QUERY_SIZES = (*range(1, 33), 40, 48, 56, 64, 80, 96, 128)
 BATCH_SHAPES = (2, 4, 8, 16)
 VERSION = 3  # 1: per-point repeats, not interleaved (points spoiled by load); 2: interleaved rounds;
 #             3: CPU linears computed as weight @ x.T over padded rows (a much flatter fp32 curve)
@@ -55,18 +55,18 @@ class Calibration:
             raise ValueError(f"calibration times must be positive and eps >= 0: {self.points}")
 
     def t_ms(self, n_tokens: float) -> float:
-        """Step time for n query tokens, interpolated between measured points and extrapolated
-        along the last segment, on the fitted (monotone) curve."""
+        """Step time for n query tokens, interpolated between measured points on the fitted
+        (monotone) curve, and in proportion to n past the last one."""
         pts = self.curve
         if n_tokens <= pts[0][0]:
             return pts[0][1]
         for (n0, t0), (n1, t1) in zip(pts, pts[1:]):
             if n_tokens <= n1:
                 return t0 + (t1 - t0) * (n_tokens - n0) / (n1 - n0)
-        if len(pts) == 1:
-            return pts[0][1]
-        (n0, t0), (n1, t1) = pts[-2], pts[-1]
-        return t1 + (t1 - t0) / (n1 - n0) * (n_tokens - n1)
+        # Past the last point a pass is compute-bound: time grows in proportion to the tokens.
+        # (The last segment's slope can be flat or noisy, and a flat one made any depth look free.)
+        n1, t1 = pts[-1]
+        return t1 * n_tokens / n1
 
     @property
     def curve(self) -> list[tuple[int, float]]:
@@ -197,7 +197,8 @@ def calibrate_or_load(loaded, eps: float = 0.10,
         cached = load_cached(device, loaded.name, dtype, eps)
         if cached is not None:
             return cached
-    # Room for the widest batch shape: 16 lanes x (64 context + 64 query) tokens.
+    # Room for every shape: 16 lanes x 8 blocks of 16 tokens hold one lane of 64 context + 128
+    # query tokens beside 15 lanes of 64 + 1.
     kv = PagedKVCache(loaded.config, 16 * 8 + 8, 16, loaded.model.dtype, loaded.model.device)
     runner = ModelRunner(loaded.model, kv)
     if progress:

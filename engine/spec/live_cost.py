@@ -4,7 +4,7 @@ Calibration times one lane at a short context. A live step costs more than t(N),
 that the policy's choices move (measured for SmolLM2-135M on two CPU cores, 16 lanes at 400 tokens
 of context):
 - per lane: every lane's attention reads its whole context, and each lane has work around the
-  pass (drafting, verification, bookkeeping): 5-10 ms a lane;
+  pass (drafting, verification, bookkeeping): about 2 ms a lane;
 - per draft: a draft's attention reads its lane's long context too, which one lane at 64 tokens
   did not: about half a millisecond a draft;
 - per group: lanes are attended in one call per distinct query length (attention.py), so every

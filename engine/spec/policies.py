@@ -226,6 +226,7 @@ class SpeculationPolicy:
             return batch + sum(rate.expected(k) for rate, k in zip(rates, trial))
 
         ks = _fewer_groups(best[1], limits, expected_tokens, step_ms)
+        ks = _best_of(ks, _even_plans(limits), expected_tokens, step_ms)
         tokens = expected_tokens(ks)
         first = sum(r.first for r in rates) / batch
         cont = sum(r.cont for r in rates) / batch
@@ -257,6 +258,25 @@ def _fewer_groups(ks: list[int], limits: list[int],
                 if rate(trial) > best * (1 + 1e-9):
                     ks, best, moved = trial, rate(trial), True
                     break
+    return ks
+
+
+def _even_plans(limits: list[int]) -> list[list[int]]:
+    """The same k for every lane (as far as each can draft), for each k: one draft count, so one
+    attention call per layer. Where every lane copies alike, spreading drafts unevenly buys no
+    tokens and costs calls, and the greedy order, one draft at a time, cannot see that."""
+    return [[min(k, limit) for limit in limits] for k in range(1, max(limits, default=0) + 1)]
+
+
+def _best_of(ks: list[int], others: list[list[int]],
+             expected_tokens: Callable[[list[int]], float],
+             step_ms: Callable[[list[int]], float]) -> list[int]:
+    """The plan with the highest expected rate: `ks` unless another beats it."""
+    best = expected_tokens(ks) / step_ms(ks)
+    for trial in others:
+        rate = expected_tokens(trial) / step_ms(trial)
+        if rate > best * (1 + 1e-9):
+            ks, best = trial, rate
     return ks
 
 

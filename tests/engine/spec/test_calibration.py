@@ -18,7 +18,9 @@ def test_t_interpolates_extrapolates_and_never_decreases():
     c = Calibration(points=[(1, 10.0), (4, 9.0), (8, 12.0), (16, 20.0)])
     assert c.t_ms(4) == 10.0         # noise dip ironed out
     assert c.t_ms(12) == pytest.approx(16.0)
-    assert c.t_ms(24) == pytest.approx(28.0)
+    assert c.t_ms(24) == pytest.approx(30.0)  # past the last point: in proportion to N
+    flat_end = Calibration(points=[(1, 10.0), (8, 12.0), (16, 11.0)])
+    assert flat_end.t_ms(32) == pytest.approx(24.0)  # a flat last segment does not make depth free
 
 
 def test_dict_round_trip_and_dummy():
