@@ -7,7 +7,8 @@
   t(B + sum k + prefill) + drafting ms, where t is the calibrated curve plus the live overhead
   (spec/live_cost.py). Drafts are added greedily, best marginal gain first; the allocation kept
   is the prefix of that order with the best rate (so a curve with a cost jump from 1 to 2 rows,
-  or a draft model whose first pass is costly, can still pay off over several drafts). Where the
+  or a draft model whose first pass is costly, can still pay off over several drafts); one draft
+  count for every lane (one attention call per layer) replaces it where that rates higher. Where the
   curve is flat every draft with positive gain is nearly free; past it a draft must pay for
   itself.
 
