@@ -8,8 +8,8 @@
   (spec/live_cost.py). Drafts are added greedily, best marginal gain first; the allocation kept
   is the prefix of that order with the best rate (so a curve with a cost jump from 1 to 2 rows,
   or a draft model whose first pass is costly, can still pay off over several drafts); one draft
-  count for every lane (one attention call per layer) replaces it where that rates higher. Where the
-  curve is flat every draft with positive gain is nearly free; past it a draft must pay for
+  count for every lane (one attention call per layer) replaces it where that rates higher. Where
+  the curve is flat every draft with positive gain is nearly free; past it a draft must pay for
   itself.
 
 Lanes that do not draft still need evidence, or a lane the plan parks could never come back.
