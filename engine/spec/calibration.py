@@ -1,7 +1,7 @@
 """The measured step-time curve t(N) and the budget T it implies (DESIGN.md §1).
 
-`measure` times real forward passes of one lane verifying N = 1 .. 32, 40 .. 128 query tokens (and a
-few batch shapes of one token per lane) on the actual device, model and dtype. Each point is the
+`measure` times real forward passes of one lane verifying N = 1 .. 32, 40 .. 128 query tokens (and
+a few batch shapes of one token per lane) on the actual device, model and dtype. Each point is the
 fastest of several repeats taken in interleaved rounds after a warm-up round, so a burst of load
 from another process spoils one sample of every point rather than every sample of one point.
 The fitted curve is the running maximum of the measured points, interpolated piecewise-linearly:
@@ -32,8 +32,10 @@ from engine.runner import ModelRunner
 # a policy spending slack must see where a stair ends, not a line smoothed over it.
 QUERY_SIZES = (*range(1, 33), 40, 48, 56, 64, 80, 96, 128)
 BATCH_SHAPES = (2, 4, 8, 16)
-VERSION = 3  # 1: per-point repeats, not interleaved (points spoiled by load); 2: interleaved rounds;
-#             3: CPU linears computed as weight @ x.T over padded rows (a much flatter fp32 curve)
+# How points are measured; caches of another version are re-measured. 1: per-point repeats, not
+# interleaved (points spoiled by load); 2: interleaved rounds; 3: CPU linears as weight @ x.T over
+# padded rows (a much flatter fp32 curve), every N to 32.
+VERSION = 3
 
 
 @dataclass(slots=True)

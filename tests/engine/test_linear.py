@@ -1,4 +1,4 @@
-"""The CPU linear (weight @ x.T over padded rows) computes what F.linear does, for every row count."""
+"""The CPU linear (weight @ x.T over padded rows) computes what F.linear does, for any rows."""
 from __future__ import annotations
 
 import pytest
