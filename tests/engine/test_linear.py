@@ -1,4 +1,4 @@
-"""The CPU linear (weight @ x.T over padded rows) computes what F.linear does, for any rows."""
+"""The CPU linear (weight @ x.T, rows padded) equals F.linear, for any number of rows."""
 from __future__ import annotations
 
 import pytest
