@@ -22,8 +22,8 @@ from engine.sequence import Sequence
 from engine.step import StepExecutor
 
 # (label, policy, K): K is the fixed policy's drafts per lane and the adaptive policies' cap. The
-# adaptive ones may go to 16, where one lane's drafts can still pay (the curve is flat from 2 to
-# ~16 rows on a CPU); a fixed 16 at every lane would not.
+# adaptive ones may go to 16, where a copying lane's drafts can still pay (on a CPU the curve
+# climbs in stairs of 8 rows); a fixed 16 at every lane would not.
 POLICIES = (("off", "off", 0), ("fixed-2", "fixed", 2), ("fixed-4", "fixed", 4),
             ("fixed-8", "fixed", 8), ("uniform", "uniform", 16), ("goodput", "goodput", 16))
 

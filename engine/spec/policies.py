@@ -186,7 +186,8 @@ class SpeculationPolicy:
 
     def _hold(self, lanes: list[LaneView], wished: list[int], limits: list[int]) -> list[int]:
         """Hysteresis: big changes, starting and stopping apply at once, a change of one waits
-        HOLD_STEPS steps. A lane capped by what its drafter can offer takes the cap without moving its held k."""
+        HOLD_STEPS steps. A lane capped by what its drafter can offer takes the cap without moving
+        its held k."""
         ks = []
         for lane, wish, limit in zip(lanes, wished, limits):
             held = self._held.setdefault(lane.seq_id, wish)
@@ -223,11 +224,15 @@ class SpeculationPolicy:
                 best = (rate, list(ks))
             if ks[i] < limits[i]:
                 heapq.heappush(heap, (neg_gain * rates[i].cont, i))
-        def expected_tokens(trial: list[int]) -> float:
-            return batch + sum(rate.expected(k) for rate, k in zip(rates, trial))
 
-        ks = _fewer_groups(best[1], limits, expected_tokens, step_ms)
-        ks = _best_of(ks, _even_plans(limits), expected_tokens, step_ms)
+        def expected_tokens(trial: list[int]) -> float:
+            return batch + sum(estimate.expected(k) for estimate, k in zip(rates, trial))
+
+        def rate(trial: list[int]) -> float:
+            return expected_tokens(trial) / step_ms(trial)
+
+        ks = _fewer_groups(best[1], limits, rate)
+        ks = max([ks, *_even_plans(limits)], key=rate)  # the first of equals: the greedy plan
         tokens = expected_tokens(ks)
         first = sum(r.first for r in rates) / batch
         cont = sum(r.cont for r in rates) / batch
@@ -237,14 +242,10 @@ class SpeculationPolicy:
 
 
 def _fewer_groups(ks: list[int], limits: list[int],
-                  expected_tokens: Callable[[list[int]], float],
-                  step_ms: Callable[[list[int]], float]) -> list[int]:
+                  rate: Callable[[list[int]], float]) -> list[int]:
     """Move lanes alone in their draft count into another lane's count while that raises the
     expected rate: each distinct count is one more attention call per layer (live_cost.py), which
     the greedy order, one draft at a time, cannot see to avoid."""
-    def rate(trial: list[int]) -> float:
-        return expected_tokens(trial) / step_ms(trial)
-
     ks, best = list(ks), rate(ks)
     moved = True
     while moved:
@@ -267,18 +268,6 @@ def _even_plans(limits: list[int]) -> list[list[int]]:
     attention call per layer. Where every lane copies alike, spreading drafts unevenly buys no
     tokens and costs calls, and the greedy order, one draft at a time, cannot see that."""
     return [[min(k, limit) for limit in limits] for k in range(1, max(limits, default=0) + 1)]
-
-
-def _best_of(ks: list[int], others: list[list[int]],
-             expected_tokens: Callable[[list[int]], float],
-             step_ms: Callable[[list[int]], float]) -> list[int]:
-    """The plan with the highest expected rate: `ks` unless another beats it."""
-    best = expected_tokens(ks) / step_ms(ks)
-    for trial in others:
-        rate = expected_tokens(trial) / step_ms(trial)
-        if rate > best * (1 + 1e-9):
-            ks, best = trial, rate
-    return ks
 
 
 def _fill_free(ks: list[int], limits: list[int], step_ms: Callable[[list[int]], float],
