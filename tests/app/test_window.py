@@ -134,7 +134,8 @@ def test_recalibration_runs_on_the_worker_and_redraws_the_curve(window, qtbot):
     with qtbot.waitSignal(window.host.worker.recalibrated, timeout=5000):
         window.controls.recalibrate_button.click()
         assert not window.controls.recalibrate_button.isEnabled()  # one at a time
-    assert window.calibration is engine.calibration
+    # waitSignal's receiver runs in the worker's thread; the window's slot is queued after it
+    qtbot.waitUntil(lambda: window.calibration is engine.calibration, timeout=5000)
     # knee 10 (t = 26.25 ms), then 1 ms a token: t(11) = 27.25 <= 1.1 * 25 = 27.5 < t(12)
     assert window.dashboard.cost.budget_line.value() == engine.calibration.budget == 11
     fractions = [f for _, f in heard]
