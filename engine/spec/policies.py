@@ -7,9 +7,8 @@
   t(B + sum k + prefill) + drafting ms, where t is the calibrated curve plus the live overhead
   (spec/live_cost.py). Drafts are added greedily, best marginal gain first; the allocation kept
   is the prefix of that order with the best rate (so a curve with a cost jump from 1 to 2 rows,
-  or a draft model whose first pass is costly, can still pay off over several drafts); one draft
-  count for every lane (one attention call per layer) replaces it where that rates higher. Where
-  the curve is flat every draft with positive gain is nearly free; past it a draft must pay for
+  or a draft model whose first pass is costly, can still pay off over several drafts). Where the
+  curve is flat every draft with positive gain is nearly free; past it a draft must pay for
   itself.
 
 Lanes that do not draft still need evidence, or a lane the plan parks could never come back.
@@ -232,7 +231,6 @@ class SpeculationPolicy:
             return expected_tokens(trial) / step_ms(trial)
 
         ks = _fewer_groups(best[1], limits, rate)
-        ks = max([ks, *_even_plans(limits)], key=rate)  # the first of equals: the greedy plan
         tokens = expected_tokens(ks)
         first = sum(r.first for r in rates) / batch
         cont = sum(r.cont for r in rates) / batch
@@ -261,13 +259,6 @@ def _fewer_groups(ks: list[int], limits: list[int],
                     ks, best, moved = trial, rate(trial), True
                     break
     return ks
-
-
-def _even_plans(limits: list[int]) -> list[list[int]]:
-    """The same k for every lane (as far as each can draft), for each k: one draft count, so one
-    attention call per layer. Where every lane copies alike, spreading drafts unevenly buys no
-    tokens and costs calls, and the greedy order, one draft at a time, cannot see that."""
-    return [[min(k, limit) for limit in limits] for k in range(1, max(limits, default=0) + 1)]
 
 
 def _fill_free(ks: list[int], limits: list[int], step_ms: Callable[[list[int]], float],

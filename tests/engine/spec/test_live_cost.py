@@ -81,20 +81,3 @@ def test_goodput_evens_out_draft_counts_when_each_count_costs_a_call():
     assert query_groups(grouped.ks) <= query_groups(plain.ks)
     assert query_groups(grouped.ks) == 1
 
-
-def test_goodput_can_give_every_lane_one_count_when_counts_are_dear():
-    """Two kinds of lane, four of each: the greedy plan gives them two counts, and no lane is
-    alone in its count to be moved. Where each count costs a call, one count for all wins."""
-    stats = AcceptanceStats()
-    for lane in range(8):
-        for _ in range(10):
-            stats.record(lane, "code-edit", 4, 3 if lane < 4 else 1)
-    lanes = [LaneView(i, "code-edit", 8) for i in range(8)]
-
-    def decide(overhead):
-        return SpeculationPolicy(stats).decide(lanes, 0, Controls(policy="goodput", k=8), CURVE,
-                                               lambda ks: 0.0, overhead=overhead).ks
-
-    dear_step = Overhead(per_lane_ms=50.0)  # so that deeper drafts pay for the better lanes
-    assert query_groups(decide(dear_step)) == 2
-    assert decide(Overhead(per_lane_ms=50.0, per_group_ms=100.0)) == [2] * 8
