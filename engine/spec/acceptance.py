@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 
 @dataclass(slots=True)
 class Rate:
-    """A decayed success/trial count."""
+    """A decayed success/trial count (also goodput's speed-up: tokens per baseline token)."""
 
     successes: float = 0.0
     trials: float = 0.0
 
-    def add(self, successes: int, trials: int, decay: float) -> None:
+    def add(self, successes: float, trials: float, decay: float) -> None:
         self.successes = self.successes * decay + successes
         self.trials = self.trials * decay + trials
 
