@@ -5,9 +5,9 @@ For each workload and B, a round prefills B distinct prompts; every policy then 
 number of steps from that state on its own copy of the lanes (KV cloned), all lanes decoding,
 with prompt-lookup drafts. The policies run in lockstep — each advances its lanes by one step in
 turn — so a burst of load from another process lands on every policy alike instead of spoiling
-one policy's run. `--repeats` rounds take the next B prompts each time
-(wrapping around the sixteen), so small B is not judged on one prompt's luck; each cell is the
-tokens and time of all rounds together. Each policy keeps its state across rounds, as in a
+one policy's run. Each round takes the next B prompts (wrapping around the sixteen), and a cell
+runs at least `--repeats` rounds and as many as it takes to cover all sixteen prompts, so small B
+is not judged on a few prompts' luck; each cell is the tokens and time of all rounds together. Each policy keeps its state across rounds, as in a
 running engine; the first round starts it cold."""
 from __future__ import annotations
 
@@ -35,8 +35,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--batches", default="1,2,4,8,16", help="comma-separated B values")
     parser.add_argument("--steps", type=int, default=32, help="decode steps timed per run")
     parser.add_argument("--repeats", type=int, default=3,
-                        help="rounds of every policy in lockstep, each on the next B prompts; "
-                             "cells add up all rounds")
+                        help="least rounds of every policy in lockstep, each on the next B "
+                             "prompts; small B runs more, to cover every prompt; cells add up "
+                             "all rounds")
     parser.add_argument("--json", action="store_true", help="print rows as JSON Lines")
 
 
@@ -71,6 +72,7 @@ def run(args) -> int:
 
 
 def _measure(loaded, calibration, workload, prompts, batch, steps, repeats) -> list[dict]:
+    rounds = rounds_for(batch, repeats, len(prompts))
     tok = loaded.tokenizer
     encoded = [tok.encode(tok.chat_prompt(prompt)) for prompt in prompts]
     lane_blocks = -(-(max(len(ids) for ids in encoded) + steps * 17 + 32) // 16)
@@ -82,7 +84,7 @@ def _measure(loaded, calibration, workload, prompts, batch, steps, repeats) -> l
     # new lanes knowing what it learned of their category and of the step cost.
     executors = {label: StepExecutor(runner, calibration, target=loaded)
                  for label, _, _ in POLICIES}
-    for round_ in range(repeats):
+    for round_ in range(rounds):
         base = _prefill(runner, calibration, loaded, workload,
                         [encoded[(round_ * batch + i) % len(encoded)] for i in range(batch)])
         if round_ == 0:  # first passes at these shapes pay for allocation
@@ -110,8 +112,13 @@ def _measure(loaded, calibration, workload, prompts, batch, steps, repeats) -> l
         rows.append({"workload": workload, "B": batch, "policy": label,
                      "tokens_per_s": round(emitted / ms * 1e3, 1),
                      "acceptance": round(accepted / drafted, 3) if drafted else None,
-                     "tokens_per_step": round(emitted / (steps * repeats) / batch, 2)})
+                     "tokens_per_step": round(emitted / (steps * rounds) / batch, 2)})
     return rows
+
+
+def rounds_for(batch: int, repeats: int, prompts: int) -> int:
+    """At least `repeats` rounds, and enough of B prompts each to use every prompt once."""
+    return max(repeats, -(-prompts // batch))
 
 
 def _prefill(runner, calibration, loaded, workload, prompts) -> list[Sequence]:

@@ -1,7 +1,7 @@
 """`swarmscope bench spec` smoke test on the tiny model: the table has every policy and B."""
 import json
 
-from engine.bench.spec import POLICIES
+from engine.bench.spec import POLICIES, rounds_for
 from engine.bench.spec_workloads import CHATS, CODE_EDITS
 from engine.cli.main import main
 
@@ -35,6 +35,11 @@ def test_bench_spec_smoke_table(tmp_path, monkeypatch, capsys):
     assert [line.split()[:2] for line in body] == [["code-edit", "1"], ["code-edit", "2"],
                                                    ["chat", "1"], ["chat", "2"]]
     assert "goodput/best" in lines[header]
+
+
+def test_small_batches_run_rounds_until_every_prompt_was_decoded():
+    assert [rounds_for(b, 3, 16) for b in (1, 2, 4, 5, 8, 16)] == [16, 8, 4, 4, 3, 3]
+    assert rounds_for(16, 5, 16) == 5
 
 
 def test_every_lane_has_its_own_prompt_and_code_edits_ask_for_the_whole_file_back():
