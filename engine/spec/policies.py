@@ -13,8 +13,8 @@
   tokens/s is a ratio of sums, so a draft pays when it adds tokens faster than the run does, not
   faster than its own step: maximising each step's own rate drafts too little in steps where
   lanes are copying and too much in poor ones (Dinkelbach; on simulated copy bursts at B=1 it
-  took goodput from 1.17x to 1.42x the best fixed K). Where the curve is flat every draft with positive gain is
-  nearly free; past it a draft must pay for itself.
+  took goodput from 1.01x to 1.30x the best fixed K, test_policies.py). Where the curve is flat
+  every draft with positive gain is nearly free; past it a draft must pay for itself.
 
 Lanes that do not draft still need evidence, or a lane the plan parks could never come back.
 With a drafter whose proposals cost nothing (prompt lookup) the engine checks the prediction it
