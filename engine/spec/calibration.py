@@ -11,11 +11,13 @@ under platformdirs.user_cache_dir("swarmscope")/calibration/ ($SWARMSCOPE_CACHE 
 root); a cache written by an older measuring method (another `version`) is ignored and re-measured."""
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import os
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
@@ -47,6 +49,9 @@ class Calibration:
     model: str = ""
     dtype: str = ""
     version: int = VERSION  # how the points were measured; caches of another version are stale
+    # The measured points as a running maximum: timing noise never makes more work cheaper.
+    # Derived once: goodput reads t(N) hundreds of times a step.
+    curve: list[tuple[int, float]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.points = sorted((int(n), float(ms)) for n, ms in self.points)
@@ -55,44 +60,39 @@ class Calibration:
             raise ValueError(f"a calibration needs a point at N=1, got {self.points}")
         if any(ms <= 0 for _, ms in self.points) or self.eps < 0:
             raise ValueError(f"calibration times must be positive and eps >= 0: {self.points}")
+        self.curve = list(zip((n for n, _ in self.points),
+                              itertools.accumulate((ms for _, ms in self.points), max)))
 
     def t_ms(self, n_tokens: float) -> float:
         """Step time for n query tokens, interpolated between measured points on the fitted
         (monotone) curve, and in proportion to n past the last one."""
         pts = self.curve
-        if n_tokens <= pts[0][0]:
+        i = bisect.bisect_left(pts, n_tokens, key=lambda point: point[0])
+        if i == 0:
             return pts[0][1]
-        for (n0, t0), (n1, t1) in zip(pts, pts[1:]):
-            if n_tokens <= n1:
-                return t0 + (t1 - t0) * (n_tokens - n0) / (n1 - n0)
+        if i < len(pts):
+            (n0, t0), (n1, t1) = pts[i - 1], pts[i]
+            return t0 + (t1 - t0) * (n_tokens - n0) / (n1 - n0)
         # Past the last point a pass is compute-bound: time grows in proportion to the tokens.
         # (The last segment's slope can be flat or noisy, and a flat one made any depth look free.)
         n1, t1 = pts[-1]
         return t1 * n_tokens / n1
 
     @property
-    def curve(self) -> list[tuple[int, float]]:
-        """The measured points as a running maximum: timing noise never makes more work cheaper."""
-        out, high = [], 0.0
-        for n, ms in self.points:
-            high = max(high, ms)
-            out.append((n, high))
-        return out
-
-    @property
     def budget(self) -> int:
         """T: the largest N (up to the largest measured) with t(N) <= (1 + eps) t(1)."""
         limit = (1 + self.eps) * self.t_ms(1)
-        best = 1
-        for n in range(1, self.points[-1][0] + 1):
-            if self.t_ms(n) <= limit:
-                best = n
+        low, high = 1, self.points[-1][0]  # t(low) <= limit; the curve never falls
+        while low < high:
+            mid = (low + high + 1) // 2
+            if self.t_ms(mid) <= limit:
+                low = mid
             else:
-                break
-        return best
+                high = mid - 1
+        return low
 
     def to_dict(self) -> dict:
-        data = asdict(self)
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
         data["points"] = [list(p) for p in self.points]
         data["batch_points"] = [list(p) for p in self.batch_points]
         return data

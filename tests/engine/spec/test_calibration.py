@@ -14,6 +14,20 @@ def test_budget_is_the_last_n_within_eps_of_t1():
     assert c.budget == 18  # t(18) = 14 + 6 * 2/16 = 14.75 <= 15
 
 
+def test_budget_is_where_a_scan_from_one_first_exceeds_the_limit_on_noisy_curves():
+    import random
+    rng = random.Random(3)
+    for _ in range(200):
+        ns = sorted(rng.sample(range(2, 70), rng.randint(1, 12)))
+        c = Calibration(points=[(1, 10.0)] + [(n, rng.uniform(8.0, 30.0)) for n in ns],
+                        eps=rng.choice((0.0, 0.1, 0.5)))
+        limit, scan = (1 + c.eps) * c.t_ms(1), 1
+        while scan < ns[-1] and c.t_ms(scan + 1) <= limit:
+            scan += 1
+        assert c.budget == scan
+        assert all(c.t_ms(n) <= c.t_ms(n + 0.5) for n in range(1, 80))
+
+
 def test_t_interpolates_extrapolates_and_never_decreases():
     c = Calibration(points=[(1, 10.0), (4, 9.0), (8, 12.0), (16, 20.0)])
     assert c.t_ms(4) == 10.0         # noise dip ironed out
