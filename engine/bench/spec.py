@@ -24,8 +24,10 @@ from engine.step import StepExecutor
 # (label, policy, K): K is the fixed policy's drafts per lane and the adaptive policies' cap. The
 # adaptive ones may go to 16, where a copying lane's drafts can still pay (on a CPU the curve
 # climbs in stairs of 8 rows); a fixed 16 at every lane would not.
+ADAPTIVE_CAP = 16
 POLICIES = (("off", "off", 0), ("fixed-2", "fixed", 2), ("fixed-4", "fixed", 4),
-            ("fixed-8", "fixed", 8), ("uniform", "uniform", 16), ("goodput", "goodput", 16))
+            ("fixed-8", "fixed", 8), ("uniform", "uniform", ADAPTIVE_CAP),
+            ("goodput", "goodput", ADAPTIVE_CAP))
 
 
 def add_arguments(parser) -> None:
@@ -165,4 +167,5 @@ def _print_table(rows, calibration) -> None:
         good = cells["goodput"]["tokens_per_s"]
         print(f"{workload:10} {batch:3d} " + " ".join(f"{c:>14}" for c in text)
               + f"  {good / best:12.2f}  {good / cells['off']['tokens_per_s']:11.2f}")
-    print("cells: tokens/s (acceptance) over all rounds; uniform and goodput capped at k=16")
+    print("cells: tokens/s (acceptance) over all rounds; uniform and goodput capped at "
+          f"k={ADAPTIVE_CAP}")

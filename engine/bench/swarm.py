@@ -3,11 +3,15 @@
 Every policy replays the same scenario (seed, agents, tool latencies) on the "measured" clock:
 session time advances by each step's real wall time and skips over waits for tools, so tokens/s
 is real throughput of the engine while agents come and go, and the run takes only the busy time.
-Reports aggregate tokens/s, mean per-agent turn latency, mean live batch and acceptance."""
+Reports aggregate tokens/s, mean per-agent turn latency, mean live batch and acceptance.
+`--k` is the fixed policy's K; uniform and goodput may draft up to ADAPTIVE_CAP a lane, as in
+bench spec (in the app one K is both, default 4)."""
 from __future__ import annotations
 
 import json
 import sys
+
+from engine.bench.spec import ADAPTIVE_CAP
 
 
 def add_arguments(parser) -> None:
@@ -17,7 +21,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--agents", type=int, default=8)
     parser.add_argument("--duration", type=float, default=90.0,
                         help="session seconds per policy (tool waits included, not waited)")
-    parser.add_argument("--k", type=int, default=4, help="K for the fixed policy")
+    parser.add_argument("--k", type=int, default=4,
+                        help=f"K for the fixed policy (uniform and goodput: up to {ADAPTIVE_CAP})")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tool-latency", type=float, default=1.0)
     parser.add_argument("--max-context", type=int, default=2048)
@@ -60,7 +65,8 @@ def measure(args) -> list[dict]:
     calibration = None
     rows = []
     for policy in ("off", "fixed", "uniform", "goodput"):
-        controls = Controls(policy=policy, k=args.k, swarm_size=args.agents,
+        controls = Controls(policy=policy, k=args.k if policy == "fixed" else ADAPTIVE_CAP,
+                            swarm_size=args.agents,
                             tool_latency_s=args.tool_latency)
         config = SwarmConfig(seed=args.seed, clock="measured", max_context=args.max_context)
         engine = Engine(loaded, config, controls, calibration=calibration)
