@@ -1,12 +1,15 @@
 """Every live control of DESIGN §3. Each change is emitted as a dict of Controls field names, which
-the window posts to the engine's mailbox (applied at the next step, logged in the trace)."""
+the window posts to the engine's mailbox (applied at the next step, logged in the trace).
+
+K belongs to its policy (fixed's K, the adaptive policies' cap): switching policy brings back the
+K last used with it, or its default."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel,
                                QPushButton, QSlider, QSpinBox, QVBoxLayout, QWidget)
 
-from engine.controls import CATEGORIES, Controls
+from engine.controls import CATEGORIES, DEFAULT_K, Controls
 from engine.telemetry.records import LAYOUTS, POLICIES
 
 DRAFTERS = ("lookup", "self")
@@ -35,6 +38,7 @@ class ControlsPanel(QWidget):
         self.policy.addItems(POLICIES)
         self.k = QSpinBox()
         self.k.setRange(0, 64)
+        self._k_by_policy = dict(DEFAULT_K)
         self.batch_ceiling, batch_value, batch_row = _slider(1, MAX_LANES)
         self.spec_ceiling, spec_value, spec_row = _slider(0, MAX_LANES)
         self._slider_values = ((self.batch_ceiling, batch_value), (self.spec_ceiling, spec_value))
@@ -85,8 +89,8 @@ class ControlsPanel(QWidget):
         layout.addStretch(1)
 
         self.set_controls(controls or Controls())
-        self.policy.currentTextChanged.connect(lambda v: self.changed.emit({"policy": v}))
-        self.k.valueChanged.connect(lambda v: self.changed.emit({"k": v}))
+        self.policy.currentTextChanged.connect(self._on_policy)
+        self.k.valueChanged.connect(self._on_k)
         self.batch_ceiling.valueChanged.connect(lambda v: self.changed.emit({"batch_ceiling": v}))
         self.spec_ceiling.valueChanged.connect(lambda v: self.changed.emit({"spec_ceiling": v}))
         self.budget_override.valueChanged.connect(
@@ -111,6 +115,7 @@ class ControlsPanel(QWidget):
             widget.blockSignals(True)
         self.policy.setCurrentText(controls.policy)
         self.k.setValue(controls.k)
+        self._k_by_policy[controls.policy] = controls.k
         self.batch_ceiling.setValue(min(controls.batch_ceiling, MAX_LANES))
         self.spec_ceiling.setValue(min(controls.spec_ceiling, MAX_LANES))
         self.budget_override.setValue(controls.budget_override or 0)
@@ -130,6 +135,17 @@ class ControlsPanel(QWidget):
         # The slider labels follow valueChanged, which was blocked above.
         for slider, value in self._slider_values:
             value.setText(str(slider.value()))
+
+    def _on_policy(self, policy: str) -> None:
+        k = self._k_by_policy[policy]
+        self.k.blockSignals(True)
+        self.k.setValue(k)
+        self.k.blockSignals(False)
+        self.changed.emit({"policy": policy, "k": k})
+
+    def _on_k(self, k: int) -> None:
+        self._k_by_policy[self.policy.currentText()] = k
+        self.changed.emit({"k": k})
 
     def _emit_mix(self) -> None:
         mix = {cat: spin.value() for cat, spin in self.mix.items()}

@@ -15,7 +15,7 @@ import json
 import sys
 
 from engine.bench.spec_workloads import WORKLOADS
-from engine.controls import Controls
+from engine.controls import ADAPTIVE_CAP, Controls
 from engine.kv_cache import PagedKVCache
 from engine.runner import ModelRunner
 from engine.sequence import Sequence
@@ -24,7 +24,6 @@ from engine.step import StepExecutor
 # (label, policy, K): K is the fixed policy's drafts per lane and the adaptive policies' cap. The
 # adaptive ones may go to 16, where a copying lane's drafts can still pay (on a CPU the curve
 # climbs in stairs of 8 rows); a fixed 16 at every lane would not.
-ADAPTIVE_CAP = 16
 POLICIES = (("off", "off", 0), ("fixed-2", "fixed", 2), ("fixed-4", "fixed", 4),
             ("fixed-8", "fixed", 8), ("uniform", "uniform", ADAPTIVE_CAP),
             ("goodput", "goodput", ADAPTIVE_CAP))

@@ -4,14 +4,13 @@ Every policy replays the same scenario (seed, agents, tool latencies) on the "me
 session time advances by each step's real wall time and skips over waits for tools, so tokens/s
 is real throughput of the engine while agents come and go, and the run takes only the busy time.
 Reports aggregate tokens/s, mean per-agent turn latency, mean live batch and acceptance.
-`--k` is the fixed policy's K; uniform and goodput may draft up to ADAPTIVE_CAP a lane, as in
-bench spec (in the app one K is both, default 4)."""
+`--k` is the fixed policy's K; uniform and goodput keep their default cap (engine/controls.py)."""
 from __future__ import annotations
 
 import json
 import sys
 
-from engine.bench.spec import ADAPTIVE_CAP
+from engine.controls import ADAPTIVE_CAP, FIXED_K, Controls
 
 
 def add_arguments(parser) -> None:
@@ -21,7 +20,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--agents", type=int, default=8)
     parser.add_argument("--duration", type=float, default=90.0,
                         help="session seconds per policy (tool waits included, not waited)")
-    parser.add_argument("--k", type=int, default=4,
+    parser.add_argument("--k", type=int, default=FIXED_K,
                         help=f"K for the fixed policy (uniform and goodput: up to {ADAPTIVE_CAP})")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tool-latency", type=float, default=1.0)
@@ -55,7 +54,6 @@ def run(args) -> int:
 
 
 def measure(args) -> list[dict]:
-    from engine.controls import Controls
     from engine.engine import Engine
     from engine.loading import load_model
     from engine.swarm.config import SwarmConfig
@@ -65,7 +63,7 @@ def measure(args) -> list[dict]:
     calibration = None
     rows = []
     for policy in ("off", "fixed", "uniform", "goodput"):
-        controls = Controls(policy=policy, k=args.k if policy == "fixed" else ADAPTIVE_CAP,
+        controls = Controls(policy=policy, k=args.k if policy == "fixed" else None,
                             swarm_size=args.agents,
                             tool_latency_s=args.tool_latency)
         config = SwarmConfig(seed=args.seed, clock="measured", max_context=args.max_context)

@@ -5,7 +5,7 @@ import json
 import sys
 import time
 
-from engine.controls import Controls
+from engine.controls import ADAPTIVE_CAP, FIXED_K, Controls
 from engine.errors import SwarmscopeError
 from engine.telemetry.records import LAYOUTS, POLICIES
 from engine.telemetry.summary import format_summary, summarize
@@ -25,7 +25,9 @@ def register(subparsers) -> None:
     length.add_argument("--duration", type=float, help="session seconds to run (default 30)")
     length.add_argument("--steps", type=int, help="engine steps to run")
     p.add_argument("--policy", choices=POLICIES, default="goodput")
-    p.add_argument("--k", type=int, default=4, help="drafts per lane for --policy fixed (cap for others)")
+    p.add_argument("--k", type=int, default=None,
+                   help=f"drafts per lane for --policy fixed (default {FIXED_K}); the cap for "
+                        f"uniform and goodput (default {ADAPTIVE_CAP})")
     p.add_argument("--drafter", default="lookup", help="lookup | self | a draft model folder")
     p.add_argument("--ragged", choices=LAYOUTS, default="packed")
     p.add_argument("--batch-ceiling", type=int, default=16)
