@@ -24,3 +24,26 @@ def test_bench_swarm_runs_every_policy_on_the_same_swarm(capsys):
     assert [row["policy"] for row in rows] == ["off", "fixed4", "uniform", "goodput"]
     assert all(row["tokens_per_s"] > 0 and row["turns"] >= 0 for row in rows)
     assert rows[0]["acceptance"] is None  # speculation off drafts nothing
+
+
+def test_swarm_policies_step_in_turn_until_each_has_run_its_session_time():
+    from engine.bench.swarm import _run_in_lockstep
+
+    log = []
+
+    class Clocked:
+        def __init__(self, name, step_s):
+            self.name, self.step_s, self.t = name, step_s, 0.0
+
+        def now(self):
+            return self.t
+
+        def step(self):
+            log.append(self.name)
+            self.t += self.step_s
+
+    engines = [Clocked("a", 1.0), Clocked("b", 2.0), Clocked("c", 1.0)]
+    _run_in_lockstep(engines, 4.0)
+    assert [e.now() for e in engines] == [4.0, 4.0, 4.0]
+    assert log[:6] == ["a", "b", "c", "b", "c", "a"]  # one step each, the first rotating
+    assert log.count("b") == 2 and log.count("a") == log.count("c") == 4
