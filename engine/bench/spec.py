@@ -7,13 +7,15 @@ with prompt-lookup drafts. The policies run in lockstep — each advances its la
 turn — so a burst of load from another process lands on every policy alike instead of spoiling
 one policy's run. Each round takes the next B prompts (wrapping around the sixteen), and a cell
 runs at least `--repeats` rounds and as many as it takes to cover all sixteen prompts, so small B
-is not judged on a few prompts' luck; each cell is the tokens and time of all rounds together. Each policy keeps its state across rounds, as in a
-running engine; the first round starts it cold."""
+is not judged on a few prompts' luck; each cell is the tokens and time of all rounds together.
+Each policy keeps its state across rounds, as in a running engine; the first round starts it
+cold."""
 from __future__ import annotations
 
 import json
 import sys
 
+from engine.bench import in_turn
 from engine.bench.spec_workloads import WORKLOADS
 from engine.controls import ADAPTIVE_CAP, Controls
 from engine.kv_cache import PagedKVCache
@@ -96,8 +98,7 @@ def _measure(loaded, calibration, workload, prompts, batch, steps, repeats) -> l
         lanes = {label: _clone(kv, base, (2 + index) * batch)
                  for index, (label, _, _) in enumerate(POLICIES)}
         for step in range(steps):
-            turn = step % len(POLICIES)  # who goes first rotates: no policy always follows another
-            for label, policy, k in POLICIES[turn:] + POLICIES[:turn]:
+            for label, policy, k in in_turn(POLICIES, step):
                 record = executors[label].run([(seq, 1) for seq in lanes[label]],
                                               Controls(policy=policy, k=k), step, 0.0).record
                 for i, value in enumerate((record.dt_ms, record.emitted, record.drafted,

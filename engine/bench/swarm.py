@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import sys
 
+from engine.bench import in_turn
 from engine.controls import ADAPTIVE_CAP, FIXED_K, Controls
 
 POLICIES = ("off", "fixed", "uniform", "goodput")
@@ -102,6 +103,6 @@ def _run_in_lockstep(engines, duration_s: float) -> None:
         running = [e for e in engines if e.now() < duration_s]
         if not running:
             return
-        for engine in running[turn % len(running):] + running[:turn % len(running)]:
+        for engine in in_turn(running, turn):
             engine.step()
         turn += 1

@@ -128,7 +128,8 @@ class SpeculationPolicy:
             fresh = [self._fresh(lane) for lane in lanes]
             planned = [0 if new else limit for new, limit in zip(fresh, limits)]
             rates = [self.stats.estimate(lane.seq_id, lane.cat, PRIOR) for lane in lanes]
-            ks, reason = self._goodput(rates, planned, budget, step_ms)
+            alone = batch / step_ms([0] * batch)  # tokens per ms without drafts
+            ks, reason = self._goodput(rates, planned, budget, step_ms, alone)
             ks = self._hold(lanes, ks, planned)
             if shadowed:  # no guessing where it costs: fresh lanes wait for their shadow checks
                 _fill_free(ks, [limit if new else 0 for new, limit in zip(fresh, limits)],
@@ -140,7 +141,6 @@ class SpeculationPolicy:
             else:
                 ks[i] = min(1, lanes[i].available)
         if rates is not None:
-            alone = batch / step_ms([0] * batch)  # tokens per ms without drafts
             self._speedup.add(_expected_tokens(rates, ks), alone * step_ms(ks), SPEEDUP_DECAY)
         notes = []
         if any(muted):
@@ -216,7 +216,7 @@ class SpeculationPolicy:
         return ks
 
     # -- goodput --
-    def _goodput(self, rates, limits, budget, step_ms):
+    def _goodput(self, rates, limits, budget, step_ms, alone):
         batch = len(rates)
         ks = [0] * batch
         tokens = float(batch)
@@ -234,8 +234,7 @@ class SpeculationPolicy:
         # What a millisecond is worth: the run's recent rate, as its speed-up over the batch
         # alone (so it carries over when B changes), or before there is one this step's best.
         speedup = self._speedup.value
-        value = (speedup * plans[0][0] / plans[0][1] if speedup
-                 else max(tokens / ms for tokens, ms, _ in plans))
+        value = speedup * alone if speedup else max(tokens / ms for tokens, ms, _ in plans)
 
         def gain(trial: list[int]) -> float:
             return _expected_tokens(rates, trial) - value * step_ms(trial)
@@ -271,8 +270,9 @@ def _fewer_groups(ks: list[int], limits: list[int],
                 if other > limits[i]:
                     break
                 trial = ks[:i] + [other] + ks[i + 1:]
-                if gain(trial) > best + 1e-9:
-                    ks, best, moved = trial, gain(trial), True
+                trial_gain = gain(trial)
+                if trial_gain > best + 1e-9:
+                    ks, best, moved = trial, trial_gain, True
                     break
     return ks
 
