@@ -15,9 +15,14 @@ drafts look cheap.
 
 The excess of each decode step over t(N) is fitted as per_lane * B + per_draft * D + per_group
 * (G - 1) by decayed least squares (D drafted tokens, G distinct query lengths), the draft and
-group terms shrunk slightly towards zero; they stay zero until steps with drafts are seen. No
-term is taken below zero: a calibration measured under load would otherwise make drafts look
-cheap."""
+group terms shrunk slightly towards zero; they stay zero until steps with drafts are seen.
+The per-lane term may come out negative: the machine can be faster now than when it was
+calibrated (CPU speed here swings by 1.5x), and the calibration's running maximum lifts noisy
+points. Held at zero, it left steps without drafts planned 20 ms too slow at B=8 in chat, and
+the fit then explained the drafting steps' excess with that offset instead of with drafts
+(+5 % planned for 6 drafts, +37 % measured), so goodput drafted where it did not pay. The draft
+and group terms are never taken below zero: a calibration measured under load would otherwise
+make drafts look cheap."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -65,14 +70,15 @@ class LiveOverhead:
             return Overhead()
         terms = np.zeros(3)
         free = [0, 1, 2]
-        while free:  # least squares; a term that comes out negative is held at zero
+        while free:  # least squares; a draft or group term that comes out negative is held at 0
             # The ridge keeps the system positive definite while a term's feature has never
             # been non-zero (no drafts yet: D = G - 1 = 0); B >= 1 always.
             ridge = [0.0 if i == 0 else self.RIDGE * self._xx[i, i] + 1e-6 for i in free]
             solved = np.linalg.solve(self._xx[np.ix_(free, free)] + np.diag(ridge),
                                      self._xy[free])
-            if solved.min() >= 0:
+            signed = [value if i > 0 else 0.0 for i, value in zip(free, solved)]
+            if min(signed) >= 0:
                 terms[free] = solved
                 break
-            free.pop(int(solved.argmin()))
+            free.pop(int(np.argmin(signed)))
         return Overhead(*(float(v) for v in terms))

@@ -54,6 +54,7 @@ PROBE_EVERY = 4     # idle steps before the first re-probe of a lane (a failed f
 PROBE_MAX = 256     # longest wait between probes, however often they failed
 HOLD_STEPS = 3      # steps a one-step change of k must persist before it is applied
 SPEEDUP_DECAY = 0.9  # goodput's recent speed-up, which prices its milliseconds: ~10 steps
+MIN_CURVE_SHARE = 0.25  # least share of the calibrated t(N) a step is planned to take
 # What an estimate is shrunk towards when nothing is known. Code edits run on (prompt-lookup runs
 # went on 0.85-0.93 of the time with SmolLM2-135M), but a prior of 0.8 made goodput draft too much
 # for the swarm's JSON and chat agents (bench swarm 57-60 tok/s against 66 with 0.5).
@@ -113,8 +114,11 @@ class SpeculationPolicy:
             """Planned time of a step drafting `ks`: the measured curve (its knee moved to an
             overridden budget), what live steps take beyond it, and the drafter's own time."""
             drafts = sum(ks)
-            return (calibration.t_ms((batch + prefill + drafts) * scale) + draft_cost_ms(ks)
-                    + overhead.ms(batch, drafts, query_groups(ks)))
+            curve = calibration.t_ms((batch + prefill + drafts) * scale)
+            # The live excess can be negative (a machine faster than at calibration), fitted at
+            # recent batch sizes; extrapolated far past them it must not plan a step at zero.
+            return max(curve + overhead.ms(batch, drafts, query_groups(ks)),
+                       MIN_CURVE_SHARE * curve) + draft_cost_ms(ks)
 
         fresh = rates = None  # goodput's lanes with nothing to plan with, and its estimates
         if controls.policy == "fixed":

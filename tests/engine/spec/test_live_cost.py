@@ -1,5 +1,6 @@
 """The live step-time excess over the calibrated curve, and how goodput plans with it."""
 import random
+import re
 
 import pytest
 
@@ -7,7 +8,7 @@ from engine.controls import Controls
 from engine.spec.acceptance import AcceptanceStats
 from engine.spec.calibration import Calibration
 from engine.spec.live_cost import LiveOverhead, Overhead, query_groups
-from engine.spec.policies import LaneView, SpeculationPolicy
+from engine.spec.policies import MIN_CURVE_SHARE, LaneView, SpeculationPolicy
 
 
 def test_per_lane_per_draft_and_per_group_excess_are_told_apart():
@@ -37,15 +38,26 @@ def test_without_drafts_the_excess_is_all_per_lane_and_follows_recent_steps():
     assert overhead.estimate().per_lane_ms == pytest.approx(2.0, abs=0.01)
 
 
-def test_steps_faster_than_the_calibration_never_plan_below_it():
+def test_a_machine_faster_than_its_calibration_still_pays_for_its_drafts():
+    """Steps without drafts run 20 ms under the curve at B=8, and 6 drafts add 18 ms more than
+    the curve says: the lanes' offset goes negative, and the drafts keep their cost."""
     overhead = LiveOverhead()
-    overhead.observe([3, 3], excess_ms=-30.0)
-    assert overhead.estimate() == Overhead()
-    for _ in range(10):  # drafts look cheaper than the curve: held at zero, lanes still fitted
+    for _ in range(30):
+        overhead.observe([0] * 8, excess_ms=-20.0)
+        overhead.observe([0] * 7 + [6], excess_ms=-2.0)
+    fitted = overhead.estimate()
+    assert fitted.per_lane_ms == pytest.approx(-2.5, abs=0.05)
+    assert fitted.ms(8, 6, 2) == pytest.approx(-2.0, abs=0.2)
+    assert fitted.per_draft_ms > 0
+
+
+def test_drafts_that_look_cheaper_than_the_curve_are_held_at_zero_cost():
+    overhead = LiveOverhead()
+    for _ in range(10):
         overhead.observe([0] * 4, excess_ms=40.0)
         overhead.observe([8] * 4, excess_ms=20.0)
     fitted = overhead.estimate()
-    assert fitted.per_draft_ms == 0.0 and fitted.per_lane_ms > 0
+    assert fitted.per_draft_ms == 0.0 and fitted.per_group_ms == 0.0 and fitted.per_lane_ms > 0
     with pytest.raises(ValueError):
         LiveOverhead(decay=1.0)
 
@@ -81,3 +93,12 @@ def test_goodput_evens_out_draft_counts_when_each_count_costs_a_call():
     assert query_groups(grouped.ks) <= query_groups(plain.ks)
     assert query_groups(grouped.ks) == 1
 
+
+
+def test_a_step_is_never_planned_below_a_share_of_the_curve():
+    """A negative per-lane offset fitted at small B, extrapolated to a large one, would plan a
+    step at or below zero: the plan keeps a share of t(N), so rates stay finite and positive."""
+    decision = _decide(Overhead(per_lane_ms=-1000.0))
+    assert len(decision.ks) == 8 and all(0 <= k <= 8 for k in decision.ks)
+    match = re.search(r"tok in ([-\d.]+) ms", decision.reason)
+    assert match and float(match.group(1)) >= MIN_CURVE_SHARE * CURVE.t_ms(8)
