@@ -13,6 +13,7 @@ cold."""
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 
 from engine.bench import in_turn
@@ -83,6 +84,7 @@ def _measure(loaded, calibration, workload, prompts, batch, steps, repeats) -> l
                       loaded.model.dtype, loaded.model.device)
     runner = ModelRunner(loaded.model, kv)
     totals = {label: [0.0, 0, 0, 0] for label, _, _ in POLICIES}  # ms, emitted, drafted, acc
+    per_round = {label: [] for label, _, _ in POLICIES}  # tokens/s of each round
     # One executor per policy for all rounds: like a running engine, a policy meets each round's
     # new lanes knowing what it learned of their category and of the step cost.
     executors = {label: StepExecutor(runner, calibration, target=loaded)
@@ -97,6 +99,7 @@ def _measure(loaded, calibration, workload, prompts, batch, steps, repeats) -> l
             _release(kv, warm)
         lanes = {label: _clone(kv, base, (2 + index) * batch)
                  for index, (label, _, _) in enumerate(POLICIES)}
+        before = {label: list(totals[label][:2]) for label in totals}
         for step in range(steps):
             for label, policy, k in in_turn(POLICIES, step):
                 record = executors[label].run([(seq, 1) for seq in lanes[label]],
@@ -105,6 +108,8 @@ def _measure(loaded, calibration, workload, prompts, batch, steps, repeats) -> l
                                            record.accepted)):
                     totals[label][i] += value
         for label, _, _ in POLICIES:
+            ms, emitted = (now - then for now, then in zip(totals[label][:2], before[label]))
+            per_round[label].append(round(emitted / ms * 1e3, 1))
             for seq in lanes[label]:
                 executors[label].release(seq)
         _release(kv, base)
@@ -114,8 +119,19 @@ def _measure(loaded, calibration, workload, prompts, batch, steps, repeats) -> l
         rows.append({"workload": workload, "B": batch, "policy": label,
                      "tokens_per_s": round(emitted / ms * 1e3, 1),
                      "acceptance": round(accepted / drafted, 3) if drafted else None,
-                     "tokens_per_step": round(emitted / (steps * rounds) / batch, 2)})
+                     "tokens_per_step": round(emitted / (steps * rounds) / batch, 2),
+                     "round_tokens_per_s": per_round[label]})
     return rows
+
+
+def ratio_spread(rounds: list[float], reference: list[float]) -> float | None:
+    """Standard error of the per-round ratio of two policies' tokens/s: rounds are paired (the
+    same prompts, in lockstep), so this is how far a cell's ratio moves with round-to-round luck
+    and machine speed. None with fewer than two rounds."""
+    ratios = [a / b for a, b in zip(rounds, reference)]
+    if len(ratios) < 2:
+        return None
+    return statistics.stdev(ratios) / len(ratios) ** 0.5
 
 
 def rounds_for(batch: int, repeats: int, prompts: int) -> int:
@@ -155,7 +171,7 @@ def _print_table(rows, calibration) -> None:
           f"({calibration.model}, {calibration.dtype}, {calibration.device})")
     labels = [label for label, _, _ in POLICIES]
     print(f"{'workload':10} {'B':>3} " + " ".join(f"{name:>14}" for name in labels)
-          + "  goodput/best  goodput/off")
+          + "    goodput/best     goodput/off")
     keys = sorted({(r["workload"], r["B"]) for r in rows}, key=lambda x: (x[0] != "code-edit", x[1]))
     for workload, batch in keys:
         cells = {r["policy"]: r for r in rows if r["workload"] == workload and r["B"] == batch}
@@ -163,9 +179,14 @@ def _print_table(rows, calibration) -> None:
         for name in labels:
             acc = cells[name]["acceptance"]
             text.append(f"{cells[name]['tokens_per_s']:7.1f} ({'  -' if acc is None else f'{acc:.2f}'})")
-        best = max(cells[n]["tokens_per_s"] for n in labels if n != "goodput")
-        good = cells["goodput"]["tokens_per_s"]
+        best = max((cells[n] for n in labels if n != "goodput"), key=lambda r: r["tokens_per_s"])
+        good, off = cells["goodput"], cells["off"]
+        ratios = []
+        for other in (best, off):
+            spread = ratio_spread(good["round_tokens_per_s"], other["round_tokens_per_s"])
+            ratios.append(f"{good['tokens_per_s'] / other['tokens_per_s']:.3f}"
+                          + ("" if spread is None else f" ±{spread:.3f}"))
         print(f"{workload:10} {batch:3d} " + " ".join(f"{c:>14}" for c in text)
-              + f"  {good / best:12.2f}  {good / cells['off']['tokens_per_s']:11.2f}")
+              + "".join(f"  {r:>14}" for r in ratios))
     print("cells: tokens/s (acceptance) over all rounds; uniform and goodput capped at "
-          f"k={ADAPTIVE_CAP}")
+          f"k={ADAPTIVE_CAP}; ± is the standard error of the ratio over paired rounds")

@@ -1,7 +1,9 @@
 """`swarmscope bench spec` smoke test on the tiny model: the table has every policy and B."""
 import json
 
-from engine.bench.spec import POLICIES, rounds_for
+import pytest
+
+from engine.bench.spec import POLICIES, ratio_spread, rounds_for
 from engine.bench.spec_workloads import CHATS, CODE_EDITS
 from engine.cli.main import main
 
@@ -23,6 +25,8 @@ def test_bench_spec_smoke_json(tmp_path, monkeypatch, capsys):
         elif row["policy"].startswith("fixed"):       # the prompts repeat: lookup always finds some
             assert 0.0 <= row["acceptance"] <= 1.0
         assert row["tokens_per_step"] >= 1.0  # every lane commits at least its bonus token
+        assert len(row["round_tokens_per_s"]) == rounds_for(row["B"], 2, len(CODE_EDITS))
+        assert min(row["round_tokens_per_s"]) > 0
 
 
 def test_bench_spec_smoke_table(tmp_path, monkeypatch, capsys):
@@ -35,6 +39,13 @@ def test_bench_spec_smoke_table(tmp_path, monkeypatch, capsys):
     assert [line.split()[:2] for line in body] == [["code-edit", "1"], ["code-edit", "2"],
                                                    ["chat", "1"], ["chat", "2"]]
     assert "goodput/best" in lines[header]
+    assert all(line.count("±") == 2 for line in body)  # rounds enough to cover every prompt
+
+
+def test_the_spread_of_a_ratio_is_its_standard_error_over_paired_rounds():
+    assert ratio_spread([10.0, 20.0, 30.0], [10.0, 20.0, 30.0]) == 0.0     # the same every round
+    assert ratio_spread([11.0, 18.0], [10.0, 20.0]) == pytest.approx(0.1)  # 1.1, 0.9: sd/sqrt(2)
+    assert ratio_spread([12.0], [10.0]) is None                            # one round: unknown
 
 
 def test_small_batches_run_rounds_until_every_prompt_was_decoded():
