@@ -76,9 +76,10 @@ class LiveOverhead:
             ridge = [0.0 if i == 0 else self.RIDGE * self._xx[i, i] + 1e-6 for i in free]
             solved = np.linalg.solve(self._xx[np.ix_(free, free)] + np.diag(ridge),
                                      self._xy[free])
-            signed = [value if i > 0 else 0.0 for i, value in zip(free, solved)]
-            if min(signed) >= 0:
+            # Only the draft and group terms are bounded; the per-lane one (index 0) may be < 0.
+            bounded = [value if i > 0 else 0.0 for i, value in zip(free, solved)]
+            if min(bounded) >= 0:
                 terms[free] = solved
                 break
-            free.pop(int(np.argmin(signed)))
+            free.pop(int(np.argmin(bounded)))
         return Overhead(*(float(v) for v in terms))
