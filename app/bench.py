@@ -8,8 +8,8 @@ same steps and emits the same tokens however fast the machine is, so only the wa
 differently.) Each run is a process of its own, as a user runs them: headless, the engine steps
 on the main thread (`swarmscope run --headless`); windowed, the app's worker thread loads the
 model and steps while the window draws. (Torch work on two threads of one process costs both:
-each gets an OpenMP team, and on a machine with few cores they contend.) Headless and windowed runs alternate for `--rounds`
-rounds, so a slow spell of the machine touches both."""
+each gets an OpenMP team, and on a machine with few cores they contend.) Headless and windowed
+runs alternate for `--rounds` rounds, so a slow spell of the machine touches both."""
 from __future__ import annotations
 
 import argparse

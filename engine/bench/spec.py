@@ -83,8 +83,7 @@ def _measure(loaded, calibration, workload, prompts, batch, steps, repeats) -> l
     kv = PagedKVCache(loaded.config, (1 + len(POLICIES)) * batch * lane_blocks, 16,
                       loaded.model.dtype, loaded.model.device)
     runner = ModelRunner(loaded.model, kv)
-    totals = {label: [0.0, 0, 0, 0] for label, _, _ in POLICIES}  # ms, emitted, drafted, acc
-    per_round = {label: [] for label, _, _ in POLICIES}  # tokens/s of each round
+    per_round = {label: [] for label, _, _ in POLICIES}  # [ms, emitted, drafted, acc] a round
     # One executor per policy for all rounds: like a running engine, a policy meets each round's
     # new lanes knowing what it learned of their category and of the step cost.
     executors = {label: StepExecutor(runner, calibration, target=loaded)
@@ -99,28 +98,28 @@ def _measure(loaded, calibration, workload, prompts, batch, steps, repeats) -> l
             _release(kv, warm)
         lanes = {label: _clone(kv, base, (2 + index) * batch)
                  for index, (label, _, _) in enumerate(POLICIES)}
-        before = {label: list(totals[label][:2]) for label in totals}
+        counts = {label: [0.0, 0, 0, 0] for label, _, _ in POLICIES}
         for step in range(steps):
             for label, policy, k in in_turn(POLICIES, step):
                 record = executors[label].run([(seq, 1) for seq in lanes[label]],
                                               Controls(policy=policy, k=k), step, 0.0).record
                 for i, value in enumerate((record.dt_ms, record.emitted, record.drafted,
                                            record.accepted)):
-                    totals[label][i] += value
+                    counts[label][i] += value
         for label, _, _ in POLICIES:
-            ms, emitted = (now - then for now, then in zip(totals[label][:2], before[label]))
-            per_round[label].append(round(emitted / ms * 1e3, 1))
+            per_round[label].append(counts[label])
             for seq in lanes[label]:
                 executors[label].release(seq)
         _release(kv, base)
     rows = []
     for label, _, _ in POLICIES:
-        ms, emitted, drafted, accepted = totals[label]
+        ms, emitted, drafted, accepted = (sum(column) for column in zip(*per_round[label]))
         rows.append({"workload": workload, "B": batch, "policy": label,
                      "tokens_per_s": round(emitted / ms * 1e3, 1),
                      "acceptance": round(accepted / drafted, 3) if drafted else None,
                      "tokens_per_step": round(emitted / (steps * rounds) / batch, 2),
-                     "round_tokens_per_s": per_round[label]})
+                     "round_tokens_per_s": [round(e / m * 1e3, 1)
+                                            for m, e, _, _ in per_round[label]]})
     return rows
 
 
