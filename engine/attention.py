@@ -5,8 +5,13 @@ the CPU path and the fallback, with the same signature.
 Why it looks like this (measured on the 2-core CPU, SmolLM2-135M shapes, ctx 256): bf16 SDPA with
 `enable_gqa` and one query is ~7x slower than folding each KV head's query-head group into the
 query length, and plain bf16 matmuls are ~10x slower than SDPA on a CPU without bf16 dot
-instructions. So lanes with the same number of query tokens are batched into one SDPA call over
-their gathered blocks, with [group * q_len] query rows per KV head. The grouping depends only on
+instructions. So lanes are batched into SDPA calls over their gathered blocks, with
+[group * q_len] query rows per KV head. Each call has a fixed cost (gathers, reshapes, the call;
+~70 us a layer at 16 lanes, ctx 315, bf16), which a speculating step with many distinct draft
+counts paid once per count: at 4 lanes drafting 0..4 it was 4 calls, 384 us a layer, against 203
+us for one call with the shorter lanes' queries padded. So lanes are grouped by query length and
+neighbouring lengths merged, the shorter ones padded in front, where the padding's wasted
+query-key pairs cost less than another call (`CALL_COST_PAIRS`). The grouping depends only on
 the step's lane shapes, so it is planned once per step (`plan_attention`) and reused by every
 layer."""
 from __future__ import annotations
@@ -18,11 +23,18 @@ import torch.nn.functional as F
 
 import hip_kernels
 
+# One more SDPA call costs about as much as this many padded query-key pairs (a query token
+# against a cached key, all its heads): ~70 us a call against ~8 us a padded query at ctx 330,
+# SmolLM2-135M shapes on the 2-core EPYC, bf16 and fp32 alike.
+CALL_COST_PAIRS = 3000
+
 
 @dataclass(slots=True)
 class LaneGroup:
-    """Lanes sharing one query length, attended in one batched call."""
-    rows: torch.Tensor          # [num_lanes * q_len] packed row of each query, lane-major
+    """Lanes attended in one batched call, each with q_len query rows: its own queries, after
+    front padding for a lane with fewer."""
+    rows: torch.Tensor          # [num_lanes * q_len] packed row read for each query row
+    out_rows: torch.Tensor      # [num_lanes * q_len] row written; padding writes a scratch row
     blocks: torch.Tensor        # [num_lanes * max_blocks] block ids, each lane's table padded
     num_lanes: int
     q_len: int
@@ -37,39 +49,76 @@ class AttentionPlan:
     groups: list[LaneGroup]
     num_tokens: int
     in_order: bool  # one group whose rows are 0..num_tokens-1: no gather or scatter of rows
+    padded: bool    # some group pads queries: outputs need a scratch row
+
+
+def merge_query_lengths(q_lens: list[int], ctx_lens: list[int],
+                        call_cost_pairs: float = CALL_COST_PAIRS) -> list[list[int]]:
+    """Lanes partitioned into attention calls: runs of neighbouring query lengths, chosen to
+    minimise calls x `call_cost_pairs` + the query-key pairs each call computes (its lanes padded
+    to its longest query and context). Exact dynamic programming over the distinct lengths."""
+    by_q_len: dict[int, list[int]] = {}
+    for lane, q_len in enumerate(q_lens):
+        by_q_len.setdefault(q_len, []).append(lane)
+    lengths = sorted(by_q_len)
+    best = [0.0] + [float("inf")] * len(lengths)  # best[j]: cost of the first j lengths
+    cut = [0] * (len(lengths) + 1)
+    for end in range(1, len(lengths) + 1):
+        lanes, ctx = 0, 0
+        for start in range(end, 0, -1):  # the call holds lengths[start - 1 .. end - 1]
+            members = by_q_len[lengths[start - 1]]
+            lanes += len(members)
+            ctx = max(ctx, max(ctx_lens[i] for i in members))
+            cost = best[start - 1] + call_cost_pairs + lanes * lengths[end - 1] * ctx
+            if cost < best[end]:
+                best[end], cut[end] = cost, start - 1
+    calls, end = [], len(lengths)
+    while end:
+        calls.append([lane for q_len in lengths[cut[end]:end] for lane in by_q_len[q_len]])
+        end = cut[end]
+    return calls[::-1]
 
 
 def plan_attention(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens: torch.Tensor,
-                   block_size: int, group_size: int) -> AttentionPlan:
-    """Group lanes by query length and build their index tensors and causal masks."""
+                   block_size: int, group_size: int,
+                   call_cost_pairs: float = CALL_COST_PAIRS) -> AttentionPlan:
+    """Group lanes into calls (`merge_query_lengths`), build their index tensors and masks."""
     device = block_tables.device
     cu = cu_q_lens.tolist()
     ctx_list = ctx_lens.tolist()
     tables = block_tables.tolist()
-    by_q_len: dict[int, list[int]] = {}
-    for lane in range(len(ctx_list)):
-        by_q_len.setdefault(cu[lane + 1] - cu[lane], []).append(lane)
-    groups = []
-    for q_len, lanes in by_q_len.items():
+    q_lens = [cu[i + 1] - cu[i] for i in range(len(ctx_list))]
+    num_tokens, groups, padded = cu[-1], [], False
+    for lanes in merge_query_lengths(q_lens, ctx_list, call_cost_pairs):
+        q_len = max(q_lens[i] for i in lanes)
         ctx = max(ctx_list[i] for i in lanes)
         max_blocks = -(-ctx // block_size)
-        rows = [cu[i] + j for i in lanes for j in range(q_len)]
+        # A lane with fewer queries is padded in front: its padding rows repeat its first query
+        # (any finite row) and write to the scratch row past the last token.
+        rows, out_rows = [], []
+        for i in lanes:
+            pad = q_len - q_lens[i]
+            padded |= pad > 0
+            rows += [cu[i]] * pad + list(range(cu[i], cu[i + 1]))
+            out_rows += [num_tokens] * pad + list(range(cu[i], cu[i + 1]))
         blocks = [b for i in lanes for b in tables[i][:max_blocks]]
         ctxs = torch.tensor([ctx_list[i] for i in lanes], device=device)
         mask = None
         if q_len > 1 or any(ctx_list[i] != ctx for i in lanes):
-            # Query j of a lane sits at position ctx - q_len + j and sees keys up to it.
-            last = ctxs[:, None] - q_len + torch.arange(q_len, device=device)  # [G, q_len]
+            # Query row j of a lane sits at position ctx - q_len + j and sees keys up to it; a
+            # padding row before position 0 sees key 0, so that no row is empty.
+            last = (ctxs[:, None] - q_len + torch.arange(q_len, device=device)).clamp(min=0)
             mask = torch.arange(ctx, device=device) <= last[:, :, None]         # [G, q_len, ctx]
             mask = mask[:, None].expand(len(lanes), group_size, q_len, ctx)
             mask = mask.reshape(len(lanes), 1, group_size * q_len, ctx)
         consecutive = blocks == list(range(blocks[0], blocks[0] + len(blocks)))
         groups.append(LaneGroup(rows=torch.tensor(rows, device=device),
+                                out_rows=torch.tensor(out_rows, device=device),
                                 blocks=torch.tensor(blocks, device=device),
                                 num_lanes=len(lanes), q_len=q_len, max_blocks=max_blocks,
                                 ctx=ctx, mask=mask, first_block=blocks[0] if consecutive else None))
-    in_order = len(groups) == 1 and groups[0].rows.tolist() == list(range(cu[-1]))
-    return AttentionPlan(groups=groups, num_tokens=cu[-1], in_order=in_order)
+    in_order = len(groups) == 1 and groups[0].rows.tolist() == list(range(num_tokens))
+    return AttentionPlan(groups=groups, num_tokens=num_tokens, in_order=in_order, padded=padded)
 
 
 def _gather_blocks(cache: torch.Tensor, g: LaneGroup) -> torch.Tensor:
@@ -108,7 +157,7 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     if plan is None:
         plan = plan_attention(block_tables, cu_q_lens, ctx_lens, block_size, group)
     assert plan.num_tokens == num_tokens, (plan.num_tokens, num_tokens)
-    out = None if plan.in_order else q.new_empty(num_tokens, num_heads, head_dim)
+    out = None if plan.in_order else q.new_empty(num_tokens + plan.padded, num_heads, head_dim)
     for g in plan.groups:
         lanes, q_len = g.num_lanes, g.q_len
         q_g = q if plan.in_order else q.index_select(0, g.rows)
@@ -125,5 +174,5 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
              .permute(0, 3, 1, 2, 4).reshape(lanes * q_len, num_heads, head_dim))
         if plan.in_order:
             return o
-        out.index_copy_(0, g.rows, o)
-    return out
+        out.index_copy_(0, g.out_rows, o)
+    return out[:num_tokens]

@@ -7,6 +7,7 @@ rotate_half convention."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +35,7 @@ class StepMetadata:
 # (measured on the project's 2-core EPYC: 8 rows x [1728, 576], 3.9 ms vs 1.6 ms).
 _SLOW_CPU_BF16_GEMM = not torch.ops.mkldnn._is_mkldnn_bf16_supported()
 _BF16_GEMV_MAX_ROWS = 2
+WARM_ROWS = 128  # the calibrated range: decode steps up to 16 lanes with their drafts
 
 
 def _gemm_rows(n: int) -> int:
@@ -163,6 +165,27 @@ class LlamaModel(nn.Module):
                        self.config.rms_norm_eps)
         head = self.embed if self.lm_head is None else self.lm_head
         return _linear(h, head).float()
+
+    @property
+    def builds_kernels_per_row_count(self) -> bool:
+        """oneDNN builds a bf16 GEMM kernel on the first use of each row count (0.5-1 ms per
+        weight shape on the 2-core EPYC with AVX512-BF16; fp32 and GPUs have no such cost), so
+        a step at a new total of lanes and drafts is slow once: a hiccup in the live plot, and a
+        tax on any policy that varies its drafts (goodput meets dozens of row counts where fixed
+        K meets one). `warm_up` pays it at load."""
+        return self.device.type == "cpu" and self.dtype == torch.bfloat16 and \
+            not _SLOW_CPU_BF16_GEMM
+
+    @torch.inference_mode()
+    def warm_up(self, max_rows: int = WARM_ROWS,
+                done: Callable[[int], None] = lambda rows: None) -> None:
+        """Run every weight shape once at every row count up to `max_rows`; `done(rows)` after
+        each count (a progress report, which may raise to cancel)."""
+        weights = {tuple(p.shape): p for p in self.parameters() if p.dim() == 2}
+        for rows in range(1, max_rows + 1):
+            for weight in weights.values():
+                F.linear(weight.new_zeros(rows, weight.shape[1]), weight)
+            done(rows)
 
     @classmethod
     def random(cls, config: ModelConfig, seed: int = 0, dtype: torch.dtype = torch.float32,

@@ -12,7 +12,7 @@ from engine.devices import resolve_device, resolve_dtype
 from engine.errors import ModelLoadError
 from engine.loading import default_model
 from engine.loading.hf_folder import read_config, read_tensors, read_tokenizer, weight_files
-from engine.model import LlamaModel
+from engine.model import WARM_ROWS, LlamaModel
 from engine.tokenizer import ByteTokenizer, Tokenizer
 
 Progress = Callable[[str, float], None]
@@ -56,6 +56,14 @@ def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
     tokenizer = read_tokenizer(folder, config)
     report(f"loading weights from {folder}", 0.1)
     model = _build(folder, config, read_tensors(folder, torch_dtype), torch_dtype, torch_device)
+    if model.builds_kernels_per_row_count:
+        def warmed(rows: int) -> None:  # a few reports: each is a chance to cancel
+            if rows % 32 == 0:
+                report(f"building bf16 kernels: {rows} of {WARM_ROWS} step sizes",
+                       0.5 + 0.5 * rows / WARM_ROWS)
+
+        warmed(0)
+        model.warm_up(done=warmed)
     report(f"loaded {name}", 1.0)
     return LoadedModel(name, str(folder), config, model, tokenizer, torch_dtype, torch_device)
 

@@ -27,3 +27,15 @@ def test_linear_matches_f_linear(dtype, rows, with_bias):
 def test_gemm_rows_are_two_four_or_multiples_of_eight():
     assert [_gemm_rows(n) for n in range(1, 18)] == [2, 2, 4, 4] + [8] * 4 + [16] * 8 + [24]
     assert all(_gemm_rows(n) >= n for n in range(1, 600))
+
+
+def test_warm_up_runs_every_row_count_and_only_where_kernels_are_built():
+    from engine.config import PRESETS
+    from engine.model import LlamaModel, _SLOW_CPU_BF16_GEMM
+    fp32 = LlamaModel.random(PRESETS["tiny-test"], dtype=torch.float32)
+    bf16 = LlamaModel.random(PRESETS["tiny-test"], dtype=torch.bfloat16)
+    assert not fp32.builds_kernels_per_row_count
+    assert bf16.builds_kernels_per_row_count == (not _SLOW_CPU_BF16_GEMM)
+    seen = []
+    bf16.warm_up(max_rows=5, done=seen.append)
+    assert seen == [1, 2, 3, 4, 5]
