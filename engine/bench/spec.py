@@ -38,7 +38,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--batches", default="1,2,4,8,16", help="comma-separated B values")
     parser.add_argument("--steps", type=int, default=32, help="decode steps timed per run")
-    parser.add_argument("--repeats", type=int, default=3,
+    parser.add_argument("--repeats", type=int, default=6,
                         help="least rounds of every policy in lockstep, each on the next B "
                              "prompts; small B runs more, to cover every prompt; cells add up "
                              "all rounds")
@@ -83,7 +83,8 @@ def _measure(loaded, calibration, workload, prompts, batch, steps, repeats) -> l
     kv = PagedKVCache(loaded.config, (1 + len(POLICIES)) * batch * lane_blocks, 16,
                       loaded.model.dtype, loaded.model.device)
     runner = ModelRunner(loaded.model, kv)
-    per_round = {label: [] for label, _, _ in POLICIES}  # [ms, emitted, drafted, acc] a round
+    # a round's [ms, emitted, drafted, accepted, tokens agreeing with off, tokens compared]
+    per_round = {label: [] for label, _, _ in POLICIES}
     # One executor per policy for all rounds: like a running engine, a policy meets each round's
     # new lanes knowing what it learned of their category and of the step cost.
     executors = {label: StepExecutor(runner, calibration, target=loaded)
@@ -107,20 +108,38 @@ def _measure(loaded, calibration, workload, prompts, batch, steps, repeats) -> l
                                            record.accepted)):
                     counts[label][i] += value
         for label, _, _ in POLICIES:
+            counts[label] += agreement(lanes[label], lanes["off"])
             per_round[label].append(counts[label])
             for seq in lanes[label]:
                 executors[label].release(seq)
         _release(kv, base)
     rows = []
     for label, _, _ in POLICIES:
-        ms, emitted, drafted, accepted = (sum(column) for column in zip(*per_round[label]))
+        ms, emitted, drafted, accepted, agreed, compared = (sum(column)
+                                                            for column in zip(*per_round[label]))
         rows.append({"workload": workload, "B": batch, "policy": label,
                      "tokens_per_s": round(emitted / ms * 1e3, 1),
                      "acceptance": round(accepted / drafted, 3) if drafted else None,
                      "tokens_per_step": round(emitted / (steps * rounds) / batch, 2),
                      "round_tokens_per_s": [round(e / m * 1e3, 1)
-                                            for m, e, _, _ in per_round[label]]})
+                                            for m, e, *_ in per_round[label]],
+                     "agrees_with_off": round(agreed / compared, 3) if compared else None})
     return rows
+
+
+def agreement(lanes: list[Sequence], reference: list[Sequence]) -> list[int]:
+    """[tokens before each lane's output first differs from the reference lane's, tokens compared
+    (up to the shorter output)], summed over lanes. Lossless speculation in fp32 agrees fully;
+    bf16 on a CPU is not batch-shape invariant, so there policies drift onto texts of their own,
+    and a cell then compares policies on partly different text (chat most: a lane that falls
+    into a repeating loop drafts perfectly)."""
+    agreed = compared = 0
+    for seq, ref in zip(lanes, reference):
+        mine, theirs = seq.output_ids, ref.output_ids
+        span = min(len(mine), len(theirs))
+        agreed += next((i for i in range(span) if mine[i] != theirs[i]), span)
+        compared += span
+    return [agreed, compared]
 
 
 def ratio_spread(rounds: list[float], reference: list[float]) -> float | None:
@@ -170,7 +189,7 @@ def _print_table(rows, calibration) -> None:
           f"({calibration.model}, {calibration.dtype}, {calibration.device})")
     labels = [label for label, _, _ in POLICIES]
     print(f"{'workload':10} {'B':>3} " + " ".join(f"{name:>14}" for name in labels)
-          + "    goodput/best     goodput/off")
+          + "    goodput/best     goodput/off  agree")
     keys = sorted({(r["workload"], r["B"]) for r in rows}, key=lambda x: (x[0] != "code-edit", x[1]))
     for workload, batch in keys:
         cells = {r["policy"]: r for r in rows if r["workload"] == workload and r["B"] == batch}
@@ -185,7 +204,10 @@ def _print_table(rows, calibration) -> None:
             spread = ratio_spread(good["round_tokens_per_s"], other["round_tokens_per_s"])
             ratios.append(f"{good['tokens_per_s'] / other['tokens_per_s']:.3f}"
                           + ("" if spread is None else f" ±{spread:.3f}"))
+        agree = min(cells[n]["agrees_with_off"] or 0.0 for n in labels)
         print(f"{workload:10} {batch:3d} " + " ".join(f"{c:>14}" for c in text)
-              + "".join(f"  {r:>14}" for r in ratios))
+              + "".join(f"  {r:>14}" for r in ratios) + f"  {agree:5.3f}")
     print("cells: tokens/s (acceptance) over all rounds; uniform and goodput capped at "
-          f"k={ADAPTIVE_CAP}; ± is the standard error of the ratio over paired rounds")
+          f"k={ADAPTIVE_CAP}; ± is the standard error of the ratio over paired rounds; agree: "
+          "the least share of any policy's tokens that equal off's before they first differ "
+          "(1 where decoding is batch-shape invariant)")

@@ -78,7 +78,7 @@ def test_merged_calls_equal_one_call_per_length(call_cost):
     q = torch.randn(sum(q_lens), nh, hd, generator=gen, dtype=torch.float64)
 
     def attend(cost):
-        plan = plan_attention(bt, cu, ctx_lens, bs, nh // kvh, call_cost_pairs=cost)
+        plan = plan_attention(bt, cu, ctx_lens, bs, nh // kvh, q.dtype, call_cost_pairs=cost)
         return plan, paged_attention(q, k_cache, v_cache, bt, cu, ctx_lens, 0.3, plan=plan)
 
     exact_plan, exact = attend(0)

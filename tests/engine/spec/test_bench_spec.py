@@ -11,7 +11,7 @@ from engine.cli.main import main
 def test_bench_spec_smoke_json(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path))
     rc = main(["bench", "spec", "--steps", "4", "--batches", "1,2", "--model", "tiny-test",
-               "--repeats", "2", "--json"])
+               "--dtype", "fp32", "--repeats", "2", "--json"])
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert rc == 0
     labels = [label for label, _, _ in POLICIES]
@@ -27,6 +27,7 @@ def test_bench_spec_smoke_json(tmp_path, monkeypatch, capsys):
         assert row["tokens_per_step"] >= 1.0  # every lane commits at least its bonus token
         assert len(row["round_tokens_per_s"]) == rounds_for(row["B"], 2, len(CODE_EDITS))
         assert min(row["round_tokens_per_s"]) > 0
+        assert row["agrees_with_off"] == 1.0  # fp32: speculation never changes the output
 
 
 def test_bench_spec_smoke_table(tmp_path, monkeypatch, capsys):
@@ -89,3 +90,14 @@ def test_cloned_lanes_decode_what_their_source_decodes():
     assert all(len(s.output_ids) == 6 for s in copies)
     _release(kv, copies)
     assert kv.blocks.num_free_blocks > free_before
+
+
+def test_agreement_counts_tokens_up_to_the_first_difference():
+    from engine.bench.spec import agreement
+    from engine.sequence import Sequence
+
+    def lane(output):
+        return Sequence(0, [7, 7] + output, 2, max_new_tokens=100)
+
+    assert agreement([lane([1, 2, 3, 4])], [lane([1, 2, 3])]) == [3, 3]  # up to the shorter
+    assert agreement([lane([1, 9, 3]), lane([5])], [lane([1, 2, 3]), lane([6])]) == [1, 4]
