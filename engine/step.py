@@ -137,17 +137,20 @@ class StepExecutor:
                 [Draft([]) for _ in seqs]
         drafter = self.drafter(controls.drafter)
         # A free drafter is asked for one token more than may be sent: its prediction of the
-        # token after the last draft, for the shadow check.
+        # token after the last draft, for the shadow check. Its proposals cost nothing, so they
+        # are made before the plan, which weighs what each was matched on.
         offers = [drafter.available(seq, controls.k + drafter.free) for seq in seqs]
-        views = [LaneView(seq.seq_id, seq.cat, min(n, controls.k)) for seq, n in zip(seqs, offers)]
+        offered = drafter.propose(seqs, offers) if drafter.free else [Draft([]) for _ in seqs]
+        views = [LaneView(seq.seq_id, seq.cat, min(n, controls.k), draft.match)
+                 for seq, n, draft in zip(seqs, offers, offered)]
         decision = self.policy.decide(views, prefill, controls, self.calibration, drafter.cost_ms,
                                       shadowed=drafter.free, overhead=self.overhead.estimate())
         if not drafter.free:
             return decision, drafter.propose(seqs, decision.ks)
-        offered = drafter.propose(seqs, offers)
         for seq, draft, k in zip(seqs, offered, decision.ks):
             self.shadows.watch(seq.seq_id, draft.tokens, k)
-        return decision, [Draft(draft.tokens[:k]) for draft, k in zip(offered, decision.ks)]
+        return decision, [Draft(draft.tokens[:k], match=draft.match)
+                          for draft, k in zip(offered, decision.ks)]
 
     def _learn_overhead(self, drafted: list[int], controls: Controls, dt_ms: float) -> None:
         draft_ms = self.drafter(controls.drafter).cost_ms(drafted) if any(drafted) else 0.0
@@ -186,7 +189,8 @@ class StepExecutor:
             len(seq.output_ids) >= seq.max_new_tokens
         sent = len(draft.tokens)
         self.stats.record(seq.seq_id, seq.cat, sent, verdict.accepted,
-                          self.shadows.check(seq.seq_id, sent, verdict.accepted, verdict.bonus))
+                          self.shadows.check(seq.seq_id, sent, verdict.accepted, verdict.bonus),
+                          draft.match)
         if sent:
             self._drafters_commit(seq, sent, verdict.accepted)
         return LaneResult(seq.seq_id, tokens, [j < kept_drafts for j in range(len(tokens))],

@@ -20,6 +20,7 @@ from engine.sequence import Sequence
 class Draft:
     tokens: list[int]
     probs: torch.Tensor | None = None  # [len(tokens), vocab] the draft distribution; None: one-hot
+    match: int = 0  # context tokens the proposal was matched on (lookup's n-gram); 0: a model's
 
     def __post_init__(self) -> None:
         if self.probs is not None and self.probs.shape[0] != len(self.tokens):

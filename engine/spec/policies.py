@@ -68,6 +68,7 @@ class LaneView:
     seq_id: int
     cat: str
     available: int  # drafts the drafter can propose now (already capped by controls.k)
+    match: int = 0  # context tokens the proposal was matched on (Draft.match)
 
     def __post_init__(self) -> None:
         if self.available < 0:
@@ -131,7 +132,8 @@ class SpeculationPolicy:
         else:
             fresh = [self._fresh(lane) for lane in lanes]
             planned = [0 if new else limit for new, limit in zip(fresh, limits)]
-            rates = [self.stats.estimate(lane.seq_id, lane.cat, PRIOR) for lane in lanes]
+            rates = [self.stats.estimate(lane.seq_id, lane.cat, PRIOR, match=lane.match)
+                     for lane in lanes]
             alone = batch / step_ms([0] * batch)  # tokens per ms without drafts
             ks, reason = self._goodput(rates, planned, budget, step_ms, alone)
             ks = self._hold(lanes, ks, planned)

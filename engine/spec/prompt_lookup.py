@@ -28,15 +28,16 @@ class NgramIndex:
                     self.ends[tuple(tokens[end - n:end])] = end
         self.indexed_upto = max(self.indexed_upto, len(tokens))
 
-    def continuation(self, tokens: list[int], limit: int) -> list[int]:
-        """What followed the most recent earlier occurrence of the longest matching suffix."""
+    def continuation(self, tokens: list[int], limit: int) -> tuple[list[int], int]:
+        """What followed the most recent earlier occurrence of the longest matching suffix, and
+        that suffix's length (0: none matched)."""
         for n in self.ngram_sizes:  # longest first
             if len(tokens) <= n:
                 continue
             end = self.ends.get(tuple(tokens[-n:]))
             if end is not None:
-                return tokens[end:end + limit]
-        return []
+                return tokens[end:end + limit], n
+        return [], 0
 
 
 class PromptLookupDrafter:
@@ -51,7 +52,7 @@ class PromptLookupDrafter:
         self.ngram_sizes = tuple(sorted(set(ngram_sizes), reverse=True))
         self.max_k = max_k
         self._indexes: dict[int, NgramIndex] = {}
-        self._proposals: dict[int, list[int]] = {}  # seq_id -> proposal made by available()
+        self._proposals: dict[int, Draft] = {}  # seq_id -> proposal made by available()
 
     def _index(self, seq: Sequence) -> NgramIndex:
         index = self._indexes.get(seq.seq_id)
@@ -61,18 +62,18 @@ class PromptLookupDrafter:
         return index
 
     def available(self, seq: Sequence, cap: int) -> int:
-        proposal = self._index(seq).continuation(seq.token_ids, min(cap, self.max_k))
-        self._proposals[seq.seq_id] = proposal
-        return len(proposal)
+        tokens, match = self._index(seq).continuation(seq.token_ids, min(cap, self.max_k))
+        self._proposals[seq.seq_id] = Draft(tokens, match=match)
+        return len(tokens)
 
     def propose(self, seqs: list[Sequence], ks: list[int]) -> list[Draft]:
         drafts = []
         for seq, k in zip(seqs, ks):
             proposal = self._proposals.pop(seq.seq_id, None)
-            if proposal is None and k > 0:
+            if proposal is None:
                 self.available(seq, k)
                 proposal = self._proposals.pop(seq.seq_id)
-            drafts.append(Draft(tokens=(proposal or [])[:k]))
+            drafts.append(Draft(proposal.tokens[:k], match=proposal.match))
         return drafts
 
     def cost_ms(self, ks: list[int]) -> float:

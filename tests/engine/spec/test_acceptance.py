@@ -24,21 +24,35 @@ def test_start_and_continuation_rates_separate_all_or_nothing_drafts():
     for _ in range(10):  # half the matches are the copied text (all accepted), half miss at once
         counter.update(k=4, acc=4, copying=False)
         counter.update(k=4, acc=0, copying=False)
-    assert counter.start.value == pytest.approx(0.5, abs=0.05)
+    assert counter.start[0].value == pytest.approx(0.5, abs=0.05)
     assert counter.cont.value == 1.0                   # once the first is right the rest follow
     assert counter.rate == pytest.approx(0.8, abs=0.05)  # the per-token rate blurs the two
     counter.update(k=4, acc=2, copying=False)          # 1 continuation accepted, 1 rejected
     assert 0.5 < counter.cont.value < 1.0
-    start, cont = counter.start.trials, counter.cont.value
+    start, cont = counter.start[0].trials, counter.cont.value
     counter.update(k=2, acc=0, copying=True)           # a copying lane's miss is a broken run
-    assert counter.start.trials == start and counter.cont.value < cont
+    assert counter.start[0].trials == start and counter.cont.value < cont
+
+
+def test_cold_starts_are_rated_by_what_the_drafter_matched():
+    """A 4-gram match that is the copied text and a 2-gram coincidence: one start rate would
+    blur them to 0.5 for both."""
+    stats = AcceptanceStats()
+    for step in range(20):
+        stats.record(1, "code-edit", 3, 3 if step % 2 else 0, match=4 if step % 2 else 2)
+        stats.record(1, "code-edit", 0, 0)  # the lane goes cold again
+    strong = stats.estimate(1, "code-edit", match=4)
+    weak = stats.estimate(1, "code-edit", match=2)
+    assert strong.first > 0.8 and weak.first < 0.2
+    assert stats.estimate(1, "code-edit", match=3).first == pytest.approx(0.5)  # nothing known
+    assert strong.cont == weak.cont
 
 
 def test_shadow_checks_feed_the_rates_but_not_the_per_position_counts():
     counter = AcceptanceCounter()
     counter.observe(True, copying=False)
     counter.observe(False, copying=True)
-    assert counter.start.value == 1.0 and counter.cont.value == 0.0
+    assert counter.start[0].value == 1.0 and counter.cont.value == 0.0
     assert counter.rate == pytest.approx(0.5, abs=0.02)
     assert counter.steps == 0 and counter.proposed_at == []
 

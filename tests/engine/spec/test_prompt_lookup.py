@@ -10,7 +10,9 @@ def test_proposes_what_followed_the_longest_match():
     drafter = PromptLookupDrafter(ngram_sizes=(3, 2, 1))
     seq = _seq([1, 2, 3, 4, 5, 6, 9, 2, 3, 4])
     assert drafter.available(seq, cap=3) == 3
-    assert drafter.propose([seq], [3])[0].tokens == [5, 6, 9]
+    draft = drafter.propose([seq], [3])[0]
+    assert draft.tokens == [5, 6, 9] and draft.match == 3  # matched on (2, 3, 4)
+    assert drafter.propose([_seq([4, 1, 5, 1])], [2])[0].match == 1  # only (1,) occurs before
 
 
 def test_prefers_the_most_recent_occurrence_and_respects_k():
@@ -34,7 +36,7 @@ def test_index_grows_incrementally_with_committed_tokens():
     tokens += [1, 2]
     index.extend(tokens)
     assert index.indexed_upto == 5
-    assert index.continuation(tokens, 4) == [3, 1, 2]  # the tail (1, 2) itself is not a match
+    assert index.continuation(tokens, 4) == ([3, 1, 2], 2)  # the tail (1, 2) itself is not a match
 
 
 def test_rewritten_context_rebuilds_the_index():
