@@ -41,7 +41,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--repeats", type=int, default=6,
                         help="least rounds of every policy in lockstep, each on the next B "
                              "prompts; small B runs more, to cover every prompt; cells add up "
-                             "all rounds")
+                             "all rounds (default %(default)s)")
     parser.add_argument("--json", action="store_true", help="print rows as JSON Lines")
 
 
