@@ -61,14 +61,14 @@ def merge_query_lengths(q_lens: list[int], ctx_lens: list[int],
     for lane, q_len in enumerate(q_lens):
         by_q_len.setdefault(q_len, []).append(lane)
     lengths = sorted(by_q_len)
+    longest = [max(ctx_lens[i] for i in by_q_len[q_len]) for q_len in lengths]
     best = [0.0] + [float("inf")] * len(lengths)  # best[j]: cost of the first j lengths
     cut = [0] * (len(lengths) + 1)
     for end in range(1, len(lengths) + 1):
         lanes, ctx = 0, 0
         for start in range(end, 0, -1):  # the call holds lengths[start - 1 .. end - 1]
-            members = by_q_len[lengths[start - 1]]
-            lanes += len(members)
-            ctx = max(ctx, max(ctx_lens[i] for i in members))
+            lanes += len(by_q_len[lengths[start - 1]])
+            ctx = max(ctx, longest[start - 1])
             cost = best[start - 1] + call_cost_pairs + lanes * lengths[end - 1] * ctx
             if cost < best[end]:
                 best[end], cut[end] = cost, start - 1
