@@ -1,9 +1,9 @@
 """Speculation policies: how many drafts each decoding lane gets this step (DESIGN.md §1).
 
 - off: none; fixed: K for every lane; uniform: the seed rule k = floor((T - B) / B);
-- goodput (default): per-lane k maximising expected emitted tokens per second. The j-th draft of
-  lane i is accepted with probability first_i * cont_i ** (j - 1) (acceptance.Estimate: `first`
-  is high while the lane is copying), so a step emits B + the sum of those over every draft in
+- goodput (default): per-lane k maximising expected emitted tokens per second. Lane i's j-th
+  draft is accepted with a chance that falls with j, at a pace set by how long the lane has been
+  predicted right (acceptance.Estimate), so a step emits B + the sum of those over every draft in
   t(B + sum k + prefill) + drafting ms, where t is the calibrated curve plus the live overhead
   (spec/live_cost.py). Drafts are added greedily, best marginal gain first; the allocation kept
   is the prefix of that order with the most expected tokens less `value` x its time, `value`
@@ -55,10 +55,11 @@ PROBE_MAX = 256     # longest wait between probes, however often they failed
 HOLD_STEPS = 3      # steps a one-step change of k must persist before it is applied
 SPEEDUP_DECAY = 0.9  # goodput's recent speed-up, which prices its milliseconds: ~10 steps
 MIN_CURVE_SHARE = 0.25  # least share of the calibrated t(N) a step is planned to take
-# What an estimate is shrunk towards when nothing is known. Code edits run on (prompt-lookup runs
-# went on 0.85-0.93 of the time with SmolLM2-135M), but a prior of 0.8 made goodput draft too much
-# for the swarm's JSON and chat agents (bench swarm 57-60 tok/s against 66 with 0.5).
-PRIOR = Estimate(first=0.5, cont=0.5)
+# What every rate of an estimate is shrunk towards when nothing is known. Code edits run on
+# (prompt-lookup runs went on 0.85-0.93 of the time with SmolLM2-135M), but a prior of 0.8 made
+# goodput draft too much for the swarm's JSON and chat agents (bench swarm 57-60 tok/s against 66
+# with 0.5).
+PRIOR = 0.5
 
 
 @dataclass(slots=True)
@@ -132,8 +133,8 @@ class SpeculationPolicy:
         else:
             fresh = [self._fresh(lane) for lane in lanes]
             planned = [0 if new else limit for new, limit in zip(fresh, limits)]
-            rates = [self.stats.estimate(lane.seq_id, lane.cat, PRIOR, match=lane.match)
-                     for lane in lanes]
+            rates = [self.stats.estimate(lane.seq_id, lane.cat, PRIOR, match=lane.match,
+                                         depth=limit) for lane, limit in zip(lanes, planned)]
             alone = batch / step_ms([0] * batch)  # tokens per ms without drafts
             ks, reason = self._goodput(rates, planned, budget, step_ms, alone)
             ks = self._hold(lanes, ks, planned)
@@ -227,7 +228,7 @@ class SpeculationPolicy:
         ks = [0] * batch
         tokens = float(batch)
         plans = [(tokens, step_ms(ks), list(ks))]  # each prefix of the greedy order
-        # max-heap of each lane's next draft's expected gain, first * cont ** k
+        # max-heap of each lane's next draft's expected gain (falling with k)
         heap = [(-rates[i].first, i) for i in range(batch) if limits[i] > 0 and rates[i].first > 0]
         heapq.heapify(heap)
         while heap:
@@ -236,7 +237,7 @@ class SpeculationPolicy:
             tokens += -neg_gain
             plans.append((tokens, step_ms(ks), list(ks)))
             if ks[i] < limits[i]:
-                heapq.heappush(heap, (neg_gain * rates[i].cont, i))
+                heapq.heappush(heap, (neg_gain * rates[i].hit(ks[i] + 1), i))
         # What a millisecond is worth: the run's recent rate, as its speed-up over the batch
         # alone (so it carries over when B changes), or before there is one this step's best.
         speedup = self._speedup.value
@@ -249,8 +250,8 @@ class SpeculationPolicy:
         ks = _fewer_groups(best[2], limits, gain)
         tokens = _expected_tokens(rates, ks)
         first = sum(r.first for r in rates) / batch
-        cont = sum(r.cont for r in rates) / batch
-        reason = (f"goodput: B={batch} T={budget} mean first={first:.2f} cont={cont:.2f} -> "
+        second = sum(r.hit(2) for r in rates) / batch
+        reason = (f"goodput: B={batch} T={budget} mean p(1st)={first:.2f} p(2nd)={second:.2f} -> "
                   f"sum k={sum(ks)}, {tokens:.1f} tok in {step_ms(ks):.1f} ms")
         return ks, reason
 
