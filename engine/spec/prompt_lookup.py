@@ -3,7 +3,14 @@
 Match the lane's last n tokens (several n, longest first) at an earlier place in its context and
 propose what followed there. Each sequence keeps an incremental n-gram index (n-gram -> where its
 most recent earlier occurrence ended), extended only by the tokens committed since the last
-call, so a proposal costs O(max_n) dictionary work however long the context grows."""
+call, so a proposal costs O(max_n) dictionary work however long the context grows.
+
+While the lane goes on writing what its last proposal's source says, the next proposal reads on
+from that source rather than looking the suffix up again: the source matches far more than the
+last n tokens, and the most recent occurrence of those n is often elsewhere (a line the file
+repeats, or the lane's own output). Against a fresh lookup every step, in lockstep on code edits,
+fixed K=4 gained 1.8 % +- 0.3 at 16 lanes, and goodput 3.6 % +- 1.4 at 8 lanes and 10 % +- 2.8
+at 4 (chat moved within 1 %)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -19,6 +26,11 @@ class NgramIndex:
     ngram_sizes: tuple[int, ...]
     ends: dict[tuple[int, ...], int] = field(default_factory=dict)
     indexed_upto: int = 0  # end positions < this are in `ends`
+    # The last proposal: read from context[source:] when the context was `read_at` long, after
+    # a match of `matched` tokens (source < 0: none yet).
+    source: int = -1
+    read_at: int = 0
+    matched: int = 0
 
     def extend(self, tokens: list[int]) -> None:
         # The n-gram ending at len(tokens) is the query itself; index it only once more follows.
@@ -29,15 +41,35 @@ class NgramIndex:
         self.indexed_upto = max(self.indexed_upto, len(tokens))
 
     def continuation(self, tokens: list[int], limit: int) -> tuple[list[int], int]:
-        """What followed the most recent earlier occurrence of the longest matching suffix, and
-        that suffix's length (0: none matched)."""
+        """What follows the place the lane is copying from, and the length of the n-gram that
+        place was first matched on (0: none matched). The place is the last proposal's source
+        if everything written since follows it, else the most recent earlier occurrence of the
+        longest matching suffix."""
+        start = self._followed(tokens)
+        if start is None:
+            start, self.matched = self._looked_up(tokens)
+        if start is None:
+            self.source = -1
+            return [], 0
+        self.source, self.read_at = start, len(tokens)
+        return tokens[start:start + limit], self.matched
+
+    def _followed(self, tokens: list[int]) -> int | None:
+        written = len(tokens) - self.read_at
+        if self.source < 0 or written < 0:
+            return None
+        if tokens[self.read_at:] != tokens[self.source:self.source + written]:
+            return None
+        return self.source + written
+
+    def _looked_up(self, tokens: list[int]) -> tuple[int | None, int]:
         for n in self.ngram_sizes:  # longest first
             if len(tokens) <= n:
                 continue
             end = self.ends.get(tuple(tokens[-n:]))
             if end is not None:
-                return tokens[end:end + limit], n
-        return [], 0
+                return end, n
+        return None, 0
 
 
 class PromptLookupDrafter:

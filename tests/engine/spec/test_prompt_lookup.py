@@ -43,3 +43,18 @@ def test_rewritten_context_rebuilds_the_index():
     drafter = PromptLookupDrafter(ngram_sizes=(1,))
     drafter.available(_seq([5, 6, 7, 8, 5]), 2)
     assert drafter.available(_seq([9, 4, 9]), 2) == 2  # [4, 9]: only a fresh index knows (9,)
+
+
+def test_a_lane_following_its_source_reads_on_past_a_more_recent_decoy():
+    """(12, 13) occurs last in a decoy, but the lane is copying the earlier text: the next
+    proposal reads on from there. Once the lane writes something else it is looked up afresh."""
+    copied, decoy = [10, 11, 12, 13, 14, 15, 16], [50, 12, 13, 99, 51]
+    seq = _seq(copied + decoy + [10, 11])
+    drafter = PromptLookupDrafter(ngram_sizes=(2,))
+    assert drafter.propose([seq], [4])[0].tokens == [12, 13, 14, 15]
+    seq.token_ids += [12, 13]                          # two drafts accepted
+    followed = drafter.propose([seq], [3])[0]
+    assert followed.tokens == [14, 15, 16] and followed.match == 2
+    assert PromptLookupDrafter(ngram_sizes=(2,)).propose([seq], [2])[0].tokens == [99, 51]
+    seq.token_ids += [14, 99]                          # the lane left the copy
+    assert drafter.propose([seq], [2])[0].tokens == []  # (14, 99) occurs nowhere before
