@@ -44,7 +44,8 @@ class Engine:
                           loaded.dtype, loaded.device)
         self.runner = ModelRunner(loaded.model, kv)
         self.calibration = calibration or calibrate_or_load(loaded)
-        self.executor = StepExecutor(self.runner, self.calibration, target=loaded)
+        self.executor = StepExecutor(self.runner, self.calibration, target=loaded,
+                                     measures_cost=config.clock != "virtual")
         self.scheduler = Scheduler(SchedulerConfig(config.max_step_tokens,
                                                    config.rotate_after_steps), kv.blocks)
         self.workload = Workload(config.workload_dir or WORKLOAD_DIR)

@@ -51,11 +51,15 @@ class StepOutcome:
 class StepExecutor:
     """Owns per-lane samplers, drafters, acceptance stats and the policy's state across steps.
 
-    `target` is the LoadedModel (needed only to build model drafters; may be None for lookup)."""
+    `target` is the LoadedModel (needed only to build model drafters; may be None for lookup).
+    `measures_cost`: goodput plans with what steps took beyond the calibrated curve
+    (spec/live_cost.py); without it, with the curve alone, so that where time is the curve (the
+    virtual clock) the plans, and so the run, do not depend on how fast the machine ran."""
 
     def __init__(self, runner, calibration: Calibration, target=None,
-                 stats: AcceptanceStats | None = None) -> None:
+                 stats: AcceptanceStats | None = None, measures_cost: bool = True) -> None:
         self.runner, self.calibration, self.target = runner, calibration, target
+        self.measures_cost = measures_cost
         self.stats = stats or AcceptanceStats()
         self.policy = SpeculationPolicy(self.stats)
         self.shadows = ShadowChecks()
@@ -120,7 +124,8 @@ class StepExecutor:
             lanes.append(LaneRecord(agent=seq.agent, cat=seq.cat, k=len(draft.tokens),
                                     acc=sum(result.accepted_flags), pad=out.pad[index], ctx=ctx))
         dt_ms = (time.perf_counter() - start) * 1e3
-        if decode_seqs and not prefill:  # prefill chunks are not what the policy plans for
+        # prefill chunks are not what the policy plans for
+        if self.measures_cost and decode_seqs and not prefill:
             self._learn_overhead([len(d.tokens) for d in drafts], controls, dt_ms)
         record = StepRecord(step=step, t=t, dt_ms=dt_ms,
                             batch=len(decode_seqs), prefill=prefill,

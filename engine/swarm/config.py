@@ -10,7 +10,8 @@ CLOCKS = ("wall", "virtual", "measured")
 class SwarmConfig:
     seed: int = 0
     # wall: tool calls last real seconds (the live app). virtual: session time advances by the
-    # calibrated cost of each step, so a seeded run is reproducible step for step (tests).
+    # calibrated cost of each step, which is also all goodput plans with, so a seeded run is
+    # reproducible step for step (tests).
     # measured: session time advances by each step's measured time and jumps over idle gaps
     # (benchmarks: real step costs, no waiting for tools).
     clock: str = "wall"

@@ -15,6 +15,7 @@ from engine.runner import ModelRunner
 from engine.sampling import SamplingParams
 from engine.sequence import Sequence
 from engine.spec.calibration import Calibration
+from engine.spec.live_cost import Overhead
 from engine.step import StepExecutor, StepOutcome
 
 CONFIG = PRESETS["tiny-test"]
@@ -208,3 +209,15 @@ def test_the_executor_learns_what_live_steps_take_beyond_the_calibration():
     decode_ms = [r.dt_ms / r.batch for r in records if r.batch and not r.prefill]
     learned = executor.overhead.estimate()
     assert 0.2 * min(decode_ms) < learned.per_lane_ms + learned.per_draft_ms < 5 * max(decode_ms)
+
+
+def test_an_executor_on_the_curve_alone_learns_nothing_from_the_clock():
+    """Where time is the calibrated curve (the virtual clock), plans must not follow how fast
+    the machine ran, or a seeded run would not repeat."""
+    model = MODELS[torch.float64]
+    instant = Calibration.make_dummy(t1_ms=1e-3, per_token_ms=1e-4)
+    executor = StepExecutor(ModelRunner(model, PagedKVCache(CONFIG, 512, 16, torch.float64, "cpu")),
+                            instant, target=SimpleNamespace(model=model), measures_cost=False)
+    seqs = [Sequence(i, _copyish_prompt(i, 30), 30, max_new_tokens=12) for i in range(3)]
+    decode(executor, seqs, Controls(policy="goodput", k=4))
+    assert executor.overhead.estimate() == Overhead()
