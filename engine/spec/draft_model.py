@@ -22,6 +22,7 @@ from engine.errors import KVCacheFull, ModelLoadError
 from engine.forward_batch import LaneInput
 from engine.kv_cache import PagedKVCache
 from engine.runner import ModelRunner
+from engine.sampling import greedy_tokens
 from engine.sequence import Sequence
 from engine.spec.drafters import Draft
 
@@ -108,7 +109,7 @@ class DraftModelDrafter:
                 next_lanes = []
                 for lane, logits in zip(lanes, out.logits):  # logits: [1, vocab]
                     i = index[lane.seq_id]
-                    drafts[i].append(int(logits[-1].argmax()))
+                    drafts[i].append(greedy_tokens(logits[-1:])[0])
                     if len(drafts[i]) < ks[i]:
                         next_lanes.append(LaneInput(lane.seq_id, [drafts[i][-1]], lane.end_pos, 1))
                 lanes = next_lanes

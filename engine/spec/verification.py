@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.sampling import greedy_tokens
+
 
 @dataclass(slots=True)
 class Verdict:
@@ -39,7 +41,7 @@ def verify_greedy(draft: list[int], logits: torch.Tensor) -> Verdict:
     """Accept drafts while each equals the target's argmax, then add the target's own token."""
     # logits: [len(draft) + 1, vocab]; row j scores the token after draft[:j]
     assert logits.dim() == 2 and logits.shape[0] == len(draft) + 1, (logits.shape, len(draft))
-    target = logits.argmax(dim=-1).tolist()  # [len(draft) + 1]
+    target = greedy_tokens(logits)  # [len(draft) + 1]
     accepted = 0
     while accepted < len(draft) and draft[accepted] == target[accepted]:
         accepted += 1

@@ -4,11 +4,18 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.sampling import LaneSampler, SamplingParams
+from engine.sampling import LaneSampler, SamplingParams, greedy_tokens
 
 
 def _logits(rows: int = 4, vocab: int = 50, seed: int = 0) -> torch.Tensor:
     return torch.randn(rows, vocab, generator=torch.Generator().manual_seed(seed)) * 3
+
+
+def test_greedy_tokens_are_each_rows_first_highest_score():
+    logits = _logits(rows=6, vocab=500)
+    assert greedy_tokens(logits) == logits.argmax(-1).tolist()
+    assert greedy_tokens(torch.tensor([[1.0, 3.0, 3.0], [2.0, 2.0, 0.0]])) == [1, 0]  # ties
+    assert greedy_tokens(torch.zeros(0, 7)) == []
 
 
 def test_greedy_is_argmax_and_one_hot():
