@@ -5,9 +5,11 @@ For each workload and B, a round prefills B distinct prompts; every policy then 
 number of steps from that state on its own copy of the lanes (KV cloned), all lanes decoding,
 with prompt-lookup drafts. The policies run in lockstep — each advances its lanes by one step in
 turn — so a burst of load from another process lands on every policy alike instead of spoiling
-one policy's run. Each round takes the next B prompts (wrapping around the sixteen), and a cell
-runs at least `--repeats` rounds and as many as it takes to cover all sixteen prompts, so small B
-is not judged on a few prompts' luck; each cell is the tokens and time of all rounds together.
+one policy's run. Each round takes the next B of the workload's 48 prompts (wrapping around), and
+a cell runs at least `--repeats` rounds and enough to decode 16 distinct prompts, so small B is
+not judged on a few prompts' luck, nor B = 16 on one set of sixteen lanes (with bf16 drift, one
+lane falling into a loop that lookup drafts perfectly can move a policy's cell by 6 %); each
+cell is the tokens and time of all rounds together.
 Each policy keeps its state across rounds, as in a running engine; the first round starts it
 cold."""
 from __future__ import annotations
@@ -30,6 +32,7 @@ from engine.step import StepExecutor
 POLICIES = (("off", "off", 0), ("fixed-2", "fixed", 2), ("fixed-4", "fixed", 4),
             ("fixed-8", "fixed", 8), ("uniform", "uniform", ADAPTIVE_CAP),
             ("goodput", "goodput", ADAPTIVE_CAP))
+DISTINCT_PROMPTS = 16  # the least a cell decodes; more rounds at small B would only add time
 
 
 def add_arguments(parser) -> None:
@@ -40,8 +43,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--steps", type=int, default=32, help="decode steps timed per run")
     parser.add_argument("--repeats", type=int, default=6,
                         help="least rounds of every policy in lockstep, each on the next B "
-                             "prompts; small B runs more, to cover every prompt; cells add up "
-                             "all rounds (default %(default)s)")
+                             "prompts; small B runs more, to decode 16 distinct prompts; cells "
+                             "add up all rounds (default %(default)s)")
     parser.add_argument("--json", action="store_true", help="print rows as JSON Lines")
 
 
@@ -76,7 +79,7 @@ def run(args) -> int:
 
 
 def _measure(loaded, calibration, workload, prompts, batch, steps, repeats) -> list[dict]:
-    rounds = rounds_for(batch, repeats, len(prompts))
+    rounds = rounds_for(batch, repeats)
     tok = loaded.tokenizer
     encoded = [tok.encode(tok.chat_prompt(prompt)) for prompt in prompts]
     lane_blocks = -(-(max(len(ids) for ids in encoded) + steps * 17 + 32) // 16)
@@ -152,9 +155,9 @@ def ratio_spread(rounds: list[float], reference: list[float]) -> float | None:
     return statistics.stdev(ratios) / len(ratios) ** 0.5
 
 
-def rounds_for(batch: int, repeats: int, prompts: int) -> int:
-    """At least `repeats` rounds, and enough of B prompts each to use every prompt once."""
-    return max(repeats, -(-prompts // batch))
+def rounds_for(batch: int, repeats: int) -> int:
+    """At least `repeats` rounds, and enough of B prompts each to decode DISTINCT_PROMPTS."""
+    return max(repeats, -(-DISTINCT_PROMPTS // batch))
 
 
 def _prefill(runner, calibration, loaded, workload, prompts) -> list[Sequence]:
