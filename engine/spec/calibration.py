@@ -49,9 +49,10 @@ class Calibration:
     model: str = ""
     dtype: str = ""
     version: int = VERSION  # how the points were measured; caches of another version are stale
-    # The measured points as a running maximum: timing noise never makes more work cheaper.
-    # Derived once: goodput reads t(N) hundreds of times a step.
-    curve: list[tuple[int, float]] = field(init=False, repr=False, compare=False)
+    # The measured points as a running maximum (timing noise never makes more work cheaper), as
+    # the query sizes and their times. Derived once: goodput reads t(N) dozens of times a step.
+    _ns: list[int] = field(init=False, repr=False, compare=False)
+    _ms: list[float] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.points = sorted((int(n), float(ms)) for n, ms in self.points)
@@ -60,23 +61,21 @@ class Calibration:
             raise ValueError(f"a calibration needs a point at N=1, got {self.points}")
         if any(ms <= 0 for _, ms in self.points) or self.eps < 0:
             raise ValueError(f"calibration times must be positive and eps >= 0: {self.points}")
-        self.curve = list(zip((n for n, _ in self.points),
-                              itertools.accumulate((ms for _, ms in self.points), max)))
+        self._ns = [n for n, _ in self.points]
+        self._ms = list(itertools.accumulate((ms for _, ms in self.points), max))
 
     def t_ms(self, n_tokens: float) -> float:
         """Step time for n query tokens, interpolated between measured points on the fitted
         (monotone) curve, and in proportion to n past the last one."""
-        pts = self.curve
-        i = bisect.bisect_left(pts, n_tokens, key=lambda point: point[0])
+        ns, ms = self._ns, self._ms
+        i = bisect.bisect_left(ns, n_tokens)
         if i == 0:
-            return pts[0][1]
-        if i < len(pts):
-            (n0, t0), (n1, t1) = pts[i - 1], pts[i]
-            return t0 + (t1 - t0) * (n_tokens - n0) / (n1 - n0)
+            return ms[0]
+        if i < len(ns):
+            return ms[i - 1] + (ms[i] - ms[i - 1]) * (n_tokens - ns[i - 1]) / (ns[i] - ns[i - 1])
         # Past the last point a pass is compute-bound: time grows in proportion to the tokens.
         # (The last segment's slope can be flat or noisy, and a flat one made any depth look free.)
-        n1, t1 = pts[-1]
-        return t1 * n_tokens / n1
+        return ms[-1] * n_tokens / ns[-1]
 
     @property
     def budget(self) -> int:

@@ -258,7 +258,7 @@ class SpeculationPolicy:
 
 def _expected_tokens(rates: list[Estimate], ks: list[int]) -> float:
     """Tokens a step is expected to emit: one per lane and its expected accepted drafts."""
-    return len(ks) + sum(estimate.expected(k) for estimate, k in zip(rates, ks))
+    return len(ks) + sum(estimate.expected(k) for estimate, k in zip(rates, ks) if k)
 
 
 def _fewer_groups(ks: list[int], limits: list[int],
