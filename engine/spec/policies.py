@@ -60,6 +60,7 @@ MIN_CURVE_SHARE = 0.25  # least share of the calibrated t(N) a step is planned t
 # goodput draft too much for the swarm's JSON and chat agents (bench swarm 57-60 tok/s against 66
 # with 0.5).
 PRIOR = 0.5
+NOTHING_TO_DRAFT = Estimate((0.0,))  # a lane's estimate when its plan allows no drafts
 
 
 @dataclass(slots=True)
@@ -131,10 +132,12 @@ class SpeculationPolicy:
             ks = self._hold(lanes, [min(k, limit) for limit in limits], limits)
             reason = f"uniform: floor((T={budget} - B={batch}) / B) = {k}"
         else:
-            fresh = [self._fresh(lane) for lane in lanes]
+            # Lanes with nothing to draft skip the bookkeeping (in chat most lanes, most steps).
+            fresh = [lane.available > 0 and self._fresh(lane) for lane in lanes]
             planned = [0 if new else limit for new, limit in zip(fresh, limits)]
             rates = [self.stats.estimate(lane.seq_id, lane.cat, PRIOR, match=lane.match,
-                                         depth=limit) for lane, limit in zip(lanes, planned)]
+                                         depth=limit) if limit else NOTHING_TO_DRAFT
+                     for lane, limit in zip(lanes, planned)]
             alone = batch / step_ms([0] * batch)  # tokens per ms without drafts
             ks, reason = self._goodput(rates, planned, budget, step_ms, alone)
             ks = self._hold(lanes, ks, planned)
@@ -165,8 +168,9 @@ class SpeculationPolicy:
         """Per-lane draft limits after the minimum-acceptance guard, and which lanes it muted."""
         limits, muted = [], []
         for lane in lanes:
-            low = any(c is not None and c.trials >= MIN_TRIALS and c.rate < min_acceptance
-                      for c in (self.stats.lane(lane.seq_id), self.stats.category(lane.cat)))
+            low = lane.available > 0 and any(
+                c is not None and c.trials >= MIN_TRIALS and c.rate < min_acceptance
+                for c in (self.stats.lane(lane.seq_id), self.stats.category(lane.cat)))
             limits.append(0 if low else lane.available)
             muted.append(low and lane.available > 0)
         return limits, muted
@@ -249,9 +253,10 @@ class SpeculationPolicy:
         best = max(plans, key=lambda plan: plan[0] - value * plan[1])  # ties: fewer drafts
         ks = _fewer_groups(best[2], limits, gain)
         tokens = _expected_tokens(rates, ks)
-        first = sum(r.first for r in rates) / batch
-        second = sum(r.hit(2) for r in rates) / batch
-        reason = (f"goodput: B={batch} T={budget} mean p(1st)={first:.2f} p(2nd)={second:.2f} -> "
+        offered = [rate for rate, limit in zip(rates, limits) if limit]
+        odds = (f" at mean p(1st)={sum(r.first for r in offered) / len(offered):.2f} "
+                f"p(2nd)={sum(r.hit(2) for r in offered) / len(offered):.2f}" if offered else "")
+        reason = (f"goodput: B={batch} T={budget}, {len(offered)} lane(s) to plan{odds} -> "
                   f"sum k={sum(ks)}, {tokens:.1f} tok in {step_ms(ks):.1f} ms")
         return ks, reason
 
