@@ -256,8 +256,9 @@ class SpeculationPolicy:
         offered = [rate for rate, limit in zip(rates, limits) if limit]
         odds = (f" at mean p(1st)={sum(r.first for r in offered) / len(offered):.2f} "
                 f"p(2nd)={sum(r.hit(2) for r in offered) / len(offered):.2f}" if offered else "")
-        reason = (f"goodput: B={batch} T={budget}, {len(offered)} lane(s) to plan{odds} -> "
-                  f"sum k={sum(ks)}, {tokens:.1f} tok in {step_ms(ks):.1f} ms")
+        # the decision first: the Decisions pane shows as much of a reason as fits
+        reason = (f"goodput: B={batch} T={budget} -> sum k={sum(ks)}, {tokens:.1f} tok in "
+                  f"{step_ms(ks):.1f} ms; {len(offered)} lane(s) planned{odds}")
         return ks, reason
 
 

@@ -308,3 +308,15 @@ def test_goodput_drafts_deep_while_a_copy_runs_even_where_the_step_is_already_fa
     good = _simulate(Controls(policy="goodput", k=16), first, cont=cont, shadowed=True,
                      available=16)[0]
     assert good >= bound * fixed
+
+
+def test_goodput_plans_only_the_lanes_with_drafts_to_offer():
+    stats = AcceptanceStats()
+    for seq_id in range(3):
+        _feed(stats, seq_id, "code-edit", 0.95)
+    lanes = [LaneView(0, "code-edit", 8), LaneView(1, "code-edit", 0), LaneView(2, "code-edit", 0)]
+    decision = SpeculationPolicy(stats).decide(lanes, 0, Controls(), CURVE, _free)
+    assert decision.ks[0] > 0 and decision.ks[1:] == [0, 0]
+    assert decision.reason.startswith("goodput: B=3") and "1 lane(s) planned at mean" in decision.reason
+    idle = SpeculationPolicy(stats).decide(lanes[1:], 0, Controls(), CURVE, _free)
+    assert idle.ks == [0, 0] and idle.reason.endswith("0 lane(s) planned")
