@@ -52,14 +52,9 @@ def test_merging_trades_calls_for_padding():
     assert len(merge_query_lengths([17, 1, 1, 1], [2000] * 4, 3000)) == 2
 
 
-@pytest.mark.parametrize("call_cost", (10**9, 3000))
-def test_merged_calls_equal_one_call_per_length(call_cost):
-    """fp64: front-padded queries, padding rows of a lane shorter than the padding, contexts of
-    different lengths in one call; every row must equal the unmerged plan's."""
-    gen = torch.Generator().manual_seed(1)
-    nh, kvh, hd, bs, nblocks = 6, 2, 8, 4, 64
-    q_lens = [1, 3, 1, 6, 2, 17, 1]
-    ctx = [2, 9, 40, 6, 13, 30, 1]  # lane 0 and lane 6 are shorter than the longest query
+def _lanes(q_lens, ctx, nh=6, kvh=2, hd=8, bs=4, nblocks=64, seed=1):
+    """fp64 queries and a paged cache with each lane's context in shuffled blocks."""
+    gen = torch.Generator().manual_seed(seed)
     k_cache = torch.zeros(nblocks, bs, kvh, hd, dtype=torch.float64)
     v_cache = torch.zeros_like(k_cache)
     free = list(range(nblocks))
@@ -74,11 +69,53 @@ def test_merged_calls_equal_one_call_per_length(call_cost):
     width = max(len(t) for t in tables)
     bt = torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32)
     cu = torch.tensor([0, *itertools.accumulate(q_lens)], dtype=torch.int32)
-    ctx_lens = torch.tensor(ctx, dtype=torch.int32)
     q = torch.randn(sum(q_lens), nh, hd, generator=gen, dtype=torch.float64)
+    return q, k_cache, v_cache, tables, bt, cu, torch.tensor(ctx, dtype=torch.int32)
+
+
+def _one_lane_at_a_time(q, k_cache, v_cache, tables, q_lens, ctx, scale):
+    """Textbook causal GQA attention, lane by lane: query j of a lane sits at ctx - q_len + j."""
+    bs, kvh = k_cache.shape[1], k_cache.shape[2]
+    group = q.shape[1] // kvh
+    out, row = [], 0
+    for table, q_len, n in zip(tables, q_lens, ctx):
+        slots = torch.tensor([table[p // bs] * bs + p % bs for p in range(n)])
+        keys = k_cache.view(-1, kvh, k_cache.shape[3])[slots].repeat_interleave(group, dim=1)
+        values = v_cache.view(-1, kvh, v_cache.shape[3])[slots].repeat_interleave(group, dim=1)
+        for j in range(q_len):
+            seen = n - q_len + j + 1
+            scores = torch.einsum("hd,khd->hk", q[row + j], keys[:seen]) * scale
+            out.append(torch.einsum("hk,khd->hd", scores.softmax(-1), values[:seen]))
+        row += q_len
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("call_cost", (0, 3000, 10**9))
+@pytest.mark.parametrize("q_lens", ([1, 3, 1, 6, 2, 17, 1], [1, 1, 2, 5, 5, 9]))
+def test_every_plan_attends_like_one_lane_at_a_time(q_lens, call_cost):
+    """fp64: one call per length, front-padded merged calls, and lanes already in length order
+    (several calls whose rows need no gather), all against the textbook."""
+    ctx = [max(q, c) for q, c in zip(q_lens, [2, 9, 40, 6, 13, 30, 1])]
+    q, k_cache, v_cache, tables, bt, cu, ctx_lens = _lanes(q_lens, ctx)
+    plan = plan_attention(bt, cu, ctx_lens, 4, 3, q.dtype, call_cost_pairs=call_cost)
+    got = paged_attention(q, k_cache, v_cache, bt, cu, ctx_lens, 0.3, plan=plan)
+    want = _one_lane_at_a_time(q, k_cache, v_cache, tables, q_lens, ctx, 0.3)
+    torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
+    if call_cost == 0:
+        assert len(plan.groups) == len(set(q_lens))
+        assert plan.in_order == (q_lens == sorted(q_lens))
+
+
+@pytest.mark.parametrize("call_cost", (10**9, 3000))
+def test_merged_calls_equal_one_call_per_length(call_cost):
+    """fp64: front-padded queries, padding rows of a lane shorter than the padding, contexts of
+    different lengths in one call; every row must equal the unmerged plan's."""
+    q_lens = [1, 3, 1, 6, 2, 17, 1]
+    ctx = [2, 9, 40, 6, 13, 30, 1]  # lane 0 and lane 6 are shorter than the longest query
+    q, k_cache, v_cache, _, bt, cu, ctx_lens = _lanes(q_lens, ctx)
 
     def attend(cost):
-        plan = plan_attention(bt, cu, ctx_lens, bs, nh // kvh, q.dtype, call_cost_pairs=cost)
+        plan = plan_attention(bt, cu, ctx_lens, 4, 3, q.dtype, call_cost_pairs=cost)
         return plan, paged_attention(q, k_cache, v_cache, bt, cu, ctx_lens, 0.3, plan=plan)
 
     exact_plan, exact = attend(0)
