@@ -32,27 +32,23 @@ CALL_COST_PAIRS = 3000
 @dataclass(slots=True)
 class LaneGroup:
     """Lanes attended in one batched call, each with q_len query rows: its own queries, after
-    front padding for a lane with fewer. Its query rows and blocks are a stretch of the plan's."""
-    row0: int                   # first of its num_lanes * q_len rows in AttentionPlan.rows
-    block0: int                 # first of its num_lanes * max_blocks blocks in AttentionPlan.blocks
+    front padding for a lane with fewer."""
+    rows: torch.Tensor          # [num_lanes * q_len] packed row read for each query row
+    out_rows: torch.Tensor      # [num_lanes * q_len] row written; padding writes a scratch row
+    blocks: torch.Tensor        # [num_lanes * max_blocks] block ids, each lane's table padded
     num_lanes: int
     q_len: int
     max_blocks: int
     ctx: int                    # longest context in the group
     mask: torch.Tensor | None   # [num_lanes, 1, group * q_len, ctx] additive: 0 or -inf
+    first_block: int | None     # set when `blocks` is one consecutive run starting here
 
 
 @dataclass(slots=True)
 class AttentionPlan:
-    """Every group's query rows and blocks, in group order, so that a layer gathers each once
-    (one index_select for all groups, not one per group: ~30 us a group a layer on a CPU)."""
     groups: list[LaneGroup]
     num_tokens: int
-    rows: torch.Tensor          # packed row read for each group query row
-    out_rows: torch.Tensor      # row written for each; padding writes a scratch row
-    blocks: torch.Tensor        # block ids, each group's lanes' tables padded to its max_blocks
-    first_block: int | None     # set when `blocks` is one consecutive run starting here
-    in_order: bool  # the groups' rows are 0..num_tokens-1: no gather or scatter of rows
+    in_order: bool  # one group whose rows are 0..num_tokens-1: no gather or scatter of rows
     padded: bool    # some group pads queries: outputs need a scratch row
 
 
@@ -95,20 +91,19 @@ def plan_attention(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens
     tables = block_tables.tolist()
     q_lens = [cu[i + 1] - cu[i] for i in range(len(ctx_list))]
     num_tokens, groups, padded = cu[-1], [], False
-    rows, out_rows, blocks = [], [], []
     for lanes in merge_query_lengths(q_lens, ctx_list, call_cost_pairs):
         q_len = max(q_lens[i] for i in lanes)
         ctx = max(ctx_list[i] for i in lanes)
         max_blocks = -(-ctx // block_size)
-        row0, block0 = len(rows), len(blocks)
         # A lane with fewer queries is padded in front: its padding rows repeat its first query
         # (any finite row) and write to the scratch row past the last token.
+        rows, out_rows = [], []
         for i in lanes:
             pad = q_len - q_lens[i]
             padded |= pad > 0
             rows += [cu[i]] * pad + list(range(cu[i], cu[i + 1]))
             out_rows += [num_tokens] * pad + list(range(cu[i], cu[i + 1]))
-            blocks += tables[i][:max_blocks]
+        blocks = [b for i in lanes for b in tables[i][:max_blocks]]
         ctxs = torch.tensor([ctx_list[i] for i in lanes], device=device)
         mask = None
         if q_len > 1 or any(ctx_list[i] != ctx for i in lanes):
@@ -120,24 +115,23 @@ def plan_attention(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens
                 hidden, float("-inf"))
             mask = mask[:, None].expand(len(lanes), group_size, q_len, ctx)
             mask = mask.reshape(len(lanes), 1, group_size * q_len, ctx)
-        groups.append(LaneGroup(row0=row0, block0=block0, num_lanes=len(lanes), q_len=q_len,
-                                max_blocks=max_blocks, ctx=ctx, mask=mask))
-    consecutive = blocks == list(range(blocks[0], blocks[0] + len(blocks)))
-    return AttentionPlan(groups=groups, num_tokens=num_tokens,
-                         rows=torch.tensor(rows, device=device),
-                         out_rows=torch.tensor(out_rows, device=device),
-                         blocks=torch.tensor(blocks, device=device),
-                         first_block=blocks[0] if consecutive else None,
-                         in_order=rows == list(range(num_tokens)), padded=padded)
+        consecutive = blocks == list(range(blocks[0], blocks[0] + len(blocks)))
+        groups.append(LaneGroup(rows=torch.tensor(rows, device=device),
+                                out_rows=torch.tensor(out_rows, device=device),
+                                blocks=torch.tensor(blocks, device=device),
+                                num_lanes=len(lanes), q_len=q_len, max_blocks=max_blocks,
+                                ctx=ctx, mask=mask, first_block=blocks[0] if consecutive else None))
+    in_order = len(groups) == 1 and groups[0].rows.tolist() == list(range(num_tokens))
+    return AttentionPlan(groups=groups, num_tokens=num_tokens, in_order=in_order, padded=padded)
 
 
-def _gather_blocks(cache: torch.Tensor, plan: AttentionPlan) -> torch.Tensor:
-    """The plan's blocks in group and lane order: a view when they are one consecutive run (a
-    lone lane in a fresh cache), else a gather over rows of the flattened cache (index_select
-    along dim 0 of the 4-D cache is ~60x slower on CPU than on its 2-D view)."""
-    if plan.first_block is not None:
-        return cache.narrow(0, plan.first_block, plan.blocks.numel())
-    return cache.view(cache.shape[0], -1).index_select(0, plan.blocks).view(-1, *cache.shape[1:])
+def _gather_blocks(cache: torch.Tensor, g: LaneGroup) -> torch.Tensor:
+    """The group's blocks in lane order: a view when they are one consecutive run (a lone lane in
+    a fresh cache), else a gather over rows of the flattened cache (index_select along dim 0 of
+    the 4-D cache is ~60x slower on CPU than on its 2-D view)."""
+    if g.first_block is not None:
+        return cache.narrow(0, g.first_block, g.blocks.numel())
+    return cache.view(cache.shape[0], -1).index_select(0, g.blocks).view(-1, *cache.shape[1:])
 
 
 def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -167,26 +161,22 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     if plan is None:
         plan = plan_attention(block_tables, cu_q_lens, ctx_lens, block_size, group, q.dtype)
     assert plan.num_tokens == num_tokens, (plan.num_tokens, num_tokens)
-    q_rows = q if plan.in_order else q.index_select(0, plan.rows)
-    k_blocks = _gather_blocks(k_cache, plan)  # [all groups' blocks, bs, kvh, hd]
-    v_blocks = _gather_blocks(v_cache, plan)
-    outs = []
+    out = None if plan.in_order else q.new_empty(num_tokens + plan.padded, num_heads, head_dim)
     for g in plan.groups:
-        lanes, q_len, keys = g.num_lanes, g.q_len, g.max_blocks * block_size
-        q_g = (q_rows.narrow(0, g.row0, lanes * q_len)
-               .view(lanes, q_len, num_kv_heads, group, head_dim)
+        lanes, q_len = g.num_lanes, g.q_len
+        q_g = q if plan.in_order else q.index_select(0, g.rows)
+        q_g = (q_g.view(lanes, q_len, num_kv_heads, group, head_dim)
                .permute(0, 2, 3, 1, 4).reshape(lanes, num_kv_heads, group * q_len, head_dim))
-        k_g = (k_blocks.narrow(0, g.block0, lanes * g.max_blocks)
-               .view(lanes, keys, num_kv_heads, head_dim)[:, :g.ctx]
+        k_g = (_gather_blocks(k_cache, g)  # [G * max_blocks, bs, kvh, hd]
+               .view(lanes, g.max_blocks * block_size, num_kv_heads, head_dim)[:, :g.ctx]
                .transpose(1, 2))             # [G, kvh, ctx, hd]
-        v_g = (v_blocks.narrow(0, g.block0, lanes * g.max_blocks)
-               .view(lanes, keys, num_kv_heads, head_dim)[:, :g.ctx]
+        v_g = (_gather_blocks(v_cache, g)
+               .view(lanes, g.max_blocks * block_size, num_kv_heads, head_dim)[:, :g.ctx]
                .transpose(1, 2))
         o = F.scaled_dot_product_attention(q_g, k_g, v_g, attn_mask=g.mask, scale=scale)
-        outs.append(o.view(lanes, num_kv_heads, group, q_len, head_dim)  # [G, kvh, group*q_len, hd]
-                    .permute(0, 3, 1, 2, 4).reshape(lanes * q_len, num_heads, head_dim))
-    if plan.in_order:  # the groups' rows are the tokens in order: outputs need no scatter
-        return outs[0] if len(outs) == 1 else torch.cat(outs)
-    out = q.new_empty(num_tokens + plan.padded, num_heads, head_dim)
-    out.index_copy_(0, plan.out_rows, outs[0] if len(outs) == 1 else torch.cat(outs))
+        o = (o.view(lanes, num_kv_heads, group, q_len, head_dim)  # [G, kvh, group*q_len, hd]
+             .permute(0, 3, 1, 2, 4).reshape(lanes * q_len, num_heads, head_dim))
+        if plan.in_order:
+            return o
+        out.index_copy_(0, g.out_rows, o)
     return out[:num_tokens]
