@@ -93,8 +93,8 @@ def _one_lane_at_a_time(q, k_cache, v_cache, tables, q_lens, ctx, scale):
 @pytest.mark.parametrize("call_cost", (0, 3000, 10**9))
 @pytest.mark.parametrize("q_lens", ([1, 3, 1, 6, 2, 17, 1], [1, 1, 2, 5, 5, 9]))
 def test_every_plan_attends_like_one_lane_at_a_time(q_lens, call_cost):
-    """fp64: one call per length, front-padded merged calls, and lanes already in length order
-    (several calls whose rows need no gather), all against the textbook."""
+    """fp64: one call per length, front-padded merged calls, lanes in any order or already in
+    length order, all against the textbook."""
     ctx = [max(q, c) for q, c in zip(q_lens, [2, 9, 40, 6, 13, 30, 1])]
     q, k_cache, v_cache, tables, bt, cu, ctx_lens = _lanes(q_lens, ctx)
     plan = plan_attention(bt, cu, ctx_lens, 4, 3, q.dtype, call_cost_pairs=call_cost)
@@ -103,7 +103,6 @@ def test_every_plan_attends_like_one_lane_at_a_time(q_lens, call_cost):
     torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
     if call_cost == 0:
         assert len(plan.groups) == len(set(q_lens))
-        assert plan.in_order == (q_lens == sorted(q_lens))
 
 
 @pytest.mark.parametrize("call_cost", (10**9, 3000))
