@@ -124,6 +124,7 @@ class SpeculationPolicy:
                        MIN_CURVE_SHARE * curve) + draft_cost_ms(ks)
 
         fresh = rates = None  # goodput's lanes with nothing to plan with, and its estimates
+        unplanned = 0  # free drafts goodput gives those lanes outside its plan
         if controls.policy == "fixed":
             ks = [min(controls.k, limit) for limit in limits]
             reason = f"fixed K={controls.k}"
@@ -142,8 +143,10 @@ class SpeculationPolicy:
             ks, reason = self._goodput(rates, planned, budget, step_ms, alone)
             ks = self._hold(lanes, ks, planned)
             if shadowed:  # no guessing where it costs: fresh lanes wait for their shadow checks
+                unplanned = -sum(ks)
                 _fill_free(ks, [limit if new else 0 for new, limit in zip(fresh, limits)],
                            step_ms, calibration.eps)
+                unplanned += sum(ks)
         probes = [] if shadowed else self._probes(lanes, ks, muted, fresh)
         for i in probes:
             if controls.policy == "goodput":
@@ -157,6 +160,8 @@ class SpeculationPolicy:
             notes.append(f"{sum(muted)} lane(s) below min acceptance {controls.min_acceptance:g}")
         if probes:
             notes.append(f"{len(probes)} probed")
+        if unplanned:
+            notes.append(f"{unplanned} free draft(s) to lanes without evidence")
         return Decision(ks, reason + ("; " + ", ".join(notes) if notes else ""))
 
     def forget(self, seq_id: int) -> None:

@@ -276,6 +276,7 @@ def test_shadowed_fresh_lanes_draft_only_where_drafts_are_free():
         tokens, limit = batch + sum(decision.ks), (1 + curve.eps) * curve.t_ms(batch)
         assert curve.t_ms(tokens) <= limit < curve.t_ms(tokens + 1)
         assert max(decision.ks) - min(decision.ks) <= 1 and "probed" not in decision.reason
+        assert (f"{sum(decision.ks)} free draft(s)" in decision.reason) == (sum(decision.ks) > 0)
         drafted[name, batch] = sum(decision.ks)
     # T = 1 on the fp32 curve: nothing is free for one lane, but past the 1 -> 2 row jump the
     # curve is flat, so two lanes have room
