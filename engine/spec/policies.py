@@ -143,10 +143,10 @@ class SpeculationPolicy:
             ks, reason = self._goodput(rates, planned, budget, step_ms, alone)
             ks = self._hold(lanes, ks, planned)
             if shadowed:  # no guessing where it costs: fresh lanes wait for their shadow checks
-                unplanned = -sum(ks)
+                planned_drafts = sum(ks)
                 _fill_free(ks, [limit if new else 0 for new, limit in zip(fresh, limits)],
                            step_ms, calibration.eps)
-                unplanned += sum(ks)
+                unplanned = sum(ks) - planned_drafts
         probes = [] if shadowed else self._probes(lanes, ks, muted, fresh)
         for i in probes:
             if controls.policy == "goodput":
