@@ -177,8 +177,8 @@ class AcceptanceStats:
         if k == 0 and next_hit is None:  # nothing predicted the token this lane just emitted
             self._runs[seq_id] = 0
             return
-        counters = (self.lanes.setdefault(seq_id, AcceptanceCounter(self.decay)),
-                    self.categories.setdefault(cat, AcceptanceCounter(self.decay)))
+        counters = (_counter(self.lanes, seq_id, self.decay),
+                    _counter(self.categories, cat, self.decay))
         run = self._runs.get(seq_id, 0)
         if k:
             for counter in counters:
@@ -238,3 +238,12 @@ class AcceptanceStats:
     def forget(self, seq_id: int) -> None:
         self.lanes.pop(seq_id, None)
         self._runs.pop(seq_id, None)
+
+
+def _counter(table: dict, key, decay: float) -> AcceptanceCounter:
+    """The table's counter for key, made on first use (not built and thrown away every call:
+    this runs for every lane every step)."""
+    counter = table.get(key)
+    if counter is None:
+        counter = table[key] = AcceptanceCounter(decay)
+    return counter
