@@ -175,7 +175,9 @@ class StepExecutor:
         # logits: [1 + k, vocab]
         if seq.sampling.greedy:
             return verify_greedy(draft.tokens, logits)
-        sampler = self._samplers.setdefault(seq.seq_id, LaneSampler(seq.sampling))
+        sampler = self._samplers.get(seq.seq_id)
+        if sampler is None:  # a sampler seeds a generator: made once per lane, not per step
+            sampler = self._samplers[seq.seq_id] = LaneSampler(seq.sampling)
         return verify_sampled(draft.tokens, sampler.probs(logits).cpu(), draft.probs,
                               sampler.generator)
 

@@ -100,7 +100,12 @@ class AcceptanceCounter:
         return self.start.get(match, Rate()) if bucket < 0 else self.runs[bucket]
 
     def _rate(self, bucket: int, match: int) -> Rate:
-        return self.start.setdefault(match, Rate()) if bucket < 0 else self.runs[bucket]
+        if bucket >= 0:
+            return self.runs[bucket]
+        rate = self.start.get(match)
+        if rate is None:
+            rate = self.start[match] = Rate()
+        return rate
 
     @property
     def trials(self) -> float:
