@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from functools import partial
 
 # Run lengths that share a rate: 1, 2-3, 4 and more (a run of 0 is `start`). Finer buckets for
 # long runs are seldom tested: a draft model's lane that never drafts from one never learns it.
@@ -100,12 +101,7 @@ class AcceptanceCounter:
         return self.start.get(match, Rate()) if bucket < 0 else self.runs[bucket]
 
     def _rate(self, bucket: int, match: int) -> Rate:
-        if bucket >= 0:
-            return self.runs[bucket]
-        rate = self.start.get(match)
-        if rate is None:
-            rate = self.start[match] = Rate()
-        return rate
+        return self.runs[bucket] if bucket >= 0 else _made(self.start, match, Rate)
 
     @property
     def trials(self) -> float:
@@ -182,8 +178,8 @@ class AcceptanceStats:
         if k == 0 and next_hit is None:  # nothing predicted the token this lane just emitted
             self._runs[seq_id] = 0
             return
-        counters = (_counter(self.lanes, seq_id, self.decay),
-                    _counter(self.categories, cat, self.decay))
+        make = partial(AcceptanceCounter, self.decay)
+        counters = (_made(self.lanes, seq_id, make), _made(self.categories, cat, make))
         run = self._runs.get(seq_id, 0)
         if k:
             for counter in counters:
@@ -245,10 +241,10 @@ class AcceptanceStats:
         self._runs.pop(seq_id, None)
 
 
-def _counter(table: dict, key, decay: float) -> AcceptanceCounter:
-    """The table's counter for key, made on first use (not built and thrown away every call:
-    this runs for every lane every step)."""
-    counter = table.get(key)
-    if counter is None:
-        counter = table[key] = AcceptanceCounter(decay)
-    return counter
+def _made(table: dict, key, make):
+    """The table's entry for key, made on first use (setdefault would build one and throw it away
+    on every call, and these run for every lane every step)."""
+    entry = table.get(key)
+    if entry is None:
+        entry = table[key] = make()
+    return entry

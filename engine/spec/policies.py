@@ -177,7 +177,7 @@ class SpeculationPolicy:
                 c is not None and c.trials >= MIN_TRIALS and c.rate < min_acceptance
                 for c in (self.stats.lane(lane.seq_id), self.stats.category(lane.cat)))
             limits.append(0 if low else lane.available)
-            muted.append(low and lane.available > 0)
+            muted.append(low)
         return limits, muted
 
     def _fresh(self, lane: LaneView) -> bool:
