@@ -63,10 +63,3 @@ class LaneSampler:
             probs = probs.masked_fill(drop, 0.0)
             probs = probs / probs.sum(-1, keepdim=True)
         return probs
-
-    def sample(self, logits: torch.Tensor) -> list[int]:
-        """One token per row of [n, vocab] logits."""
-        if self.params.greedy:
-            return greedy_tokens(logits)
-        probs = self.probs(logits).cpu()  # the generator lives on the CPU
-        return torch.multinomial(probs, 1, generator=self.generator).squeeze(-1).tolist()

@@ -12,7 +12,8 @@ Two views of the same drafts:
   being copied); longer runs have their own rates, which climb as the run grows (code edits at
   16 lanes: 0.52 from cold, 0.81 after one right prediction, 0.85 after two or three, 0.94 after
   four or more). One rate for every run would be the mean over tokens, which long runs
-  dominate: it forecast 1.2x what deep drafts from lanes on a run got. A lane's j-th draft is
+  dominate: it forecast 1.2x what deep drafts from lanes on a run got. The run rates are also
+  kept per match, since a copy found on a short match breaks off sooner. A lane's j-th draft is
   accepted with the product of the rates at its run, its run + 1, ... its run + j - 1.
   `tokens` is the plain per-token rate the minimum-acceptance guard reads.
 
@@ -52,6 +53,10 @@ class Rate:
         return self.successes / self.trials if self.trials > 0 else None
 
 
+def _bucket_rates() -> list[Rate]:
+    return [Rate() for _ in RUN_EDGES]
+
+
 @dataclass(slots=True)
 class AcceptanceCounter:
     decay: float = 0.95           # weight kept by older evidence at each update (~20 steps)
@@ -60,7 +65,12 @@ class AcceptanceCounter:
     # n-gram it matched; 0 for a model's drafts). In code edits at 8 lanes a cold 2-gram match's
     # first draft was right 0.40 of the time, a 3- or 4-gram's 0.65.
     start: dict[int, Rate] = field(default_factory=dict)
-    runs: list[Rate] = field(default_factory=lambda: [Rate() for _ in RUN_EDGES])  # by run_bucket
+    runs: list[Rate] = field(default_factory=_bucket_rates)  # predictions on a run, by run_bucket
+    # The same kept apart by what the source the lane copies from was matched on: a copy found
+    # on a 2-gram breaks off sooner (code edits, 4 lanes: lanes on a run given 6 or more drafts
+    # from a 2-gram source got 0.55x their forecast from the rates of all runs, 0.71x from
+    # their own; 3- and 4-gram sources' got 0.82x and 0.84x).
+    runs_by_match: dict[int, list[Rate]] = field(default_factory=dict)
     proposed_at: list[int] = field(default_factory=list)  # [position] drafts proposed
     accepted_at: list[int] = field(default_factory=list)  # [position] drafts accepted
     steps: int = 0                # verifications with at least one draft
@@ -80,7 +90,8 @@ class AcceptanceCounter:
             counts[0] += j < acc
             counts[1] += 1
         for bucket, (right, total) in tested.items():
-            self._rate(bucket, match).add(right, total, self.decay)
+            for rate in self._rates(bucket, match):
+                rate.add(right, total, self.decay)
         self.steps += 1
         if len(self.proposed_at) < k:
             grow = k - len(self.proposed_at)
@@ -93,15 +104,19 @@ class AcceptanceCounter:
     def observe(self, hit: bool, run: int = 0, match: int = 0) -> None:
         """One shadow-checked prediction on a run of `run` (not a sent draft: rates only)."""
         self.tokens.add(int(hit), 1, self.decay)
-        self._rate(run_bucket(run), match).add(int(hit), 1, self.decay)
+        for rate in self._rates(run_bucket(run), match):
+            rate.add(int(hit), 1, self.decay)
 
     def rate_at(self, run: int, match: int = 0) -> Rate:
         """The rate of predictions made on a run of `run` (from a `match`, at run 0)."""
         bucket = run_bucket(run)
         return self.start.get(match, Rate()) if bucket < 0 else self.runs[bucket]
 
-    def _rate(self, bucket: int, match: int) -> Rate:
-        return self.runs[bucket] if bucket >= 0 else _made(self.start, match, Rate)
+    def _rates(self, bucket: int, match: int) -> tuple[Rate, ...]:
+        """The rates a prediction in `bucket` from a `match` counts towards."""
+        if bucket < 0:
+            return (_made(self.start, match, Rate),)
+        return self.runs[bucket], _made(self.runs_by_match, match, _bucket_rates)[bucket]
 
     @property
     def trials(self) -> float:
@@ -141,13 +156,6 @@ class Estimate:
     @property
     def first(self) -> float:
         return self.hits[0]
-
-    def gain(self, j: int) -> float:
-        """Chance the j-th draft (1-based) is accepted."""
-        chance = 1.0
-        for i in range(1, j + 1):
-            chance *= self.hit(i)
-        return chance
 
     def expected(self, k: int) -> float:
         """Expected accepted drafts out of k."""
@@ -209,8 +217,9 @@ class AcceptanceStats:
         pin a lane at zero and a new lane starts from what its category does. The category's
         start rates are shrunk towards `prior`, and each of its run rates towards the rate of
         the next shorter run (the first towards `prior`): a run longer than any seen yet goes on
-        at least as well as the longest seen. A lane on a run of 0 starts at the rate of its
-        proposal's `match`.
+        at least as well as the longest seen. Both are read for the proposal's `match`: a lane
+        on a run of 0 starts at that match's rate, and a run goes on at the rates of runs from
+        sources so matched, shrunk towards those of all runs.
 
         A lane's own rates past a run of 0 are shrunk harder, by `run_weight`. Lanes differ most
         in whether their matches are the text being copied, which their start rates learn fast;
@@ -223,6 +232,10 @@ class AcceptanceStats:
         for counts in category.runs:
             rate = counts.shrunk(rate, weight)
             category_runs.append(rate)
+        by_match = category.runs_by_match.get(match)
+        if by_match:  # how copies from sources found on this match go on, shrunk towards all
+            category_runs = [counts.shrunk(pooled, weight)
+                             for counts, pooled in zip(by_match, category_runs)]
 
         def rate_at(run: int) -> float:
             bucket = run_bucket(run)

@@ -5,10 +5,16 @@ import pytest
 import torch
 
 from engine.sampling import LaneSampler, SamplingParams, greedy_tokens
+from engine.spec.verification import verify_sampled
 
 
 def _logits(rows: int = 4, vocab: int = 50, seed: int = 0) -> torch.Tensor:
     return torch.randn(rows, vocab, generator=torch.Generator().manual_seed(seed)) * 3
+
+
+def _draw(sampler: LaneSampler, logits: torch.Tensor) -> int:
+    """A lane's next token as the engine draws it: verification of no drafts."""
+    return verify_sampled([], sampler.probs(logits), None, sampler.generator).bonus
 
 
 def test_greedy_tokens_are_each_rows_first_highest_score():
@@ -20,9 +26,7 @@ def test_greedy_tokens_are_each_rows_first_highest_score():
 
 def test_greedy_is_argmax_and_one_hot():
     logits = _logits()
-    sampler = LaneSampler(SamplingParams())
-    assert sampler.sample(logits) == logits.argmax(-1).tolist()
-    probs = sampler.probs(logits)
+    probs = LaneSampler(SamplingParams()).probs(logits)
     assert probs.dtype == torch.float32
     assert torch.equal(probs.argmax(-1), logits.argmax(-1)) and torch.equal(probs.sum(-1), torch.ones(4))
     assert int((probs > 0).sum()) == 4
@@ -32,18 +36,18 @@ def test_seeded_lane_reproducible_and_independent_of_batch_mates():
     params = SamplingParams(temperature=1.0, seed=7)
     logits = _logits(rows=1)
     alone = LaneSampler(params)
-    tokens_alone = [alone.sample(logits)[0] for _ in range(30)]
+    tokens_alone = [_draw(alone, logits) for _ in range(30)]
     # Same lane again, now interleaved with another lane drawing from its own stream (and from
     # the global generator): its tokens must not move.
     lane, mate = LaneSampler(params), LaneSampler(SamplingParams(temperature=1.0, seed=8))
     tokens_mixed = []
     for _ in range(30):
-        mate.sample(_logits(rows=3, seed=1))
+        _draw(mate, _logits(rows=1, seed=1))
         torch.rand(5)
-        tokens_mixed.append(lane.sample(logits)[0])
+        tokens_mixed.append(_draw(lane, logits))
     assert tokens_mixed == tokens_alone
     other = LaneSampler(SamplingParams(temperature=1.0, seed=8))
-    assert [other.sample(logits)[0] for _ in range(30)] != tokens_alone
+    assert [_draw(other, logits) for _ in range(30)] != tokens_alone
 
 
 def test_top_k_keeps_exactly_the_k_largest():
@@ -72,7 +76,7 @@ def test_temperature_sharpens_and_sampling_follows_probs():
     cold = LaneSampler(SamplingParams(temperature=0.5)).probs(logits)
     assert cold[0, 0] > hot[0, 0]
     sampler = LaneSampler(SamplingParams(temperature=1.0, seed=3))
-    draws = torch.tensor(sampler.sample(logits.expand(20000, 3)))
+    draws = torch.tensor([_draw(sampler, logits) for _ in range(20000)])
     freq = torch.bincount(draws, minlength=3).float() / 20000
     torch.testing.assert_close(freq, logits.softmax(-1)[0], atol=0.015, rtol=0)
 
