@@ -32,6 +32,11 @@ class Sequence:
     def output_ids(self) -> list[int]:
         return self.token_ids[self.prompt_len:]
 
+    @property
+    def num_output(self) -> int:
+        """len(output_ids) without copying them (every decoding lane asks, every step)."""
+        return len(self.token_ids) - self.prompt_len
+
     @classmethod
     def make_dummy(cls, seq_id: int = 0, prompt_len: int = 8, cat: str = "chat") -> "Sequence":
         return cls(seq_id=seq_id, token_ids=[(seq_id + i) % 200 + 1 for i in range(prompt_len)],

@@ -183,7 +183,7 @@ class StepExecutor:
 
     def _commit(self, seq: Sequence, n: int, draft: Draft, verdict: Verdict) -> LaneResult:
         tokens = verdict.tokens
-        room = seq.max_new_tokens - len(seq.output_ids)
+        room = seq.max_new_tokens - seq.num_output
         cut = next((j + 1 for j, tok in enumerate(tokens) if tok in seq.stop_ids), len(tokens))
         tokens = tokens[:max(0, min(cut, room))]
         kept_drafts = min(verdict.accepted, len(tokens))
@@ -193,7 +193,7 @@ class StepExecutor:
         seq.num_cached = fed_end + kept_drafts
         self.runner.kv.blocks.truncate(seq.seq_id, seq.num_cached)
         seq.finished = bool(tokens and tokens[-1] in seq.stop_ids) or \
-            len(seq.output_ids) >= seq.max_new_tokens
+            seq.num_output >= seq.max_new_tokens
         sent = len(draft.tokens)
         self.stats.record(seq.seq_id, seq.cat, sent, verdict.accepted,
                           self.shadows.check(seq.seq_id, sent, verdict.accepted, verdict.bonus),

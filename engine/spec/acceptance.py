@@ -237,12 +237,16 @@ class AcceptanceStats:
             category_runs = [counts.shrunk(pooled, weight)
                              for counts, pooled in zip(by_match, category_runs)]
 
+        lane_runs = lane.runs_by_match.get(match)
+
         def rate_at(run: int) -> float:
             bucket = run_bucket(run)
             if bucket < 0:
                 return lane.rate_at(0, match).shrunk(
                     category.rate_at(0, match).shrunk(prior, weight), weight)
-            return lane.runs[bucket].shrunk(category_runs[bucket], run_weight)
+            if lane_runs is None:  # no run of the lane's own from a source so matched
+                return category_runs[bucket]
+            return lane_runs[bucket].shrunk(category_runs[bucket], run_weight)
 
         run = self.run(seq_id)
         # past the longest bucket's edge every rate is the same, and the last one holds
