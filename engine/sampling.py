@@ -34,7 +34,8 @@ def greedy_tokens(logits: torch.Tensor) -> list[int]:
 
 
 class LaneSampler:
-    """Turns one lane's logits into probabilities and tokens, drawing only from its own generator."""
+    """Turns one lane's logits into probabilities; its own seeded generator draws the lane's
+    tokens (in verification), so no other lane's draws move them."""
 
     def __init__(self, params: SamplingParams) -> None:
         self.params = params

@@ -72,7 +72,6 @@ def test_runs_are_rated_by_the_match_their_source_was_found_on():
     assert from_2gram.first < pooled < from_4gram.first
 
 
-
 def test_a_lanes_own_runs_count_only_for_sources_matched_alike():
     """Lane 1's copies found on 4-grams go on; lane 2's found on 2-grams break off. Back on a run
     of 1 from a 2-gram source, lane 1 is forecast as a lane without runs of its own would be:
@@ -88,6 +87,7 @@ def test_a_lanes_own_runs_count_only_for_sources_matched_alike():
     copier, newcomer = (stats.estimate(lane, "code-edit", match=2) for lane in (1, 3))
     assert stats.run(1) == stats.run(3) == 1
     assert copier.first == pytest.approx(newcomer.first) and copier.first < 0.3
+
 
 def test_shadow_checks_feed_the_rates_but_not_the_per_position_counts():
     counter = AcceptanceCounter()
