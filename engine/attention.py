@@ -11,9 +11,14 @@ instructions. So lanes are batched into SDPA calls over their gathered blocks, w
 counts paid once per count: at 4 lanes drafting 0..4 it was 4 calls, 384 us a layer, against 203
 us for one call with the shorter lanes' queries padded. So lanes are grouped by query length and
 neighbouring lengths merged, the shorter ones padded in front, where the padding's wasted
-query-key pairs cost less than another call (`CALL_COST_PAIRS`). The grouping depends only on
-the step's lane shapes, so it is planned once per step (`plan_attention`) and reused by every
-layer."""
+query-key pairs cost less than another call (`CALL_COST_PAIRS`). A call may instead be unfolded:
+each of its lanes' queries attended as a lane of one query over its lane's blocks, so no lane is
+padded, at the price of gathering a lane's keys once per query (`GATHER_COST_PAIRS`). That is
+what a batch with a lane or two drafting a few tokens wants: in a whole forward pass of 16 chat
+lanes (bf16, ctx ~80), one lane drafting one token cost 3.5 ms more than none when merged (every
+lane padded to two queries, rows gathered and scattered), 0.7 ms unfolded; two lanes drafting
+two, 6.8 ms against 2.9. The grouping depends only on the step's lane shapes,
+so it is planned once per step (`plan_attention`) and reused by every layer."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,12 +32,22 @@ import hip_kernels
 # against a cached key, all its heads): ~70 us a call against ~8 us a padded query at ctx 330,
 # SmolLM2-135M shapes on the 2-core EPYC, bf16 and fp32 alike.
 CALL_COST_PAIRS = 3000
+# Gathering a lane's blocks once more, for each query of an unfolded lane past its first, costs
+# about this many pairs a key (16 lanes at ctx 80-300, bf16).
+GATHER_COST_PAIRS = 5
+
+
+@dataclass(slots=True)
+class Call:
+    """Lanes attended in one call; `unfolded`: each query of theirs as a one-query lane."""
+    lanes: list[int]
+    unfolded: bool = False
 
 
 @dataclass(slots=True)
 class LaneGroup:
     """Lanes attended in one batched call, each with q_len query rows: its own queries, after
-    front padding for a lane with fewer."""
+    front padding for a lane with fewer. In an unfolded call each "lane" is one query of a lane."""
     rows: torch.Tensor          # [num_lanes * q_len] packed row read for each query row
     out_rows: torch.Tensor      # [num_lanes * q_len] row written; padding writes a scratch row
     blocks: torch.Tensor        # [num_lanes * max_blocks] block ids, each lane's table padded
@@ -53,35 +68,44 @@ class AttentionPlan:
 
 
 def merge_query_lengths(q_lens: list[int], ctx_lens: list[int],
-                        call_cost_pairs: float = CALL_COST_PAIRS) -> list[list[int]]:
+                        call_cost_pairs: float = CALL_COST_PAIRS,
+                        gather_cost_pairs: float = GATHER_COST_PAIRS) -> list[Call]:
     """Lanes partitioned into attention calls: runs of neighbouring query lengths, chosen to
-    minimise calls x `call_cost_pairs` + the query-key pairs each call computes (its lanes padded
-    to its longest query and context). Exact dynamic programming over the distinct lengths."""
+    minimise calls x `call_cost_pairs` + the query-key pairs each call computes, its lanes padded
+    to its longest query and context, or, unfolded, its queries unpadded plus
+    `gather_cost_pairs` a key for each query past a lane's first. Exact dynamic programming over
+    the distinct lengths."""
     by_q_len: dict[int, list[int]] = {}
     for lane, q_len in enumerate(q_lens):
         by_q_len.setdefault(q_len, []).append(lane)
     lengths = sorted(by_q_len)
     longest = [max(ctx_lens[i] for i in by_q_len[q_len]) for q_len in lengths]
     best = [0.0] + [float("inf")] * len(lengths)  # best[j]: cost of the first j lengths
-    cut = [0] * (len(lengths) + 1)
+    cut, unfold = [0] * (len(lengths) + 1), [False] * (len(lengths) + 1)
     for end in range(1, len(lengths) + 1):
-        lanes, ctx = 0, 0
+        lanes = queries = ctx = 0
         for start in range(end, 0, -1):  # the call holds lengths[start - 1 .. end - 1]
-            lanes += len(by_q_len[lengths[start - 1]])
+            run = len(by_q_len[lengths[start - 1]])
+            lanes, queries = lanes + run, queries + run * lengths[start - 1]
             ctx = max(ctx, longest[start - 1])
-            cost = best[start - 1] + call_cost_pairs + lanes * lengths[end - 1] * ctx
+            padded = lanes * lengths[end - 1] * ctx
+            unfolded = queries * ctx + gather_cost_pairs * (queries - lanes) * ctx
+            cost = best[start - 1] + call_cost_pairs + min(padded, unfolded)
             if cost < best[end]:
-                best[end], cut[end] = cost, start - 1
+                best[end], cut[end], unfold[end] = cost, start - 1, unfolded < padded
     calls, end = [], len(lengths)
     while end:
-        calls.append([lane for q_len in lengths[cut[end]:end] for lane in by_q_len[q_len]])
+        # lanes in packed order: a call over all lanes, unfolded or unpadded, reads rows in order
+        calls.append(Call(sorted(lane for q_len in lengths[cut[end]:end]
+                                 for lane in by_q_len[q_len]), unfold[end]))
         end = cut[end]
     return calls[::-1]
 
 
 def plan_attention(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens: torch.Tensor,
                    block_size: int, group_size: int, dtype: torch.dtype,
-                   call_cost_pairs: float = CALL_COST_PAIRS) -> AttentionPlan:
+                   call_cost_pairs: float = CALL_COST_PAIRS,
+                   gather_cost_pairs: float = GATHER_COST_PAIRS) -> AttentionPlan:
     """Group lanes into calls (`merge_query_lengths`), build their index tensors and masks. The
     masks are additive in the queries' `dtype`: SDPA converts a bool mask on every call, ~20 us
     of a 150-600 us call at SmolLM2 shapes, bf16."""
@@ -91,35 +115,41 @@ def plan_attention(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens
     tables = block_tables.tolist()
     q_lens = [cu[i + 1] - cu[i] for i in range(len(ctx_list))]
     num_tokens, groups, padded = cu[-1], [], False
-    for lanes in merge_query_lengths(q_lens, ctx_list, call_cost_pairs):
-        q_len = max(q_lens[i] for i in lanes)
-        ctx = max(ctx_list[i] for i in lanes)
+    for call in merge_query_lengths(q_lens, ctx_list, call_cost_pairs, gather_cost_pairs):
+        # Each entry attends as a lane: (first packed row, queries, context, its lane's table).
+        if call.unfolded:  # query j of lane i sits at ctx - q_len + j and sees keys up to it
+            entries = [(cu[i] + j, 1, ctx_list[i] - q_lens[i] + 1 + j, i)
+                       for i in call.lanes for j in range(q_lens[i])]
+        else:
+            entries = [(cu[i], q_lens[i], ctx_list[i], i) for i in call.lanes]
+        q_len = max(q for _, q, _, _ in entries)
+        ctx = max(c for _, _, c, _ in entries)
         max_blocks = -(-ctx // block_size)
-        # A lane with fewer queries is padded in front: its padding rows repeat its first query
+        # An entry with fewer queries is padded in front: its padding rows repeat its first query
         # (any finite row) and write to the scratch row past the last token.
         rows, out_rows = [], []
-        for i in lanes:
-            pad = q_len - q_lens[i]
+        for row, q, _, _ in entries:
+            pad = q_len - q
             padded |= pad > 0
-            rows += [cu[i]] * pad + list(range(cu[i], cu[i + 1]))
-            out_rows += [num_tokens] * pad + list(range(cu[i], cu[i + 1]))
-        blocks = [b for i in lanes for b in tables[i][:max_blocks]]
-        ctxs = torch.tensor([ctx_list[i] for i in lanes], device=device)
+            rows += [row] * pad + list(range(row, row + q))
+            out_rows += [num_tokens] * pad + list(range(row, row + q))
+        blocks = [b for *_, i in entries for b in tables[i][:max_blocks]]
+        ctxs = torch.tensor([c for _, _, c, _ in entries], device=device)
         mask = None
-        if q_len > 1 or any(ctx_list[i] != ctx for i in lanes):
-            # Query row j of a lane sits at position ctx - q_len + j and sees keys up to it; a
+        if q_len > 1 or any(c != ctx for _, _, c, _ in entries):
+            # Query row j of an entry sits at position ctx - q_len + j and sees keys up to it; a
             # padding row before position 0 sees key 0, so that no row is empty.
             last = (ctxs[:, None] - q_len + torch.arange(q_len, device=device)).clamp(min=0)
             hidden = torch.arange(ctx, device=device) > last[:, :, None]       # [G, q_len, ctx]
             mask = torch.zeros(hidden.shape, dtype=dtype, device=device).masked_fill_(
                 hidden, float("-inf"))
-            mask = mask[:, None].expand(len(lanes), group_size, q_len, ctx)
-            mask = mask.reshape(len(lanes), 1, group_size * q_len, ctx)
+            mask = mask[:, None].expand(len(entries), group_size, q_len, ctx)
+            mask = mask.reshape(len(entries), 1, group_size * q_len, ctx)
         consecutive = blocks == list(range(blocks[0], blocks[0] + len(blocks)))
         groups.append(LaneGroup(rows=torch.tensor(rows, device=device),
                                 out_rows=torch.tensor(out_rows, device=device),
                                 blocks=torch.tensor(blocks, device=device),
-                                num_lanes=len(lanes), q_len=q_len, max_blocks=max_blocks,
+                                num_lanes=len(entries), q_len=q_len, max_blocks=max_blocks,
                                 ctx=ctx, mask=mask, first_block=blocks[0] if consecutive else None))
     in_order = len(groups) == 1 and groups[0].rows.tolist() == list(range(num_tokens))
     return AttentionPlan(groups=groups, num_tokens=num_tokens, in_order=in_order, padded=padded)

@@ -10,8 +10,9 @@ import torch
 from engine.attention import merge_query_lengths, paged_attention, plan_attention, write_kv
 
 
-def _brute_force_cost(q_lens, ctx_lens, call_cost):
-    """Cheapest split of the sorted distinct lengths into runs, trying every split."""
+def _brute_force_cost(q_lens, ctx_lens, call_cost, gather_cost):
+    """Cheapest split of the sorted distinct lengths into runs, each padded or unfolded, trying
+    every split."""
     lengths = sorted(set(q_lens))
     best = float("inf")
     for cuts in itertools.product((False, True), repeat=len(lengths) - 1):
@@ -25,9 +26,17 @@ def _brute_force_cost(q_lens, ctx_lens, call_cost):
         cost = 0.0
         for run in runs:
             lanes = [i for i, q in enumerate(q_lens) if q in run]
-            cost += call_cost + len(lanes) * max(run) * max(ctx_lens[i] for i in lanes)
+            cost += call_cost + _call_pairs([q_lens[i] for i in lanes],
+                                            max(ctx_lens[i] for i in lanes), gather_cost)[0]
         best = min(best, cost)
     return best
+
+
+def _call_pairs(q_lens, ctx, gather_cost):
+    """(cost, unfolded): the cheaper of padding every lane to the longest query and unfolding."""
+    padded = len(q_lens) * max(q_lens) * ctx
+    unfolded = sum(q_lens) * ctx + gather_cost * (sum(q_lens) - len(q_lens)) * ctx
+    return min(padded, unfolded), unfolded < padded
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -36,12 +45,16 @@ def test_merge_is_the_cheapest_split_into_runs(seed):
     lanes = rng.randint(1, 12)
     q_lens = [rng.choice((1, 1, 2, 3, 5, 9, 17)) for _ in range(lanes)]
     ctx_lens = [q + rng.randint(0, 600) for q in q_lens]
-    call_cost = rng.choice((0, 500, 3000, 20000))
-    calls = merge_query_lengths(q_lens, ctx_lens, call_cost)
-    assert sorted(lane for call in calls for lane in call) == list(range(lanes))
-    cost = sum(call_cost + len(call) * max(q_lens[i] for i in call)
-               * max(ctx_lens[i] for i in call) for call in calls)
-    assert cost == pytest.approx(_brute_force_cost(q_lens, ctx_lens, call_cost))
+    call_cost, gather_cost = rng.choice((0, 500, 3000, 20000)), rng.choice((0, 5, 10**6))
+    calls = merge_query_lengths(q_lens, ctx_lens, call_cost, gather_cost)
+    assert sorted(lane for call in calls for lane in call.lanes) == list(range(lanes))
+    cost = 0.0
+    for call in calls:
+        pairs, unfolded = _call_pairs([q_lens[i] for i in call.lanes],
+                                      max(ctx_lens[i] for i in call.lanes), gather_cost)
+        assert call.unfolded == unfolded
+        cost += call_cost + pairs
+    assert cost == pytest.approx(_brute_force_cost(q_lens, ctx_lens, call_cost, gather_cost))
 
 
 def test_merging_trades_calls_for_padding():
@@ -50,6 +63,27 @@ def test_merging_trades_calls_for_padding():
     assert len(merge_query_lengths(q_lens, ctx_lens, 10**9)) == 1  # padding is free: one call
     # Long contexts make padding dear: a 17-query lane is not merged with one-query lanes.
     assert len(merge_query_lengths([17, 1, 1, 1], [2000] * 4, 3000)) == 2
+
+
+def test_a_lane_drafting_among_many_is_unfolded_and_a_batch_drafting_alike_is_not():
+    """One lane of 16 with a draft: one call, the lane's two queries as two one-query lanes, so
+    no lane is padded. All 16 with one draft each: padding wastes nothing, unfolding would gather
+    every lane twice."""
+    [call] = merge_query_lengths([2] + [1] * 15, [80] * 16)
+    assert call.unfolded and call.lanes == list(range(16))
+    [call] = merge_query_lengths([2] * 16, [300] * 16)
+    assert not call.unfolded
+    # Many queries a lane make a second call cheaper than gathering that lane's keys 9 times.
+    assert [c.unfolded for c in merge_query_lengths([9] + [1] * 15, [300] * 16)] == [False] * 2
+
+
+def test_an_unfolded_call_over_every_lane_reads_its_rows_in_order():
+    q_lens = [1, 2, 1, 1]
+    q, k_cache, v_cache, tables, bt, cu, ctx_lens = _lanes(q_lens, [30, 31, 29, 30])
+    plan = plan_attention(bt, cu, ctx_lens, 4, 3, q.dtype, call_cost_pairs=10**6,
+                          gather_cost_pairs=0)
+    assert len(plan.groups) == 1 and plan.groups[0].num_lanes == 5
+    assert plan.in_order and not plan.padded
 
 
 def _lanes(q_lens, ctx, nh=6, kvh=2, hd=8, bs=4, nblocks=64, seed=1):
@@ -90,19 +124,23 @@ def _one_lane_at_a_time(q, k_cache, v_cache, tables, q_lens, ctx, scale):
     return torch.stack(out)
 
 
-@pytest.mark.parametrize("call_cost", (0, 3000, 10**9))
+@pytest.mark.parametrize("call_cost,gather_cost", ((0, 5), (3000, 5), (10**9, 5), (3000, 0),
+                                                   (10**9, 0)))
 @pytest.mark.parametrize("q_lens", ([1, 3, 1, 6, 2, 17, 1], [1, 1, 2, 5, 5, 9]))
-def test_every_plan_attends_like_one_lane_at_a_time(q_lens, call_cost):
-    """fp64: one call per length, front-padded merged calls, lanes in any order or already in
-    length order, all against the textbook."""
+def test_every_plan_attends_like_one_lane_at_a_time(q_lens, call_cost, gather_cost):
+    """fp64: one call per length, front-padded merged calls, unfolded calls (gathering is free),
+    lanes in any order or already in length order, all against the textbook."""
     ctx = [max(q, c) for q, c in zip(q_lens, [2, 9, 40, 6, 13, 30, 1])]
     q, k_cache, v_cache, tables, bt, cu, ctx_lens = _lanes(q_lens, ctx)
-    plan = plan_attention(bt, cu, ctx_lens, 4, 3, q.dtype, call_cost_pairs=call_cost)
+    plan = plan_attention(bt, cu, ctx_lens, 4, 3, q.dtype, call_cost_pairs=call_cost,
+                          gather_cost_pairs=gather_cost)
     got = paged_attention(q, k_cache, v_cache, bt, cu, ctx_lens, 0.3, plan=plan)
     want = _one_lane_at_a_time(q, k_cache, v_cache, tables, q_lens, ctx, 0.3)
     torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
     if call_cost == 0:
         assert len(plan.groups) == len(set(q_lens))
+    if gather_cost == 0:  # every call unfolded: one query a lane, none padded
+        assert not plan.padded and {g.q_len for g in plan.groups} == {1}
 
 
 @pytest.mark.parametrize("call_cost", (10**9, 3000))
