@@ -320,4 +320,16 @@ def test_goodput_plans_only_the_lanes_with_drafts_to_offer():
     assert decision.ks[0] > 0 and decision.ks[1:] == [0, 0]
     assert decision.reason.startswith("goodput: B=3") and "1 lane(s) planned at mean" in decision.reason
     idle = SpeculationPolicy(stats).decide(lanes[1:], 0, Controls(), CURVE, _free)
-    assert idle.ks == [0, 0] and idle.reason.endswith("0 lane(s) planned")
+    assert idle.ks == [0, 0] and idle.reason == "goodput: B=2, no lane has drafts to offer"
+
+
+def test_a_step_with_nothing_to_offer_keeps_the_k_in_force():
+    """Such a step skips the plan, but the hysteresis still holds: uniform's k of 5 stays in
+    force when the wish moves to 6 right after it."""
+    policy = SpeculationPolicy(AcceptanceStats())
+    lane = LaneView(0, "chat", 16)
+    at = lambda budget: Controls(policy="uniform", k=16, budget_override=budget)  # noqa: E731
+    assert policy.decide([lane], 0, at(6), CURVE, _free).ks == [5]
+    idle = policy.decide([LaneView(0, "chat", 0)], 0, at(7), CURVE, _free)
+    assert idle.ks == [0] and idle.reason == "uniform: B=1, no lane has drafts to offer"
+    assert policy.decide([lane], 0, at(7), CURVE, _free).ks == [5]
