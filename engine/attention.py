@@ -116,7 +116,7 @@ def plan_attention(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens
     q_lens = [cu[i + 1] - cu[i] for i in range(len(ctx_list))]
     num_tokens, groups, padded = cu[-1], [], False
     for call in merge_query_lengths(q_lens, ctx_list, call_cost_pairs, gather_cost_pairs):
-        # Each entry attends as a lane: (first packed row, queries, context, its lane's table).
+        # Each entry attends as a lane: (first packed row, queries, context, lane it reads).
         if call.unfolded:  # query j of lane i sits at ctx - q_len + j and sees keys up to it
             entries = [(cu[i] + j, 1, ctx_list[i] - q_lens[i] + 1 + j, i)
                        for i in call.lanes for j in range(q_lens[i])]
