@@ -18,7 +18,7 @@ from engine.sequence import Sequence
 from engine.spec.acceptance import AcceptanceStats
 from engine.spec.calibration import Calibration
 from engine.spec.drafters import Draft, Drafter, make_drafter
-from engine.spec.live_cost import LiveOverhead, Overhead
+from engine.spec.live_cost import LiveOverhead
 from engine.spec.policies import Decision, LaneView, SpeculationPolicy
 from engine.spec.shadow import ShadowChecks
 from engine.spec.verification import Verdict, verify_greedy, verify_sampled
@@ -148,11 +148,8 @@ class StepExecutor:
         offered = drafter.propose(seqs, offers) if drafter.free else [Draft([]) for _ in seqs]
         views = [LaneView(seq.seq_id, seq.cat, min(n, controls.k), draft.match)
                  for seq, n, draft in zip(seqs, offers, offered)]
-        # The live fit is a few solves of a 3 x 3 system: skipped where no lane has an offer,
-        # as the policy then plans nothing.
-        overhead = self.overhead.estimate() if any(offers) else Overhead()
         decision = self.policy.decide(views, prefill, controls, self.calibration, drafter.cost_ms,
-                                      shadowed=drafter.free, overhead=overhead)
+                                      shadowed=drafter.free, overhead=self.overhead.estimate)
         if not drafter.free:
             return decision, drafter.propose(seqs, decision.ks)
         for seq, draft, k in zip(seqs, offered, decision.ks):

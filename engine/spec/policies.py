@@ -100,18 +100,21 @@ class SpeculationPolicy:
 
     def decide(self, lanes: list[LaneView], prefill: int, controls: Controls,
                calibration: Calibration, draft_cost_ms: Callable[[list[int]], float],
-               shadowed: bool = False, overhead: Overhead = Overhead()) -> Decision:
+               shadowed: bool = False,
+               overhead: Callable[[], Overhead] = Overhead) -> Decision:
         """`shadowed`: the drafter's unsent proposals are checked against the output (free
         evidence for idle lanes), so no lane needs a probe. `overhead`: what a live step takes
-        beyond the calibrated t(N) (spec/live_cost.py)."""
+        beyond the calibrated t(N) (spec/live_cost.py), asked for only when there is a plan to
+        make (the live fit solves a small system each time)."""
         batch = len(lanes)
-        budget = controls.budget_override or calibration.budget
         if controls.policy == "off" or not lanes:
             return Decision([0] * batch, "off" if controls.policy == "off" else "no lanes")
         if batch > controls.spec_ceiling:
             return Decision([0] * batch, f"B={batch} > spec ceiling {controls.spec_ceiling}")
         if not any(lane.available for lane in lanes):
             return self._nothing_offered(lanes, controls.policy)
+        budget = controls.budget_override or calibration.budget
+        excess = overhead()
         limits, muted = self._guard(lanes, controls.min_acceptance)
         scale = calibration.budget / controls.budget_override if controls.budget_override else 1
 
@@ -122,7 +125,7 @@ class SpeculationPolicy:
             curve = calibration.t_ms((batch + prefill + drafts) * scale)
             # The live excess can be negative (a machine faster than at calibration), fitted at
             # recent batch sizes; extrapolated far past them it must not plan a step at zero.
-            return max(curve + overhead.ms(batch, drafts, query_groups(ks)),
+            return max(curve + excess.ms(batch, drafts, query_groups(ks)),
                        MIN_CURVE_SHARE * curve) + draft_cost_ms(ks)
 
         fresh = rates = None  # goodput's lanes with nothing to plan with, and its estimates

@@ -73,7 +73,7 @@ def _decide(overhead):
             stats.record(lane, "code-edit", 4, (0, 1, 2, 4)[step % 4])
     lanes = [LaneView(i, "code-edit", 8) for i in range(8)]
     return SpeculationPolicy(stats).decide(lanes, 0, Controls(policy="goodput", k=8), CURVE,
-                                           lambda ks: 0.0, overhead=overhead)
+                                           lambda ks: 0.0, overhead=lambda: overhead)
 
 
 def test_goodput_drafts_more_when_the_step_around_the_pass_is_costly():
