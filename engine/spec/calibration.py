@@ -7,21 +7,19 @@ from another process spoils one sample of every point rather than every sample o
 The fitted curve is the running maximum of the measured points, interpolated piecewise-linearly:
 a step never gets cheaper with more tokens, so a noisy dip must not read as free slack. T is the
 largest N with t(N) <= (1 + eps) * t(1). Results are cached as JSON per (device, model, dtype)
-under platformdirs.user_cache_dir("swarmscope")/calibration/ ($SWARMSCOPE_CACHE overrides the
-root); a cache written by an older measuring method (another `version`) is ignored and re-measured."""
+in the user cache's calibration/ (engine/user_cache.py); a cache written by an older measuring
+method (another `version`) is ignored and re-measured."""
 from __future__ import annotations
 
 import bisect
 import itertools
 import json
-import os
 import re
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
-import platformdirs
 import torch
 
 from engine.devices import dtype_name
@@ -29,6 +27,7 @@ from engine.errors import SwarmscopeError
 from engine.forward_batch import LaneInput
 from engine.kv_cache import PagedKVCache
 from engine.runner import ModelRunner
+from engine.user_cache import cache_root
 
 # Every N up to 32: step cost climbs in stairs (the CPU path computes rows in multiples of 8), and
 # a policy spending slack must see where a stair ends, not a line smoothed over it.
@@ -114,14 +113,9 @@ class Calibration:
                    model="dummy", dtype="none")
 
 
-def cache_root() -> Path:
-    root = os.environ.get("SWARMSCOPE_CACHE") or platformdirs.user_cache_dir("swarmscope")
-    return Path(root) / "calibration"
-
-
 def cache_path(device: str, model: str, dtype: str) -> Path:
     slug = "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", part) for part in (device, model, dtype))
-    return cache_root() / f"{slug}.json"
+    return cache_root() / "calibration" / f"{slug}.json"
 
 
 def load_cached(device: str, model: str, dtype: str, eps: float) -> Calibration | None:
