@@ -17,14 +17,15 @@ class CostCurveView(QWidget):
         super().__init__(parent)
         self.plot = make_plot(theme, "t(N) calibrated · live point",
                               left="ms", bottom="query tokens per pass (N)")
-        self.curve = self.plot.plot(pen=pg.mkPen(theme.committed, width=2), symbol="o",
-                                    symbolSize=5, symbolBrush=theme.committed, symbolPen=None)
+        # the fit the policies plan with, over the points as measured
+        self.curve = self.plot.plot(pen=pg.mkPen(theme.committed, width=2))
+        self.measured = pg.ScatterPlotItem(size=5, brush=theme.committed, pen=None)
         self.trail = pg.ScatterPlotItem(size=5, brush=theme.qcolor("free", 90), pen=None)
         self.live = pg.ScatterPlotItem(size=13, brush=theme.qcolor("free"),
                                        pen=pg.mkPen(theme.text, width=1.5))
         self.budget_line = pg.InfiniteLine(angle=90, pen=dashed(theme, "text"), label="T",
                                            labelOpts={"color": theme.text, "position": 0.92})
-        for item in (self.trail, self.live, self.budget_line):
+        for item in (self.measured, self.trail, self.live, self.budget_line):
             self.plot.addItem(item)
         self.budget_line.setVisible(False)
         # The axes fit the calibrated curve, stretched only while the live point lies beyond it:
@@ -38,13 +39,16 @@ class CostCurveView(QWidget):
         layout.addWidget(self.plot)
 
     def set_calibration(self, calibration) -> None:
-        """`calibration` has .points [(n, ms)] and .budget (engine.spec.calibration), or is None."""
+        """`calibration` has .points [(n, ms)], .t_ms(n) and .budget (engine.spec.calibration),
+        or is None."""
         if calibration is None:
             self.curve.setData([], [])
+            self.measured.setData([], [])
             self.budget_line.setVisible(False)
             return
         ns, ms = zip(*calibration.points)
-        self.curve.setData(list(ns), list(ms))
+        self.curve.setData(list(ns), [calibration.t_ms(n) for n in ns])
+        self.measured.setData(list(ns), list(ms))
         self._curve_extent = (float(max(ns)), float(max(ms)))
         self._cover(1.0, 1.0)
         self.budget_line.setValue(calibration.budget)

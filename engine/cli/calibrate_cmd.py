@@ -28,11 +28,12 @@ def run(args) -> int:
         print(f"swarmscope calibrate: {exc}", file=sys.stderr)
         return 2
     t1 = result.t_ms(1)
-    print(f"{'N':>4}  {'t(N) ms':>9}  {'t(N)/t(1)':>9}")
+    # measured: each point as timed; t(N): the nondecreasing fit the policies plan with
+    print(f"{'N':>4}  {'measured':>9}  {'t(N) ms':>9}  {'t(N)/t(1)':>9}")
     for n, ms in result.points:
-        print(f"{n:4d}  {ms:9.2f}  {ms / t1:9.2f}")
+        print(f"{n:4d}  {ms:9.2f}  {result.t_ms(n):9.2f}  {result.t_ms(n) / t1:9.2f}")
     for b, ms in result.batch_points:
-        print(f"B={b:<3d}x1 {ms:8.2f}  {ms / t1:9.2f}")
+        print(f"B={b:<3d}x1 {ms:8.2f}  {'':9}  {ms / t1:9.2f}")
     print(f"budget T = {result.budget} (eps {result.eps:g}, {result.device}, {result.model}, "
           f"{result.dtype})")
     return 0

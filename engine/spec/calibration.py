@@ -1,20 +1,24 @@
 """The measured step-time curve t(N) and the budget T it implies (DESIGN.md §1).
 
-`measure` times real forward passes of one lane verifying N = 1 .. 32, 40 .. 128 query tokens (and
-a few batch shapes of one token per lane) on the actual device, model and dtype. Each point is the
-fastest of several repeats taken in interleaved rounds after a warm-up round, so a burst of load
-from another process spoils one sample of every point rather than every sample of one point.
-The fitted curve is the running maximum of the measured points, interpolated piecewise-linearly:
-a step never gets cheaper with more tokens, so a noisy dip must not read as free slack. T is the
-largest N with t(N) <= (1 + eps) * t(1). Results are cached as JSON per (device, model, dtype)
-in the user cache's calibration/ (engine/user_cache.py); a cache written by an older measuring
-method (another `version`) is ignored and re-measured."""
+`measure` times real forward passes of one lane verifying N = 2 .. 32, 40 .. 128 query tokens (and
+a few batch shapes of one token per lane) on the actual device, model and dtype, each right after
+a reference pass of one token. A shape's point is its median ratio to the reference pass just
+before it, over several rounds after a warm-up round, times the reference passes' median time.
+A shared machine's speed swings over seconds (here a one-token pass took 19-40 ms from one
+second to the next); both passes of a pair feel it alike, so ratios hold where the fastest of
+several rounds per point did not: four calibrations in a row here gave T = 1, 3, 1, 1 that way,
+and T = 6, 7, 4, 5 paired. The fitted curve is the least-squares nondecreasing fit of the points
+(pool adjacent violators), interpolated piecewise-linearly: a step never gets cheaper with more
+tokens, and noise either side of the truth averages out, where a running maximum kept every high
+point. T is the largest N with t(N) <= (1 + eps) * t(1). Results are cached as JSON per (device,
+model, dtype) in the user cache's calibration/ (engine/user_cache.py); a cache written by an
+older measuring method (another `version`) is ignored and re-measured."""
 from __future__ import annotations
 
 import bisect
-import itertools
 import json
 import re
+import statistics
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -35,8 +39,8 @@ QUERY_SIZES = (*range(1, 33), 40, 48, 56, 64, 80, 96, 128)
 BATCH_SHAPES = (2, 4, 8, 16)
 # How points are measured; caches of another version are re-measured. 1: per-point repeats, not
 # interleaved (points spoiled by load); 2: interleaved rounds; 3: CPU linears as weight @ x.T over
-# padded rows (a much flatter fp32 curve), every N to 32.
-VERSION = 3
+# padded rows (a much flatter fp32 curve), every N to 32; 4: ratios to a reference pass just before.
+VERSION = 4
 
 
 @dataclass(slots=True)
@@ -48,8 +52,8 @@ class Calibration:
     model: str = ""
     dtype: str = ""
     version: int = VERSION  # how the points were measured; caches of another version are stale
-    # The measured points as a running maximum (timing noise never makes more work cheaper), as
-    # the query sizes and their times. Derived once: goodput reads t(N) dozens of times a step.
+    # The fitted curve, as the query sizes and their times. Derived once: goodput reads t(N)
+    # dozens of times a step.
     _ns: list[int] = field(init=False, repr=False, compare=False)
     _ms: list[float] = field(init=False, repr=False, compare=False)
 
@@ -61,7 +65,7 @@ class Calibration:
         if any(ms <= 0 for _, ms in self.points) or self.eps < 0:
             raise ValueError(f"calibration times must be positive and eps >= 0: {self.points}")
         self._ns = [n for n, _ in self.points]
-        self._ms = list(itertools.accumulate((ms for _, ms in self.points), max))
+        self._ms = nondecreasing([ms for _, ms in self.points])
 
     def t_ms(self, n_tokens: float) -> float:
         """Step time for n query tokens, interpolated between measured points on the fitted
@@ -146,41 +150,65 @@ def measure(runner, vocab_size: int, *, device: str, model: str, dtype: str, eps
             ) -> Calibration:
     """Time real forward passes on `runner` (a ModelRunner with room for max(batch_shapes)
     sequences of context + max(query_sizes) tokens). Sequence ids from 1_000_000 are used and
-    freed afterwards. One warm-up round, then `repeats` timed rounds over every shape; each point
-    keeps its fastest pass (other processes on the machine only ever add time)."""
+    freed afterwards. One warm-up round, then `repeats` timed rounds over every shape, each
+    shape's pass just after a reference pass of one token."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     base = 1_000_000
     lanes_needed = max((1, *batch_shapes))
     tokens = [(7 * i + 3) % vocab_size for i in range(context + max(query_sizes))]
+    reference = [LaneInput(base, tokens[context:context + 1], context, 1)]
     shapes = ([("N", n, [LaneInput(base, tokens[context:context + n], context, n)])
-               for n in query_sizes]
+               for n in query_sizes if n > 1]
               + [("B", b, [LaneInput(base + i, [tokens[context]], context, 1) for i in range(b)])
                  for b in batch_shapes])
-    fastest = [float("inf")] * len(shapes)
+
+    def timed(lanes: list[LaneInput]) -> float:
+        start = time.perf_counter()
+        runner.forward(lanes)
+        ms = (time.perf_counter() - start) * 1e3
+        for lane in lanes:
+            runner.kv.blocks.truncate(lane.seq_id, context)
+        return ms
+
+    reference_ms, ratios = [], [[] for _ in shapes]
+    largest = len(shapes) - len(batch_shapes) - 1  # the shape of the most query tokens
     try:
         for lane in range(lanes_needed):  # a realistic context for attention to read
             runner.forward([LaneInput(base + lane, tokens[:context], 0, 0)])
         for round_ in range(repeats + 1):  # round 0 warms up allocator and kernel choices
             for index, (_, _, lanes) in enumerate(shapes):
-                start = time.perf_counter()
-                runner.forward(lanes)
-                ms = (time.perf_counter() - start) * 1e3
-                for lane in lanes:
-                    runner.kv.blocks.truncate(lane.seq_id, context)
+                before = timed(reference)
+                ms = timed(lanes)
                 if round_ > 0:
-                    fastest[index] = min(fastest[index], ms)
+                    reference_ms.append(before)
+                    ratios[index].append(ms / before)
             if progress and round_ > 0:
-                progress(f"  round {round_}/{repeats}: t(1) = {fastest[0]:.2f} ms, "
-                         f"t({query_sizes[-1]}) = {fastest[len(query_sizes) - 1]:.2f} ms")
+                progress(f"  round {round_}/{repeats}: t(1) = "
+                         f"{statistics.median(reference_ms):.2f} ms, t({shapes[largest][1]})/t(1)"
+                         f" = {statistics.median(ratios[largest]):.2f}")
     finally:
         for lane in range(lanes_needed):
             if base + lane in runner.kv.blocks:
                 runner.kv.blocks.free(base + lane)
-    points = [(n, ms) for (kind, n, _), ms in zip(shapes, fastest) if kind == "N"]
-    batch_points = [(b, ms) for (kind, b, _), ms in zip(shapes, fastest) if kind == "B"]
-    return Calibration(points=points, eps=eps, batch_points=batch_points, device=device,
-                       model=model, dtype=dtype)
+    t1 = statistics.median(reference_ms)
+    measured = [(kind, n, t1 * statistics.median(r)) for (kind, n, _), r in zip(shapes, ratios)]
+    return Calibration(points=[(1, t1)] + [(n, ms) for kind, n, ms in measured if kind == "N"],
+                       eps=eps, batch_points=[(b, ms) for kind, b, ms in measured if kind == "B"],
+                       device=device, model=model, dtype=dtype)
+
+
+def nondecreasing(values: list[float]) -> list[float]:
+    """The least-squares nondecreasing fit of `values` (pool adjacent violators): each run of
+    points that falls is replaced by its mean."""
+    pools: list[list[float]] = []  # [sum, count] of each pooled run
+    for value in values:
+        pools.append([value, 1])
+        while len(pools) > 1 and pools[-2][0] * pools[-1][1] > pools[-1][0] * pools[-2][1]:
+            total, count = pools.pop()
+            pools[-1][0] += total
+            pools[-1][1] += count
+    return [total / count for total, count in pools for _ in range(int(count))]
 
 
 def calibrate_or_load(loaded, eps: float = 0.10,

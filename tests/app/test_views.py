@@ -6,6 +6,7 @@ from app.dashboard import Dashboard
 from app.history import History
 from app.theme import THEMES, Theme
 from app.views.budget_view import BudgetView, per_agent_draft
+from app.views.cost_curve_view import CostCurveView
 from app.views.lane_strip import LaneStripView
 from engine.spec.calibration import Calibration
 from engine.telemetry.records import LaneRecord, StepRecord
@@ -50,6 +51,16 @@ def test_dashboard_draws_every_view(qtbot, history):
     assert dashboard.cost.budget_line.value() == Calibration.make_dummy().budget
     live_x, live_y = dashboard.cost.live.getData()
     assert (live_x[0], live_y[0]) == (last.pass_tokens, pytest.approx(last.dt_ms))
+
+
+def test_cost_curve_draws_the_fit_over_the_points_as_measured(qtbot):
+    view = CostCurveView(Theme.load("dark"))
+    qtbot.addWidget(view)
+    view.set_calibration(Calibration(points=[(1, 10.0), (2, 12.0), (4, 11.0), (8, 16.0)]))
+    assert list(view.curve.getData()[1]) == [10.0, 11.5, 11.5, 16.0]
+    assert list(view.measured.getData()[1]) == [10.0, 12.0, 11.0, 16.0]
+    view.set_calibration(None)
+    assert len(view.measured.getData()[0]) == 0
 
 
 def test_budget_table_highlights_live_batch_and_shows_overflow(qtbot):

@@ -30,11 +30,31 @@ def test_budget_is_where_a_scan_from_one_first_exceeds_the_limit_on_noisy_curves
 
 def test_t_interpolates_extrapolates_and_never_decreases():
     c = Calibration(points=[(1, 10.0), (4, 9.0), (8, 12.0), (16, 20.0)])
-    assert c.t_ms(4) == 10.0         # noise dip ironed out
+    assert c.t_ms(1) == c.t_ms(4) == 9.5  # a dip is pooled with the point before it
     assert c.t_ms(12) == pytest.approx(16.0)
     assert c.t_ms(24) == pytest.approx(30.0)  # past the last point: in proportion to N
     flat_end = Calibration(points=[(1, 10.0), (8, 12.0), (16, 11.0)])
-    assert flat_end.t_ms(32) == pytest.approx(24.0)  # a flat last segment does not make depth free
+    assert flat_end.t_ms(32) == pytest.approx(23.0)  # a flat last segment does not make depth free
+
+
+def test_the_fit_is_the_least_squares_nondecreasing_one():
+    import random
+    assert cal.nondecreasing([1.0, 3.0, 2.0, 4.0]) == [1.0, 2.5, 2.5, 4.0]
+    assert cal.nondecreasing([3.0, 2.0, 1.0]) == [2.0, 2.0, 2.0]
+    rng = random.Random(5)
+    for _ in range(200):
+        values = [rng.uniform(0, 10) for _ in range(rng.randint(1, 12))]
+        fit = cal.nondecreasing(values)
+        assert all(a <= b + 1e-12 for a, b in zip(fit, fit[1:]))
+        assert sum(fit) == pytest.approx(sum(values))  # pooling keeps every run's mean
+        assert cal.nondecreasing(fit) == pytest.approx(fit)
+        # no nondecreasing neighbour of the fit is closer to the points
+        error = sum((f - v) ** 2 for f, v in zip(fit, values))
+        for i in range(len(fit)):
+            for step in (-1e-3, 1e-3):
+                moved = fit[:i] + [fit[i] + step] + fit[i + 1:]
+                if all(a <= b for a, b in zip(moved, moved[1:])):
+                    assert sum((f - v) ** 2 for f, v in zip(moved, values)) >= error - 1e-12
 
 
 def test_dict_round_trip_and_dummy():
@@ -67,31 +87,34 @@ def test_stale_cache_version_is_ignored(tmp_path, monkeypatch):
     assert Calibration.from_dict(old).version == 1   # an old trace's curve still reads
 
 
-def test_measure_keeps_the_fastest_round_and_the_curve_never_falls(monkeypatch):
+def test_measure_pairs_each_shape_with_a_reference_pass(monkeypatch):
     """A fake runner: a pass costs a set time per query size (N=4 dips below N=2, as MKL's
-    kernel choice can), and load spoils the first timed round of N=4."""
+    kernel choice can); the machine runs at half speed for a stretch of passes that starts and
+    ends inside a pair, and load spoils one pass."""
     cost_ms = {1: 10.0, 2: 18.0, 4: 17.0}
     now = [0.0]
     passes = []
 
     class Runner:
-        kv = SimpleNamespace(blocks=None)
+        kv = SimpleNamespace(blocks=_Blocks())
 
         def forward(self, lanes):
             n = sum(len(lane.token_ids) for lane in lanes if lane.logits_rows)
             passes.append(n)
-            spoiled = n == 4 and passes.count(4) == 2   # first timed round after the warm-up
-            now[0] += (cost_ms.get(n, 12.0) + (50.0 if spoiled else 0.0)) / 1e3
+            # 2 context passes, then rounds of (reference, N=2), (reference, N=4), (reference, B=2)
+            slow = 2.0 if 12 <= len(passes) < 24 else 1.0  # rounds 1-3 of the timed five
+            spoiled = 50.0 if len(passes) == 30 else 0.0   # round 4's N=4
+            now[0] += (cost_ms.get(n, 12.0) * slow + spoiled) / 1e3
 
-    Runner.kv.blocks = _Blocks()
     monkeypatch.setattr(cal.time, "perf_counter", lambda: now[0])
-    result = cal.measure(Runner(), 100, device="d", model="m", dtype="x", repeats=3,
+    result = cal.measure(Runner(), 100, device="d", model="m", dtype="x", repeats=5,
                          query_sizes=(1, 2, 4), batch_shapes=(2,))
     assert [(n, round(ms, 6)) for n, ms in result.points] == [(1, 10.0), (2, 18.0), (4, 17.0)]
+    assert [(b, round(ms, 6)) for b, ms in result.batch_points] == [(2, 18.0)]
     assert result.version == cal.VERSION
-    assert passes.count(4) == 4                        # one warm-up and three timed rounds
-    assert result.t_ms(4) == result.t_ms(2) == pytest.approx(18.0)  # the dip is no free slack
-    assert result.t_ms(3) == pytest.approx(18.0) and result.budget == 1
+    assert passes.count(1) == 3 * 6  # a reference before each shape, one warm-up + five rounds
+    assert result.t_ms(4) == result.t_ms(2) == pytest.approx(17.5)  # the dip is no free slack
+    assert result.t_ms(3) == pytest.approx(17.5) and result.budget == 1
 
 
 class _Blocks:
