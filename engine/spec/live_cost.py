@@ -18,11 +18,11 @@ The excess of each decode step over t(N) is fitted as per_lane * B + per_draft *
 * (G - 1) by decayed least squares (D drafted tokens, G distinct query lengths), the draft and
 group terms shrunk slightly towards zero; they stay zero until steps with drafts are seen.
 The per-lane term may come out negative: the machine can be faster now than when it was
-calibrated (CPU speed here swings by 1.5x). Held at zero, it left steps without drafts planned 20 ms too slow at B=8 in chat, and
-the fit then explained the drafting steps' excess with that offset instead of with drafts
-(+5 % planned for 6 drafts, +37 % measured), so goodput drafted where it did not pay. The draft
-and group terms are never taken below zero: a calibration measured under load would otherwise
-make drafts look cheap."""
+calibrated (CPU speed here swings by 1.5x). Held at zero, it left steps without drafts planned
+20 ms too slow at B=8 in chat, and the fit then explained the drafting steps' excess with that
+offset instead of with drafts (+5 % planned for 6 drafts, +37 % measured), so goodput drafted
+where it did not pay. The draft and group terms are never taken below zero: a calibration
+measured under load would otherwise make drafts look cheap."""
 from __future__ import annotations
 
 from dataclasses import dataclass
