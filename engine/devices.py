@@ -25,7 +25,7 @@ def resolve_device(name: str = "auto") -> torch.device:
     raise SwarmscopeError(f"unknown device {name!r}; use auto, cpu, cuda, rocm or cuda:N")
 
 
-def _cpu_has_fast_bf16() -> bool:
+def cpu_has_fast_bf16() -> bool:
     """Without native bf16 support (AVX512-BF16/AMX as oneDNN sees it), CPU bf16 matmuls emulate
     and get slower with every extra row, which would hide the compute slack swarmscope measures."""
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
@@ -40,7 +40,7 @@ def resolve_dtype(name: str, device: torch.device | str) -> torch.dtype:
     device = torch.device(device)
     name = name.lower()
     if name == "auto":
-        return torch.bfloat16 if device.type != "cpu" or _cpu_has_fast_bf16() else torch.float32
+        return torch.bfloat16 if device.type != "cpu" or cpu_has_fast_bf16() else torch.float32
     if name not in _DTYPES:
         raise SwarmscopeError(f"unknown dtype {name!r}; use {', '.join(_DTYPES)} or auto")
     if name == "fp16" and device.type == "cpu":

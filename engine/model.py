@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from engine.attention import AttentionPlan, paged_attention, write_kv
 from engine.config import ModelConfig
+from engine.devices import cpu_has_fast_bf16
 from engine.kv_cache import PagedKVCache
 
 
@@ -33,7 +34,7 @@ class StepMetadata:
 # Without bf16 dot instructions (AVX512-BF16/AMX), torch's CPU bf16 GEMV still streams at memory
 # speed but its bf16 GEMM runs ~10x slower than upcasting the weight and using fp32 GEMM
 # (measured on the project's 2-core EPYC: 8 rows x [1728, 576], 3.9 ms vs 1.6 ms).
-_SLOW_CPU_BF16_GEMM = not torch.ops.mkldnn._is_mkldnn_bf16_supported()
+_SLOW_CPU_BF16_GEMM = not cpu_has_fast_bf16()
 _BF16_GEMV_MAX_ROWS = 2
 WARM_ROWS = 128  # the calibrated range: decode steps up to 16 lanes with their drafts
 
