@@ -172,7 +172,7 @@ def measure(runner, vocab_size: int, *, device: str, model: str, dtype: str, eps
         return ms
 
     reference_ms, ratios = [], [[] for _ in shapes]
-    largest = len(shapes) - len(batch_shapes) - 1  # the shape of the most query tokens
+    largest = max(range(len(shapes)), key=lambda i: shapes[i][1])  # reported each round
     try:
         for lane in range(lanes_needed):  # a realistic context for attention to read
             runner.forward([LaneInput(base + lane, tokens[:context], 0, 0)])
@@ -201,14 +201,13 @@ def measure(runner, vocab_size: int, *, device: str, model: str, dtype: str, eps
 def nondecreasing(values: list[float]) -> list[float]:
     """The least-squares nondecreasing fit of `values` (pool adjacent violators): each run of
     points that falls is replaced by its mean."""
-    pools: list[list[float]] = []  # [sum, count] of each pooled run
+    pools: list[tuple[float, int]] = []  # (sum, count) of each pooled run
     for value in values:
-        pools.append([value, 1])
+        pools.append((value, 1))
         while len(pools) > 1 and pools[-2][0] * pools[-1][1] > pools[-1][0] * pools[-2][1]:
             total, count = pools.pop()
-            pools[-1][0] += total
-            pools[-1][1] += count
-    return [total / count for total, count in pools for _ in range(int(count))]
+            pools[-1] = (pools[-1][0] + total, pools[-1][1] + count)
+    return [total / count for total, count in pools for _ in range(count)]
 
 
 def calibrate_or_load(loaded, eps: float = 0.10,
