@@ -20,12 +20,11 @@ lane padded to two queries, rows gathered and scattered), 0.7 ms unfolded; two l
 two, 6.8 ms against 2.9. The grouping depends only on the step's lane shapes,
 so it is planned once per step (`plan_attention`) and reused by every layer.
 
-In bf16 on a CPU with bf16 dot instructions a call is two matmuls instead (`_matmul_attention`:
-scores rounded to bf16, softmax computed in fp32 inside, as in Hugging Face's eager attention):
-SDPA's CPU flash kernel ran 2-2.5x slower on every shape but a lone query (SmolLM2-135M shapes on
-the 2-core EPYC, ctx 100-600: 4 lanes of 17 queries 947 us against 384, 16 lanes of one 927 against
-442). Each lane's keys and values are gathered into one [lanes, kv heads, ctx, head_dim] block by
-rows of the cache (`kv_rows`), so neither kernel reads them strided."""
+In bf16 on a CPU with bf16 dot instructions, a call with many query rows is two matmuls instead
+(`_matmul_attention`: scores rounded to bf16 and a softmax computed in fp32 inside, as in Hugging
+Face's eager attention). SDPA's CPU flash kernel took 1.5x their time for 4 lanes of 17 queries
+in live code-edit decoding (641 us a layer against 414, ctx ~340), 1.1x for 4 lanes of 5; with
+fewer rows it is as fast or faster, so those calls keep it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,9 +42,14 @@ CALL_COST_PAIRS = 3000
 # Gathering a lane's blocks once more, for each query of an unfolded lane past its first, costs
 # about this many pairs a key (16 lanes at ctx 80-300, bf16).
 GATHER_COST_PAIRS = 5
-# Largest call (lanes x query heads x queries x keys) attended by matmuls, which hold every score
-# at once; larger ones (long prefill chunks) keep SDPA's flash kernel, whose memory is bounded.
-MATMUL_MAX_SCORES = 1 << 23
+# Least query rows a KV head (query heads per KV head x queries) for a bf16 call to be matmuls.
+MATMUL_MIN_ROWS = 12
+# Most scores a KV head (lanes x rows x keys) for matmuls, which hold them all at once; larger
+# calls (long prefill chunks) keep SDPA's flash kernel, whose memory is bounded.
+MATMUL_MAX_SCORES = 1 << 21
+# oneDNN builds a kernel for every new matmul shape (~2 ms here), and a decoding lane's context
+# grows every step: matmul calls pad their keys, masked, to a multiple of this so shapes repeat.
+KEY_BUCKET = 64
 
 
 @dataclass(slots=True)
@@ -61,17 +65,14 @@ class LaneGroup:
     front padding for a lane with fewer. In an unfolded call each "lane" is one query of a lane."""
     rows: torch.Tensor          # [num_lanes * q_len] packed row read for each query row
     out_rows: torch.Tensor      # [num_lanes * q_len] row written; padding writes a scratch row
+    blocks: torch.Tensor        # [num_lanes * max_blocks] block ids, each lane's table padded
     num_lanes: int
     q_len: int
     max_blocks: int
     ctx: int                    # longest context in the group
     mask: torch.Tensor | None   # [num_lanes, 1, group * q_len, ctx] additive: 0 or -inf
-    matmul: bool                # attended by `_matmul_attention`, else by SDPA
-    # Where the keys and values are: rows of the cache viewed as [-1, head_dim], in [num_lanes,
-    # kv heads, ctx] order; or, for SDPA over lanes whose blocks are one consecutive run (a lone
-    # lane in a fresh cache), None and the run's first block, read in place.
-    kv_rows: torch.Tensor | None
-    first_block: int | None
+    first_block: int | None     # set when `blocks` is one consecutive run starting here
+    matmul: bool = False        # attended by `_matmul_attention`, else by SDPA
 
 
 @dataclass(slots=True)
@@ -118,14 +119,14 @@ def merge_query_lengths(q_lens: list[int], ctx_lens: list[int],
 
 
 def plan_attention(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens: torch.Tensor,
-                   block_size: int, num_kv_heads: int, group_size: int, dtype: torch.dtype,
+                   block_size: int, group_size: int, dtype: torch.dtype,
                    call_cost_pairs: float = CALL_COST_PAIRS,
                    gather_cost_pairs: float = GATHER_COST_PAIRS) -> AttentionPlan:
-    """Group lanes into calls (`merge_query_lengths`), pick each call's kernel, build their index
-    tensors and masks. The masks are additive in the queries' `dtype`: SDPA converts a bool mask
-    on every call, ~20 us of a 150-600 us call at SmolLM2 shapes, bf16."""
+    """Group lanes into calls (`merge_query_lengths`), build their index tensors and masks. The
+    masks are additive in the queries' `dtype`: SDPA converts a bool mask on every call, ~20 us
+    of a 150-600 us call at SmolLM2 shapes, bf16."""
     device = block_tables.device
-    matmul_dtype = (dtype == torch.bfloat16 and device.type == "cpu" and cpu_has_fast_bf16())
+    matmul_dtype = dtype == torch.bfloat16 and device.type == "cpu" and cpu_has_fast_bf16()
     cu = cu_q_lens.tolist()
     ctx_list = ctx_lens.tolist()
     tables = block_tables.tolist()
@@ -140,6 +141,10 @@ def plan_attention(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens
             entries = [(cu[i], q_lens[i], ctx_list[i], i) for i in call.lanes]
         q_len = max(q for _, q, _, _ in entries)
         ctx = max(c for _, _, c, _ in entries)
+        matmul = (matmul_dtype and group_size * q_len >= MATMUL_MIN_ROWS
+                  and len(entries) * group_size * q_len * ctx <= MATMUL_MAX_SCORES)
+        if matmul:
+            ctx = -(-ctx // KEY_BUCKET) * KEY_BUCKET
         max_blocks = -(-ctx // block_size)
         # An entry with fewer queries is padded in front: its padding rows repeat its first query
         # (any finite row) and write to the scratch row past the last token.
@@ -149,10 +154,9 @@ def plan_attention(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens
             padded |= pad > 0
             rows += [row] * pad + list(range(row, row + q))
             out_rows += [num_tokens] * pad + list(range(row, row + q))
-        blocks = [b for *_, i in entries for b in tables[i][:max_blocks]]
-        scores = len(entries) * num_kv_heads * group_size * q_len * ctx
-        matmul = matmul_dtype and len(entries) * q_len > 1 and scores <= MATMUL_MAX_SCORES
-        consecutive = not matmul and blocks == list(range(blocks[0], blocks[0] + len(blocks)))
+        # keys past a lane's blocks (to the longest context, or KEY_BUCKET's) come from block 0,
+        # masked
+        blocks = [b for *_, i in entries for b in (tables[i] + [0] * max_blocks)[:max_blocks]]
         ctxs = torch.tensor([c for _, _, c, _ in entries], device=device)
         mask = None
         if q_len > 1 or any(c != ctx for _, _, c, _ in entries):
@@ -164,48 +168,35 @@ def plan_attention(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens
                 hidden, float("-inf"))
             mask = mask[:, None].expand(len(entries), group_size, q_len, ctx)
             mask = mask.reshape(len(entries), 1, group_size * q_len, ctx)
+        consecutive = blocks == list(range(blocks[0], blocks[0] + len(blocks)))
         groups.append(LaneGroup(rows=torch.tensor(rows, device=device),
                                 out_rows=torch.tensor(out_rows, device=device),
+                                blocks=torch.tensor(blocks, device=device),
                                 num_lanes=len(entries), q_len=q_len, max_blocks=max_blocks,
-                                ctx=ctx, mask=mask, matmul=matmul,
-                                kv_rows=None if consecutive else _kv_rows(
-                                    blocks, len(entries), ctx, block_size, num_kv_heads, device),
-                                first_block=blocks[0] if consecutive else None))
+                                ctx=ctx, mask=mask, first_block=blocks[0] if consecutive else None,
+                                matmul=matmul))
     in_order = len(groups) == 1 and groups[0].rows.tolist() == list(range(num_tokens))
     return AttentionPlan(groups=groups, num_tokens=num_tokens, in_order=in_order, padded=padded)
 
 
-def _kv_rows(blocks: list[int], lanes: int, ctx: int, block_size: int, num_kv_heads: int,
-             device) -> torch.Tensor:
-    """Rows of a cache viewed as [-1, head_dim] holding each lane's keys 0..ctx-1 of every KV
-    head, in [lanes, kv heads, ctx] order; `blocks` are the lanes' tables, each as long."""
-    tables = torch.tensor(blocks, device=device).view(lanes, -1)
-    pos = torch.arange(ctx, device=device)
-    slots = tables[:, pos // block_size] * block_size + pos % block_size      # [lanes, ctx]
-    heads = torch.arange(num_kv_heads, device=device)
-    return (slots[:, None, :] * num_kv_heads + heads[None, :, None]).reshape(-1)
-
-
-def _gather(cache: torch.Tensor, g: LaneGroup) -> torch.Tensor:
-    """The group's keys or values as [lanes, kv heads, ctx, head_dim]: a view of a consecutive
-    run of blocks, else gathered by rows."""
-    num_blocks, block_size, num_kv_heads, head_dim = cache.shape
-    if g.kv_rows is None:
-        return (cache.narrow(0, g.first_block, g.num_lanes * g.max_blocks)
-                .view(g.num_lanes, g.max_blocks * block_size, num_kv_heads, head_dim)[:, :g.ctx]
-                .transpose(1, 2))
-    return (cache.view(-1, head_dim).index_select(0, g.kv_rows)
-            .view(g.num_lanes, num_kv_heads, g.ctx, head_dim))
+def _gather_blocks(cache: torch.Tensor, g: LaneGroup) -> torch.Tensor:
+    """The group's blocks in lane order: a view when they are one consecutive run (a lone lane in
+    a fresh cache), else a gather over rows of the flattened cache (index_select along dim 0 of
+    the 4-D cache is ~60x slower on CPU than on its 2-D view)."""
+    if g.first_block is not None:
+        return cache.narrow(0, g.first_block, g.blocks.numel())
+    return cache.view(cache.shape[0], -1).index_select(0, g.blocks).view(-1, *cache.shape[1:])
 
 
 def _matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                       mask: torch.Tensor | None, scale: float) -> torch.Tensor:
-    """SDPA's result as two matmuls over contiguous [lanes, kv heads, rows, head_dim] blocks."""
-    scores = torch.matmul(q, k.transpose(-1, -2))
+    """SDPA's result as two matmuls; keys and values made contiguous first, which the matmuls
+    would otherwise do more slowly."""
+    scores = torch.matmul(q, k.contiguous().transpose(-1, -2))
     scores.mul_(scale)
     if mask is not None:
         scores.add_(mask)
-    return torch.matmul(torch.softmax(scores, -1), v)
+    return torch.matmul(torch.softmax(scores, -1), v.contiguous())
 
 
 def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -233,8 +224,7 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     group = num_heads // num_kv_heads
     assert num_heads % num_kv_heads == 0 and k_cache.shape[3] == head_dim
     if plan is None:
-        plan = plan_attention(block_tables, cu_q_lens, ctx_lens, block_size, num_kv_heads, group,
-                              q.dtype)
+        plan = plan_attention(block_tables, cu_q_lens, ctx_lens, block_size, group, q.dtype)
     assert plan.num_tokens == num_tokens, (plan.num_tokens, num_tokens)
     out = None if plan.in_order else q.new_empty(num_tokens + plan.padded, num_heads, head_dim)
     for g in plan.groups:
@@ -242,7 +232,12 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         q_g = q if plan.in_order else q.index_select(0, g.rows)
         q_g = (q_g.view(lanes, q_len, num_kv_heads, group, head_dim)
                .permute(0, 2, 3, 1, 4).reshape(lanes, num_kv_heads, group * q_len, head_dim))
-        k_g, v_g = _gather(k_cache, g), _gather(v_cache, g)  # [G, kvh, ctx, hd]
+        k_g = (_gather_blocks(k_cache, g)  # [G * max_blocks, bs, kvh, hd]
+               .view(lanes, g.max_blocks * block_size, num_kv_heads, head_dim)[:, :g.ctx]
+               .transpose(1, 2))             # [G, kvh, ctx, hd]
+        v_g = (_gather_blocks(v_cache, g)
+               .view(lanes, g.max_blocks * block_size, num_kv_heads, head_dim)[:, :g.ctx]
+               .transpose(1, 2))
         if g.matmul:
             o = _matmul_attention(q_g, k_g, v_g, g.mask, scale)
         else:

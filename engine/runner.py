@@ -61,8 +61,7 @@ class ModelRunner:
                         torch.tensor(write_rows, dtype=torch.int64, device=dev)),
             slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
             block_tables=block_tables, cu_q_lens=cu_q_lens, ctx_lens=ctx_lens,
-            plan=plan_attention(block_tables, cu_q_lens, ctx_lens, bs,
-                                self.model.config.num_kv_heads, self.model.config.group_size,
+            plan=plan_attention(block_tables, cu_q_lens, ctx_lens, bs, self.model.config.group_size,
                                 self.model.dtype))
         logits = self.model(torch.tensor(ids, dtype=torch.int64, device=dev), meta, self.kv,
                             torch.tensor(logit_rows, dtype=torch.int64, device=dev))

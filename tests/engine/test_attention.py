@@ -80,7 +80,7 @@ def test_a_lane_drafting_among_many_is_unfolded_and_a_batch_drafting_alike_is_no
 def test_an_unfolded_call_over_every_lane_reads_its_rows_in_order():
     q_lens = [1, 2, 1, 1]
     q, k_cache, v_cache, tables, bt, cu, ctx_lens = _lanes(q_lens, [30, 31, 29, 30])
-    plan = plan_attention(bt, cu, ctx_lens, 4, 2, 3, q.dtype, call_cost_pairs=10**6,
+    plan = plan_attention(bt, cu, ctx_lens, 4, 3, q.dtype, call_cost_pairs=10**6,
                           gather_cost_pairs=0)
     assert len(plan.groups) == 1 and plan.groups[0].num_lanes == 5
     assert plan.in_order and not plan.padded
@@ -132,7 +132,7 @@ def test_every_plan_attends_like_one_lane_at_a_time(q_lens, call_cost, gather_co
     lanes in any order or already in length order, all against the textbook."""
     ctx = [max(q, c) for q, c in zip(q_lens, [2, 9, 40, 6, 13, 30, 1])]
     q, k_cache, v_cache, tables, bt, cu, ctx_lens = _lanes(q_lens, ctx)
-    plan = plan_attention(bt, cu, ctx_lens, 4, 2, 3, q.dtype, call_cost_pairs=call_cost,
+    plan = plan_attention(bt, cu, ctx_lens, 4, 3, q.dtype, call_cost_pairs=call_cost,
                           gather_cost_pairs=gather_cost)
     got = paged_attention(q, k_cache, v_cache, bt, cu, ctx_lens, 0.3, plan=plan)
     want = _one_lane_at_a_time(q, k_cache, v_cache, tables, q_lens, ctx, 0.3)
@@ -152,7 +152,7 @@ def test_merged_calls_equal_one_call_per_length(call_cost):
     q, k_cache, v_cache, _, bt, cu, ctx_lens = _lanes(q_lens, ctx)
 
     def attend(cost):
-        plan = plan_attention(bt, cu, ctx_lens, 4, 2, 3, q.dtype, call_cost_pairs=cost)
+        plan = plan_attention(bt, cu, ctx_lens, 4, 3, q.dtype, call_cost_pairs=cost)
         return plan, paged_attention(q, k_cache, v_cache, bt, cu, ctx_lens, 0.3, plan=plan)
 
     exact_plan, exact = attend(0)
@@ -164,18 +164,21 @@ def test_merged_calls_equal_one_call_per_length(call_cost):
 
 
 @pytest.mark.parametrize("fast_bf16", (True, False))
-def test_bf16_calls_are_matmuls_where_the_cpu_has_bf16_dot_instructions(monkeypatch, fast_bf16):
-    """bf16: every call but a lone query is two matmuls on such a CPU (SDPA elsewhere), and both
-    kernels agree with the fp64 textbook on the same bf16 inputs to bf16's precision."""
+def test_bf16_calls_of_many_rows_are_matmuls_where_the_cpu_has_bf16_dot_instructions(
+        monkeypatch, fast_bf16):
+    """bf16: a call of at least MATMUL_MIN_ROWS query rows a KV head is two matmuls on such a
+    CPU, over keys padded to KEY_BUCKET; SDPA elsewhere. Both kernels agree with the fp64
+    textbook on the same bf16 inputs to bf16's precision."""
     monkeypatch.setattr("engine.attention.cpu_has_fast_bf16", lambda: fast_bf16)
-    q_lens = [1, 3, 6, 2, 17, 3]  # one call a length: the first is a lone query
-    ctx = [2, 9, 40, 6, 30, 13]
+    q_lens = [1, 3, 6, 2, 17, 3, 4]  # one call a length; 3 query heads a KV head
+    ctx = [2, 9, 40, 6, 30, 13, 70]
     q, k_cache, v_cache, tables, bt, cu, ctx_lens = _lanes(q_lens, ctx)
     q, k_cache, v_cache = (t.to(torch.bfloat16) for t in (q, k_cache, v_cache))
-    plan = plan_attention(bt, cu, ctx_lens, 4, 2, 3, q.dtype, call_cost_pairs=0)
-    assert [(g.num_lanes, g.q_len, g.matmul) for g in plan.groups] == [
-        (1, 1, False)] + [(lanes, q_len, fast_bf16) for lanes, q_len in
-                          ((1, 2), (2, 3), (1, 6), (1, 17))]
+    plan = plan_attention(bt, cu, ctx_lens, 4, 3, q.dtype, call_cost_pairs=0)
+    matmul = fast_bf16  # from 4 queries: 12 rows
+    assert [(g.q_len, g.ctx, g.matmul) for g in plan.groups] == [
+        (1, 2, False), (2, 6, False), (3, 13, False), (4, 128 if matmul else 70, matmul),
+        (6, 64 if matmul else 40, matmul), (17, 64 if matmul else 30, matmul)]
     got = paged_attention(q, k_cache, v_cache, bt, cu, ctx_lens, 0.3, plan=plan)
     want = _one_lane_at_a_time(q.double(), k_cache.double(), v_cache.double(), tables, q_lens,
                                ctx, 0.3)
@@ -184,7 +187,7 @@ def test_bf16_calls_are_matmuls_where_the_cpu_has_bf16_dot_instructions(monkeypa
 
 def test_a_call_too_large_for_its_scores_keeps_sdpa(monkeypatch):
     monkeypatch.setattr("engine.attention.cpu_has_fast_bf16", lambda: True)
-    monkeypatch.setattr("engine.attention.MATMUL_MAX_SCORES", 3 * 17 * 30 * 2 - 1)
-    q, k_cache, v_cache, tables, bt, cu, ctx_lens = _lanes([17, 2], [30, 30])
-    plan = plan_attention(bt, cu, ctx_lens, 4, 2, 3, torch.bfloat16, call_cost_pairs=0)
-    assert [(g.q_len, g.matmul) for g in plan.groups] == [(2, True), (17, False)]
+    monkeypatch.setattr("engine.attention.MATMUL_MAX_SCORES", 3 * 17 * 30 - 1)
+    q, k_cache, v_cache, tables, bt, cu, ctx_lens = _lanes([17, 5], [30, 30])
+    plan = plan_attention(bt, cu, ctx_lens, 4, 3, torch.bfloat16, call_cost_pairs=0)
+    assert [(g.q_len, g.matmul) for g in plan.groups] == [(5, True), (17, False)]
