@@ -22,9 +22,9 @@ so it is planned once per step (`plan_attention`) and reused by every layer.
 
 In bf16 on a CPU with bf16 dot instructions, a call with many query rows is two matmuls instead
 (`_matmul_attention`: scores rounded to bf16 and a softmax computed in fp32 inside, as in Hugging
-Face's eager attention). SDPA's CPU flash kernel took 1.5x their time for 4 lanes of 17 queries
-in live code-edit decoding (641 us a layer against 414, ctx ~340), 1.1x for 4 lanes of 5; with
-fewer rows it is as fast or faster, so those calls keep it."""
+Face's eager attention). SDPA's CPU flash kernel took 1.6x their time for 4 lanes of 17 queries
+in live code-edit decoding (680 us a layer against 423, ctx ~340), 1.13x for 4 lanes of 5; with
+fewer rows the two are alike, so those calls keep SDPA and its cheaper gather of blocks."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -47,8 +47,9 @@ MATMUL_MIN_ROWS = 12
 # Most scores a KV head (lanes x rows x keys) for matmuls, which hold them all at once; larger
 # calls (long prefill chunks) keep SDPA's flash kernel, whose memory is bounded.
 MATMUL_MAX_SCORES = 1 << 21
-# oneDNN builds a kernel for every new matmul shape (~2 ms here), and a decoding lane's context
-# grows every step: matmul calls pad their keys, masked, to a multiple of this so shapes repeat.
+# oneDNN builds a kernel for every new matmul shape (0.3-0.8 ms a matmul here), and a lane's
+# context grows every step: matmul calls pad their keys, masked, to a multiple of this so that
+# shapes repeat.
 KEY_BUCKET = 64
 
 
@@ -72,7 +73,7 @@ class LaneGroup:
     ctx: int                    # longest context in the group
     mask: torch.Tensor | None   # [num_lanes, 1, group * q_len, ctx] additive: 0 or -inf
     first_block: int | None     # set when `blocks` is one consecutive run starting here
-    matmul: bool = False        # attended by `_matmul_attention`, else by SDPA
+    matmul: bool                # attended by `_matmul_attention`, else by SDPA
 
 
 @dataclass(slots=True)
