@@ -40,7 +40,8 @@ BATCH_SHAPES = (2, 4, 8, 16)
 # How points are measured; caches of another version are re-measured. 1: per-point repeats, not
 # interleaved (points spoiled by load); 2: interleaved rounds; 3: CPU linears as weight @ x.T over
 # padded rows (a much flatter fp32 curve), every N to 32; 4: ratios to a reference pass just before;
-# 5: bf16 attention as matmuls where the CPU has bf16 dot instructions (attention.py).
+# 5: bf16 calls of many query rows attended by matmuls where the CPU has bf16 dot instructions
+# (attention.py).
 VERSION = 5
 
 

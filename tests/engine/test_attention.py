@@ -1,4 +1,5 @@
-"""Attention calls: how lanes are merged into calls, and that merging changes no output."""
+"""Attention calls: how lanes are merged into calls, which kernel attends each, and that neither
+changes the output."""
 from __future__ import annotations
 
 import itertools
