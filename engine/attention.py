@@ -127,7 +127,7 @@ def plan_attention(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens
     masks are additive in the queries' `dtype`: SDPA converts a bool mask on every call, ~20 us
     of a 150-600 us call at SmolLM2 shapes, bf16."""
     device = block_tables.device
-    matmul_dtype = dtype == torch.bfloat16 and device.type == "cpu" and cpu_has_fast_bf16()
+    may_matmul = dtype == torch.bfloat16 and device.type == "cpu" and cpu_has_fast_bf16()
     cu = cu_q_lens.tolist()
     ctx_list = ctx_lens.tolist()
     tables = block_tables.tolist()
@@ -142,7 +142,7 @@ def plan_attention(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens
             entries = [(cu[i], q_lens[i], ctx_list[i], i) for i in call.lanes]
         q_len = max(q for _, q, _, _ in entries)
         ctx = max(c for _, _, c, _ in entries)
-        matmul = (matmul_dtype and group_size * q_len >= MATMUL_MIN_ROWS
+        matmul = (may_matmul and group_size * q_len >= MATMUL_MIN_ROWS
                   and len(entries) * group_size * q_len * ctx <= MATMUL_MAX_SCORES)
         if matmul:
             ctx = -(-ctx // KEY_BUCKET) * KEY_BUCKET

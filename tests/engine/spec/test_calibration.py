@@ -1,4 +1,5 @@
 import json
+import random
 from types import SimpleNamespace
 
 import pytest
@@ -38,7 +39,6 @@ def test_t_interpolates_extrapolates_and_never_decreases():
 
 
 def test_the_fit_is_the_least_squares_nondecreasing_one():
-    import random
     assert cal.nondecreasing([1.0, 3.0, 2.0, 4.0]) == [1.0, 2.5, 2.5, 4.0]
     assert cal.nondecreasing([3.0, 2.0, 1.0]) == [2.0, 2.0, 2.0]
     rng = random.Random(5)
