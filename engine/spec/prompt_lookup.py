@@ -10,7 +10,13 @@ from that source rather than looking the suffix up again: the source matches far
 last n tokens, and the most recent occurrence of those n is often elsewhere (a line the file
 repeats, or the lane's own output). Against a fresh lookup every step, in lockstep on code edits,
 fixed K=4 gained 1.8 % +- 0.3 at 16 lanes, and goodput 3.6 % +- 1.4 at 8 lanes and 10 % +- 2.8
-at 4 (chat moved within 1 %)."""
+at 4 (chat moved within 1 %).
+
+Where what followed the match runs into the present, the lane is copying its own latest tokens
+(a loop, a run of like lines), and the proposal repeats them instead of stopping at the end of
+the context: a lane looping on a 5-token pattern was otherwise held to 5 drafts a step. In
+lockstep, fixed K=4 gained 1.8 % +- 0.8 on code edits at 8 lanes and 1.1 % +- 0.9 in chat at 16;
+goodput moved within 0.5 %."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -52,7 +58,7 @@ class NgramIndex:
             self.source = -1
             return [], 0
         self.source, self.read_at = start, len(tokens)
-        return tokens[start:start + limit], self.matched
+        return _read_on(tokens, start, limit), self.matched
 
     def _followed(self, tokens: list[int]) -> int | None:
         written = len(tokens) - self.read_at
@@ -70,6 +76,16 @@ class NgramIndex:
             if end is not None:
                 return end, n
         return None, 0
+
+
+def _read_on(tokens: list[int], start: int, limit: int) -> list[int]:
+    """`limit` tokens from `start`, as the text went on from there. Where that reaches the
+    present, what the lane has written since `start` comes next: a lane repeating itself (a loop,
+    a run of like lines) is copying its own last `len - start` tokens, so they repeat."""
+    period = len(tokens) - start
+    if limit <= period:
+        return tokens[start:start + limit]
+    return (tokens[start:] * -(-limit // period))[:limit]
 
 
 class PromptLookupDrafter:

@@ -36,7 +36,9 @@ def test_index_grows_incrementally_with_committed_tokens():
     tokens += [1, 2]
     index.extend(tokens)
     assert index.indexed_upto == 5
-    assert index.continuation(tokens, 4) == ([3, 1, 2], 2)  # the tail (1, 2) itself is not a match
+    # the tail (1, 2) itself is not a match; the earlier (1, 2) was followed by 3, 1, 2 and then,
+    # the lane copying itself, by 3 again
+    assert index.continuation(tokens, 4) == ([3, 1, 2, 3], 2)
 
 
 def test_rewritten_context_rebuilds_the_index():
@@ -58,3 +60,14 @@ def test_a_lane_following_its_source_reads_on_past_a_more_recent_decoy():
     assert PromptLookupDrafter(ngram_sizes=(2,)).propose([seq], [2])[0].tokens == [99, 51]
     seq.token_ids += [14, 99]                          # the lane left the copy
     assert drafter.propose([seq], [2])[0].tokens == []  # (14, 99) occurs nowhere before
+
+
+def test_a_lane_in_a_loop_is_proposed_the_loop_past_the_end_of_its_context():
+    """What followed the match runs into the present: the lane is copying its own last three
+    tokens, so the proposal goes on repeating them rather than stopping at the context's end."""
+    drafter = PromptLookupDrafter(ngram_sizes=(3,))
+    seq = _seq([9, 1, 2, 3, 1, 2, 3])
+    assert drafter.available(seq, cap=7) == 7
+    assert drafter.propose([seq], [7])[0].tokens == [1, 2, 3, 1, 2, 3, 1]
+    seq.token_ids += [1, 2, 3, 1]                      # four drafts accepted: still following
+    assert drafter.propose([seq], [5])[0].tokens == [2, 3, 1, 2, 3]
