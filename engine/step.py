@@ -121,8 +121,12 @@ class StepExecutor:
             ctx = len(seq.token_ids)
             result = self._commit(seq, n, draft, verdict)
             results[seq.seq_id] = result
+            # A lane that ends inside its accepted drafts (a stop token, max_new_tokens) commits
+            # no bonus: its last draft is the step's committed token, so that emitted = batch +
+            # sum(acc) stays what was committed.
             lanes.append(LaneRecord(agent=seq.agent, cat=seq.cat, k=len(draft.tokens),
-                                    acc=sum(result.accepted_flags), pad=out.pad[index], ctx=ctx))
+                                    acc=len(result.new_token_ids) - 1, pad=out.pad[index],
+                                    ctx=ctx))
         dt_ms = (time.perf_counter() - start) * 1e3
         # prefill chunks are not what the policy plans for
         if self.measures_cost and decode_seqs and not prefill:

@@ -89,11 +89,14 @@ def test_stop_token_and_max_tokens_finish_a_lane_mid_draft():
     outputs = _alone(tuple(prompt), 12, torch.float64)
     stop = outputs[3]
     seq = Sequence(0, list(prompt), len(prompt), max_new_tokens=12, stop_ids=(stop,))
-    decode(executor, [seq], Controls(policy="fixed", k=8))
+    records = decode(executor, [seq], Controls(policy="fixed", k=8))
     assert seq.finished and seq.output_ids == outputs[:outputs.index(stop) + 1]
     seq2 = Sequence(1, list(prompt), len(prompt), max_new_tokens=5)
-    decode(executor, [seq2], Controls(policy="fixed", k=8))
+    records2 = decode(executor, [seq2], Controls(policy="fixed", k=8))
     assert seq2.output_ids == outputs[:5]
+    # the records count what was committed, though the end fell inside accepted drafts
+    assert sum(r.emitted for r in records) == len(seq.output_ids)
+    assert sum(r.emitted for r in records2) == 5
 
 
 def test_outcome_marks_accepted_drafts_and_rolls_back_kv():
