@@ -1,17 +1,27 @@
 """Speculation policies side by side: tokens/s and acceptance for B = 1..16 decoding lanes.
 
 Two workloads (spec_workloads.py): code edits, copy-heavy, and free chat, with little to copy.
-For each workload and B, a round prefills B distinct prompts; every policy then decodes the same
-number of steps from that state on its own copy of the lanes (KV cloned), all lanes decoding,
-with prompt-lookup drafts. The policies run in lockstep — each advances its lanes by one step in
-turn — so a burst of load from another process lands on every policy alike instead of spoiling
-one policy's run. Each round takes the next B of the workload's 48 prompts (wrapping around), and
-a cell runs at least `--repeats` rounds and enough to decode 16 distinct prompts, so small B is
-not judged on a few prompts' luck, nor B = 16 on one set of sixteen lanes (with bf16 drift, one
-lane falling into a loop that lookup drafts perfectly can move a policy's cell by 6 %); each
-cell is the tokens and time of all rounds together.
-Each policy keeps its state across rounds, as in a running engine; the first round starts it
-cold."""
+Each lane serves requests, one after another as in a swarm: a request is a prompt decoded until
+the model ends its turn or `--max-tokens` tokens, and when it ends the lane takes the next one
+(prefilled outside the timed steps), so B lanes decode all the time. Every policy serves the same
+requests on its own lanes (a prompt is prefilled once a round and its KV cloned for each), with
+prompt-lookup drafts, and the policies run in lockstep, each advancing its lanes by one step in
+turn, so a burst of load from another process lands on every policy alike. A round hands out
+2B requests and is timed while all B lanes are busy: for a policy it ends when one of its lanes
+finishes and no request is left.
+
+Why requests, not a fixed number of steps: a policy that copies faster gets further into the
+text in the same steps, past the file it was copying into the talk after it, where there is
+nothing to copy. Timing equal steps measured it on more of that text than a slower policy: with
+every policy on identical text (fp32), goodput's ratio to fixed K=4 on code edits at 8 lanes
+moved by +-0.030 from round to round over equal steps and by +-0.004 over requests.
+
+Each round takes the next 2B of the workload's 48 prompts (wrapping around), and a cell runs at
+least `--repeats` rounds and enough to serve 16 distinct prompts, so small B is not judged on a
+few prompts' luck, nor B = 16 on one set of sixteen lanes (with bf16 drift, one lane falling into
+a loop that lookup drafts perfectly can move a policy's cell by 6 %); each cell is the tokens and
+time of all rounds together. Each policy keeps its state across rounds, as in a running engine;
+the first round starts it cold."""
 from __future__ import annotations
 
 import json
@@ -32,7 +42,8 @@ from engine.step import StepExecutor
 POLICIES = (("off", "off", 0), ("fixed-2", "fixed", 2), ("fixed-4", "fixed", 4),
             ("fixed-8", "fixed", 8), ("uniform", "uniform", ADAPTIVE_CAP),
             ("goodput", "goodput", ADAPTIVE_CAP))
-DISTINCT_PROMPTS = 16  # the least a cell decodes; more rounds at small B would only add time
+DISTINCT_PROMPTS = 16  # the least a cell serves; more rounds at small B would only add time
+REQUESTS_PER_LANE = 2  # a round's requests per lane: about half of them end inside its timing
 
 
 def add_arguments(parser) -> None:
@@ -40,10 +51,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--batches", default="1,2,4,8,16", help="comma-separated B values")
-    parser.add_argument("--steps", type=int, default=32, help="decode steps timed per run")
-    parser.add_argument("--repeats", type=int, default=6,
-                        help="least rounds of every policy in lockstep, each on the next B "
-                             "prompts; small B runs more, to decode 16 distinct prompts; cells "
+    parser.add_argument("--max-tokens", type=int, default=64,
+                        help="most tokens a request decodes; it ends sooner where the model ends "
+                             "its turn (default %(default)s)")
+    parser.add_argument("--repeats", type=int, default=4,
+                        help="least rounds of every policy in lockstep, each serving the next 2B "
+                             "prompts; small B runs more, to serve 16 distinct prompts; cells "
                              "add up all rounds (default %(default)s)")
     parser.add_argument("--json", action="store_true", help="print rows as JSON Lines")
 
@@ -57,15 +70,15 @@ def run(args) -> int:
         loaded = load_model(args.model, args.dtype, args.device, progress=say)
         calibration = calibrate_or_load(loaded, progress=say)
         batches = [int(b) for b in args.batches.split(",")]
-        if args.steps < 1 or args.repeats < 1 or min(batches) < 1:
-            raise ValueError("--steps, --repeats and every B must be >= 1")
+        if args.max_tokens < 1 or args.repeats < 1 or min(batches) < 1:
+            raise ValueError("--max-tokens, --repeats and every B must be >= 1")
     except (SwarmscopeError, ValueError) as exc:
         print(f"swarmscope bench spec: {exc}", file=sys.stderr)
         return 2
     rows = []
     for batch in batches:  # B outermost: an interrupted run still compares both workloads
         for workload, prompts in WORKLOADS:
-            measured = _measure(loaded, calibration, workload, prompts, batch, args.steps,
+            measured = _measure(loaded, calibration, workload, prompts, batch, args.max_tokens,
                                 args.repeats)
             rows += measured
             if args.json:  # as they come: a long run interrupted still leaves its rows
@@ -78,67 +91,120 @@ def run(args) -> int:
     return 0
 
 
-def _measure(loaded, calibration, workload, prompts, batch, steps, repeats) -> list[dict]:
+def _measure(loaded, calibration, workload, prompts, batch, max_new, repeats) -> list[dict]:
     rounds = rounds_for(batch, repeats)
+    requests = REQUESTS_PER_LANE * batch  # a round's
     tok = loaded.tokenizer
     encoded = [tok.encode(tok.chat_prompt(prompt)) for prompt in prompts]
-    lane_blocks = -(-(max(len(ids) for ids in encoded) + steps * 17 + 32) // 16)
-    kv = PagedKVCache(loaded.config, (1 + len(POLICIES)) * batch * lane_blocks, 16,
+    # room for a request's prompt, its output and the drafts past it
+    lane_blocks = -(-(max(len(ids) for ids in encoded) + max_new + ADAPTIVE_CAP + 32) // 16)
+    kv = PagedKVCache(loaded.config, (requests + len(POLICIES) * batch) * lane_blocks, 16,
                       loaded.model.dtype, loaded.model.device)
     runner = ModelRunner(loaded.model, kv)
-    # a round's [ms, emitted, drafted, accepted, tokens agreeing with off, tokens compared]
+    # a round's [ms, steps, emitted, drafted, accepted, tokens agreeing with off, tokens compared]
     per_round = {label: [] for label, _, _ in POLICIES}
     # One executor per policy for all rounds: like a running engine, a policy meets each round's
     # new lanes knowing what it learned of their category and of the step cost.
     executors = {label: StepExecutor(runner, calibration, target=loaded)
                  for label, _, _ in POLICIES}
     for round_ in range(rounds):
-        base = _prefill(runner, calibration, loaded, workload,
-                        [encoded[(round_ * batch + i) % len(encoded)] for i in range(batch)])
+        served = _Requests(runner, calibration, loaded, workload, encoded, max_new,
+                           first=round_ * requests)
         if round_ == 0:  # first passes at these shapes pay for allocation
-            warm, warmer = _clone(kv, base, batch), StepExecutor(runner, calibration)
+            warm, warmer = [served.lane(i) for i in range(batch)], StepExecutor(runner, calibration)
             for step in range(2):
                 warmer.run([(seq, 1) for seq in warm], Controls(policy="off"), step, 0.0)
             _release(kv, warm)
-        lanes = {label: _clone(kv, base, (2 + index) * batch)
-                 for index, (label, _, _) in enumerate(POLICIES)}
-        counts = {label: [0.0, 0, 0, 0] for label, _, _ in POLICIES}
-        for step in range(steps):
+        lanes = {label: [served.lane(i) for i in range(batch)] for label, _, _ in POLICIES}
+        serving = {label: list(range(batch)) for label, _, _ in POLICIES}  # each lane's request
+        handed = dict.fromkeys(lanes, batch)
+        outputs = {label: {} for label in lanes}  # request -> output ids
+        counts = {label: [0.0, 0, 0, 0, 0] for label in lanes}
+        timing, step = set(lanes), 0
+        while timing:
             for label, policy, k in in_turn(POLICIES, step):
+                if label not in timing:
+                    continue
                 record = executors[label].run([(seq, 1) for seq in lanes[label]],
                                               Controls(policy=policy, k=k), step, 0.0).record
-                for i, value in enumerate((record.dt_ms, record.emitted, record.drafted,
+                for i, value in enumerate((record.dt_ms, 1, record.emitted, record.drafted,
                                            record.accepted)):
                     counts[label][i] += value
-        for label, _, _ in POLICIES:
-            counts[label] += agreement(lanes[label], lanes["off"])
-            per_round[label].append(counts[label])
-            for seq in lanes[label]:
+                for lane, seq in enumerate(lanes[label]):
+                    if not seq.finished:
+                        continue
+                    if handed[label] == requests:  # all B lanes are no longer busy
+                        timing.discard(label)
+                        break
+                    outputs[label][serving[label][lane]] = seq.output_ids
+                    executors[label].release(seq)
+                    lanes[label][lane] = served.lane(handed[label])
+                    serving[label][lane] = handed[label]
+                    handed[label] += 1
+            step += 1
+        for label in lanes:
+            for request, seq in zip(serving[label], lanes[label]):
+                outputs[label][request] = seq.output_ids
                 executors[label].release(seq)
-        _release(kv, base)
+        for label in lanes:
+            common = sorted(outputs[label].keys() & outputs["off"].keys())
+            counts[label] += agreement([outputs[label][r] for r in common],
+                                       [outputs["off"][r] for r in common])
+            per_round[label].append(counts[label])
+        served.release()
     rows = []
     for label, _, _ in POLICIES:
-        ms, emitted, drafted, accepted, agreed, compared = (sum(column)
-                                                            for column in zip(*per_round[label]))
+        ms, steps, emitted, drafted, accepted, agreed, compared = (
+            sum(column) for column in zip(*per_round[label]))
         rows.append({"workload": workload, "B": batch, "policy": label,
-                     "tokens_per_s": round(emitted / ms * 1e3, 1),
+                     "tokens_per_s": round(emitted / ms * 1e3, 1), "tokens": emitted,
                      "acceptance": round(accepted / drafted, 3) if drafted else None,
-                     "tokens_per_step": round(emitted / (steps * rounds) / batch, 2),
+                     "tokens_per_step": round(emitted / steps / batch, 2),
                      "round_tokens_per_s": [round(e / m * 1e3, 1)
-                                            for m, e, *_ in per_round[label]],
+                                            for m, _, e, *_ in per_round[label]],
                      "agrees_with_off": round(agreed / compared, 3) if compared else None})
     return rows
 
 
-def agreement(lanes: list[Sequence], reference: list[Sequence]) -> list[int]:
-    """[tokens before each lane's output first differs from the reference lane's, tokens compared
-    (up to the shorter output)], summed over lanes. Lossless speculation in fp32 agrees fully;
-    bf16 on a CPU is not batch-shape invariant, so there policies drift onto texts of their own,
-    and a cell then compares policies on partly different text (chat most: a lane that falls
-    into a repeating loop drafts perfectly)."""
+class _Requests:
+    """A round's requests: request i is prompt first + i of the workload (wrapping), prefilled
+    once, the first time a policy's lane takes it, and cloned for each lane that serves it."""
+
+    def __init__(self, runner, calibration, loaded, workload, encoded, max_new, first) -> None:
+        self.runner, self.calibration, self.loaded = runner, calibration, loaded
+        self.workload, self.encoded, self.max_new, self.first = workload, encoded, max_new, first
+        self.stop_ids = tuple(loaded.tokenizer.eos_ids)
+        self._prefilled: dict[int, Sequence] = {}
+        self._next_id = 0
+
+    def lane(self, request: int) -> Sequence:
+        base = self._prefilled.get(request)
+        if base is None:
+            ids = self.encoded[(self.first + request) % len(self.encoded)]
+            base = self._prefilled[request] = Sequence(
+                self._new_id(), list(ids), len(ids), max_new_tokens=self.max_new,
+                stop_ids=self.stop_ids, agent=request, cat=self.workload)
+            # everything but the last prompt token cached: the timed steps decode from it
+            StepExecutor(self.runner, self.calibration, target=self.loaded).run(
+                [(base, base.pending - 1)], Controls(policy="off"), 0, 0.0)
+        return _clone(self.runner.kv, [base], self._new_id())[0]
+
+    def release(self) -> None:
+        _release(self.runner.kv, list(self._prefilled.values()))
+
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+
+def agreement(outputs: list[list[int]], reference: list[list[int]]) -> list[int]:
+    """[tokens before each output first differs from its reference, tokens compared (up to the
+    shorter)], summed over the pairs: each a request as a policy and off decoded it. Lossless
+    speculation in fp32 agrees fully; bf16 on a CPU is not batch-shape invariant, so there
+    policies drift onto texts of their own, and a cell then compares policies on partly
+    different text (chat most: a lane that falls into a repeating loop drafts perfectly)."""
     agreed = compared = 0
-    for seq, ref in zip(lanes, reference):
-        mine, theirs = seq.output_ids, ref.output_ids
+    for mine, theirs in zip(outputs, reference):
         span = min(len(mine), len(theirs))
         agreed += next((i for i in range(span) if mine[i] != theirs[i]), span)
         compared += span
@@ -156,18 +222,8 @@ def ratio_spread(rounds: list[float], reference: list[float]) -> float | None:
 
 
 def rounds_for(batch: int, repeats: int) -> int:
-    """At least `repeats` rounds, and enough of B prompts each to decode DISTINCT_PROMPTS."""
-    return max(repeats, -(-DISTINCT_PROMPTS // batch))
-
-
-def _prefill(runner, calibration, loaded, workload, prompts) -> list[Sequence]:
-    """Lanes with everything but the last prompt token cached: the timed runs decode from it."""
-    lanes = [Sequence(i, list(ids), len(ids), max_new_tokens=10**6, agent=i, cat=workload)
-             for i, ids in enumerate(prompts)]
-    executor = StepExecutor(runner, calibration, target=loaded)
-    for seq in lanes:
-        executor.run([(seq, seq.pending - 1)], Controls(policy="off"), 0, 0.0)
-    return lanes
+    """At least `repeats` rounds, and enough of 2B requests each to serve DISTINCT_PROMPTS."""
+    return max(repeats, -(-DISTINCT_PROMPTS // (REQUESTS_PER_LANE * batch)))
 
 
 def _clone(kv: PagedKVCache, seqs: list[Sequence], first_id: int) -> list[Sequence]:
@@ -175,7 +231,8 @@ def _clone(kv: PagedKVCache, seqs: list[Sequence], first_id: int) -> list[Sequen
     copies = []
     for offset, seq in enumerate(seqs):
         copy = Sequence(first_id + offset, list(seq.token_ids), seq.prompt_len,
-                        max_new_tokens=seq.max_new_tokens, agent=seq.agent, cat=seq.cat)
+                        max_new_tokens=seq.max_new_tokens, stop_ids=seq.stop_ids,
+                        agent=seq.agent, cat=seq.cat)
         copy.num_cached = seq.num_cached
         kv.copy_sequence(seq.seq_id, copy.seq_id, seq.num_cached)
         copies.append(copy)

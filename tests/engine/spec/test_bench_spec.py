@@ -10,7 +10,7 @@ from engine.cli.main import main
 
 def test_bench_spec_smoke_json(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path))
-    rc = main(["bench", "spec", "--steps", "4", "--batches", "1,2", "--model", "tiny-test",
+    rc = main(["bench", "spec", "--max-tokens", "4", "--batches", "1,2", "--model", "tiny-test",
                "--dtype", "fp32", "--repeats", "2", "--json"])
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert rc == 0
@@ -22,6 +22,9 @@ def test_bench_spec_smoke_json(tmp_path, monkeypatch, capsys):
         assert row["policy"] in labels and row["tokens_per_s"] > 0
         if row["policy"] == "off":
             assert row["acceptance"] is None          # nothing drafted, no rate to report
+            # a token a step: lanes end their requests together, and the round is timed until
+            # the second request of each (2B in all, of 4 tokens each) is done
+            assert row["tokens"] == rounds_for(row["B"], 2) * 2 * row["B"] * 4
         elif row["policy"].startswith("fixed"):       # the prompts repeat: lookup always finds some
             assert 0.0 <= row["acceptance"] <= 1.0
         assert row["tokens_per_step"] >= 1.0  # every lane commits at least its bonus token
@@ -32,7 +35,7 @@ def test_bench_spec_smoke_json(tmp_path, monkeypatch, capsys):
 
 def test_bench_spec_smoke_table(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path))
-    assert main(["bench", "spec", "--steps", "4", "--batches", "1,2", "--model", "tiny-test",
+    assert main(["bench", "spec", "--max-tokens", "4", "--batches", "1,2", "--model", "tiny-test",
                  "--repeats", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("workload"))
@@ -49,8 +52,8 @@ def test_the_spread_of_a_ratio_is_its_standard_error_over_paired_rounds():
     assert ratio_spread([12.0], [10.0]) is None                            # one round: unknown
 
 
-def test_small_batches_run_rounds_until_sixteen_distinct_prompts_were_decoded():
-    assert [rounds_for(b, 3) for b in (1, 2, 4, 5, 8, 16)] == [16, 8, 4, 4, 3, 3]
+def test_small_batches_run_rounds_until_sixteen_distinct_prompts_were_served():
+    assert [rounds_for(b, 3) for b in (1, 2, 4, 5, 8, 16)] == [8, 4, 3, 3, 3, 3]
     assert rounds_for(16, 5) == 5
 
 
@@ -95,10 +98,6 @@ def test_cloned_lanes_decode_what_their_source_decodes():
 
 def test_agreement_counts_tokens_up_to_the_first_difference():
     from engine.bench.spec import agreement
-    from engine.sequence import Sequence
 
-    def lane(output):
-        return Sequence(0, [7, 7] + output, 2, max_new_tokens=100)
-
-    assert agreement([lane([1, 2, 3, 4])], [lane([1, 2, 3])]) == [3, 3]  # up to the shorter
-    assert agreement([lane([1, 9, 3]), lane([5])], [lane([1, 2, 3]), lane([6])]) == [1, 4]
+    assert agreement([[1, 2, 3, 4]], [[1, 2, 3]]) == [3, 3]  # up to the shorter
+    assert agreement([[1, 9, 3], [5]], [[1, 2, 3], [6]]) == [1, 4]
