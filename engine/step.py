@@ -148,10 +148,12 @@ class StepExecutor:
         # A free drafter is asked for one token more than may be sent: its prediction of the
         # token after the last draft, for the shadow check. Its proposals cost nothing, so they
         # are made before the plan, which weighs what each was matched on.
-        offers = [drafter.available(seq, controls.k + drafter.free) for seq in seqs]
+        # A lane can commit only so many more tokens; drafts past the last but one are cut.
+        caps = [min(controls.k, seq.max_new_tokens - seq.num_output - 1) for seq in seqs]
+        offers = [drafter.available(seq, cap + drafter.free) for seq, cap in zip(seqs, caps)]
         offered = drafter.propose(seqs, offers) if drafter.free else [Draft([]) for _ in seqs]
-        views = [LaneView(seq.seq_id, seq.cat, min(n, controls.k), draft.match)
-                 for seq, n, draft in zip(seqs, offers, offered)]
+        views = [LaneView(seq.seq_id, seq.cat, min(n, cap), draft.match)
+                 for seq, n, cap, draft in zip(seqs, offers, caps, offered)]
         decision = self.policy.decide(views, prefill, controls, self.calibration, drafter.cost_ms,
                                       shadowed=drafter.free, overhead=self.overhead.estimate)
         if not drafter.free:

@@ -99,6 +99,21 @@ def test_stop_token_and_max_tokens_finish_a_lane_mid_draft():
     assert sum(r.emitted for r in records2) == 5
 
 
+def test_a_lane_drafts_no_further_than_it_may_still_commit():
+    executor = _executor()
+    prompt = _copyish_prompt(6, 30)
+    seq = Sequence(0, list(prompt), len(prompt), max_new_tokens=9)
+    records = decode(executor, [seq], Controls(policy="fixed", k=8))
+    written, caps = 0, []
+    for record in records:
+        for lane in record.lanes:  # room for 9 - written tokens: drafts and the bonus after them
+            caps.append((lane.k, min(8, 9 - written - 1)))
+        written += record.emitted
+    assert all(k <= cap for k, cap in caps)
+    assert caps[-1][0] == caps[-1][1] < 8  # the last step was held to the room left
+    assert seq.output_ids == _alone(tuple(prompt), 9, torch.float64)
+
+
 def test_outcome_marks_accepted_drafts_and_rolls_back_kv():
     executor = _executor()
     prompt = _copyish_prompt(7, 40)
