@@ -148,7 +148,8 @@ class StepExecutor:
         # A free drafter is asked for one token more than may be sent: its prediction of the
         # token after the last draft, for the shadow check. Its proposals cost nothing, so they
         # are made before the plan, which weighs what each was matched on.
-        # A lane can commit only so many more tokens; drafts past the last but one are cut.
+        # A lane may still commit max_new_tokens - num_output tokens, its drafts and the bonus
+        # after them: more drafts would be verified only to be cut.
         caps = [min(controls.k, seq.max_new_tokens - seq.num_output - 1) for seq in seqs]
         offers = [drafter.available(seq, cap + drafter.free) for seq, cap in zip(seqs, caps)]
         offered = drafter.propose(seqs, offers) if drafter.free else [Draft([]) for _ in seqs]

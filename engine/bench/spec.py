@@ -133,7 +133,7 @@ def _measure(loaded, calibration, workload, prompts, batch, max_new, repeats) ->
                 for lane, seq in enumerate(lanes[label]):
                     if not seq.finished:
                         continue
-                    if handed[label] == requests:  # all B lanes are no longer busy
+                    if handed[label] == requests:  # a lane goes idle: the round's timing ends
                         timing.discard(label)
                         break
                     outputs[label][serving[label][lane]] = seq.output_ids
@@ -171,9 +171,10 @@ class _Requests:
     once, the first time a policy's lane takes it, and cloned for each lane that serves it."""
 
     def __init__(self, runner, calibration, loaded, workload, encoded, max_new, first) -> None:
-        self.runner, self.calibration, self.loaded = runner, calibration, loaded
+        self.runner = runner
         self.workload, self.encoded, self.max_new, self.first = workload, encoded, max_new, first
         self.stop_ids = tuple(loaded.tokenizer.eos_ids)
+        self._prefiller = StepExecutor(runner, calibration, target=loaded)
         self._prefilled: dict[int, Sequence] = {}
         self._next_id = 0
 
@@ -185,8 +186,7 @@ class _Requests:
                 self._new_id(), list(ids), len(ids), max_new_tokens=self.max_new,
                 stop_ids=self.stop_ids, agent=request, cat=self.workload)
             # everything but the last prompt token cached: the timed steps decode from it
-            StepExecutor(self.runner, self.calibration, target=self.loaded).run(
-                [(base, base.pending - 1)], Controls(policy="off"), 0, 0.0)
+            self._prefiller.run([(base, base.pending - 1)], Controls(policy="off"), 0, 0.0)
         return _clone(self.runner.kv, [base], self._new_id())[0]
 
     def release(self) -> None:
