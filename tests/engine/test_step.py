@@ -89,14 +89,23 @@ def test_stop_token_and_max_tokens_finish_a_lane_mid_draft():
     outputs = _alone(tuple(prompt), 12, torch.float64)
     stop = outputs[3]
     seq = Sequence(0, list(prompt), len(prompt), max_new_tokens=12, stop_ids=(stop,))
-    records = decode(executor, [seq], Controls(policy="fixed", k=8))
+    decode(executor, [seq], Controls(policy="fixed", k=8))
     assert seq.finished and seq.output_ids == outputs[:outputs.index(stop) + 1]
     seq2 = Sequence(1, list(prompt), len(prompt), max_new_tokens=5)
-    records2 = decode(executor, [seq2], Controls(policy="fixed", k=8))
+    decode(executor, [seq2], Controls(policy="fixed", k=8))
     assert seq2.output_ids == outputs[:5]
-    # the records count what was committed, though the end fell inside accepted drafts
-    assert sum(r.emitted for r in records) == len(seq.output_ids)
-    assert sum(r.emitted for r in records2) == 5
+
+
+def test_records_count_what_a_lane_commits_when_it_stops_inside_its_drafts():
+    """This lane's first draft is accepted and is already the stop token: the bonus after it is
+    never committed, so the step emits one token."""
+    executor = _executor()
+    prompt = _copyish_prompt(4, 30)
+    stop = _alone(tuple(prompt), 16, torch.float64)[0]
+    seq = Sequence(0, list(prompt), len(prompt), max_new_tokens=16, stop_ids=(stop,))
+    records = decode(executor, [seq], Controls(policy="fixed", k=8))
+    assert seq.output_ids == [stop] and records[-1].lanes[0].k > 0
+    assert sum(r.emitted for r in records) == 1
 
 
 def test_a_lane_drafts_no_further_than_it_may_still_commit():
