@@ -141,9 +141,11 @@ class StepExecutor:
     # -- parts of a step --
     def _draft(self, seqs: list[Sequence], prefill: int,
                controls: Controls) -> tuple[Decision, list[Draft]]:
-        if controls.policy == "off" or not seqs:
-            return Decision([0] * len(seqs), "off" if seqs else "prefill only"), \
-                [Draft([]) for _ in seqs]
+        if not seqs:
+            return Decision([], "prefill only"), []
+        resting = self.policy.idle([seq.seq_id for seq in seqs], controls, self.calibration)
+        if resting:
+            return resting, [Draft([]) for _ in seqs]
         drafter = self.drafter(controls.drafter)
         # A free drafter is asked for one token more than may be sent: its prediction of the
         # token after the last draft, for the shadow check. Its proposals cost nothing, so they

@@ -123,6 +123,21 @@ def test_a_lane_drafts_no_further_than_it_may_still_commit():
     assert seq.output_ids == _alone(tuple(prompt), 9, torch.float64)
 
 
+@pytest.mark.parametrize("controls", [Controls(policy="uniform", k=4),
+                                      Controls(policy="goodput", k=4, spec_ceiling=4)])
+def test_a_step_where_no_lane_may_draft_does_not_ask_the_drafter(controls, monkeypatch):
+    """Five lanes: past uniform's budget (floor((T - 5) / 5) = 0 at T = CURVE.budget < 10), and
+    past the speculation ceiling of 4."""
+    from engine.spec.prompt_lookup import PromptLookupDrafter
+    asked = []
+    monkeypatch.setattr(PromptLookupDrafter, "available", lambda *args: asked.append(1) or 0)
+    assert CURVE.budget < 10
+    seqs = [Sequence(i, _copyish_prompt(20 + i, 30), 30, max_new_tokens=6) for i in range(5)]
+    records = decode(_executor(), seqs, controls)
+    assert not asked and all(r.batch == 5 and r.drafted == 0 for r in records)
+    assert "= 0" in records[-1].reason or "spec ceiling 4" in records[-1].reason
+
+
 def test_outcome_marks_accepted_drafts_and_rolls_back_kv():
     executor = _executor()
     prompt = _copyish_prompt(7, 40)
