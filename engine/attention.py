@@ -157,7 +157,8 @@ def plan_attention(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens
             out_rows += [num_tokens] * pad + list(range(row, row + q))
         # keys past a lane's blocks (to the longest context, or KEY_BUCKET's) come from block 0,
         # masked
-        blocks = [b for *_, i in entries for b in (tables[i] + [0] * max_blocks)[:max_blocks]]
+        blocks = [b for *_, i in entries
+                  for b in tables[i][:max_blocks] + [0] * (max_blocks - len(tables[i]))]
         ctxs = torch.tensor([c for _, _, c, _ in entries], device=device)
         mask = None
         if q_len > 1 or any(c != ctx for _, _, c, _ in entries):

@@ -115,38 +115,8 @@ def _measure(loaded, calibration, workload, prompts, batch, max_new, repeats) ->
             for step in range(2):
                 warmer.run([(seq, 1) for seq in warm], Controls(policy="off"), step, 0.0)
             _release(kv, warm)
-        lanes = {label: [served.lane(i) for i in range(batch)] for label, _, _ in POLICIES}
-        serving = {label: list(range(batch)) for label, _, _ in POLICIES}  # each lane's request
-        handed = dict.fromkeys(lanes, batch)
-        outputs = {label: {} for label in lanes}  # request -> output ids
-        counts = {label: [0.0, 0, 0, 0, 0] for label in lanes}
-        timing, step = set(lanes), 0
-        while timing:
-            for label, policy, k in in_turn(POLICIES, step):
-                if label not in timing:
-                    continue
-                record = executors[label].run([(seq, 1) for seq in lanes[label]],
-                                              Controls(policy=policy, k=k), step, 0.0).record
-                for i, value in enumerate((record.dt_ms, 1, record.emitted, record.drafted,
-                                           record.accepted)):
-                    counts[label][i] += value
-                for lane, seq in enumerate(lanes[label]):
-                    if not seq.finished:
-                        continue
-                    if handed[label] == requests:  # a lane goes idle: the round's timing ends
-                        timing.discard(label)
-                        break
-                    outputs[label][serving[label][lane]] = seq.output_ids
-                    executors[label].release(seq)
-                    lanes[label][lane] = served.lane(handed[label])
-                    serving[label][lane] = handed[label]
-                    handed[label] += 1
-            step += 1
-        for label in lanes:
-            for request, seq in zip(serving[label], lanes[label]):
-                outputs[label][request] = seq.output_ids
-                executors[label].release(seq)
-        for label in lanes:
+        counts, outputs = _serve_round(executors, served, batch, requests)
+        for label, _, _ in POLICIES:
             common = sorted(outputs[label].keys() & outputs["off"].keys())
             counts[label] += agreement([outputs[label][r] for r in common],
                                        [outputs["off"][r] for r in common])
@@ -164,6 +134,45 @@ def _measure(loaded, calibration, workload, prompts, batch, max_new, repeats) ->
                                             for m, _, e, *_ in per_round[label]],
                      "agrees_with_off": round(agreed / compared, 3) if compared else None})
     return rows
+
+
+def _serve_round(executors, served, batch, requests):
+    """Every policy's B lanes serve the round's requests in lockstep, each policy timed until one
+    of its lanes finishes with no request left. Per policy: [ms, steps, emitted, drafted,
+    accepted], and each request's output ids (those still running at the end, as far as they
+    got)."""
+    lanes = {label: [served.lane(i) for i in range(batch)] for label, _, _ in POLICIES}
+    serving = {label: list(range(batch)) for label in lanes}  # each lane's request
+    handed = dict.fromkeys(lanes, batch)
+    outputs = {label: {} for label in lanes}  # request -> output ids
+    counts = {label: [0.0, 0, 0, 0, 0] for label in lanes}
+    timing, step = set(lanes), 0
+    while timing:
+        for label, policy, k in in_turn(POLICIES, step):
+            if label not in timing:
+                continue
+            record = executors[label].run([(seq, 1) for seq in lanes[label]],
+                                          Controls(policy=policy, k=k), step, 0.0).record
+            for i, value in enumerate((record.dt_ms, 1, record.emitted, record.drafted,
+                                       record.accepted)):
+                counts[label][i] += value
+            for lane, seq in enumerate(lanes[label]):
+                if not seq.finished:
+                    continue
+                if handed[label] == requests:  # a lane goes idle: the round's timing ends
+                    timing.discard(label)
+                    break
+                outputs[label][serving[label][lane]] = seq.output_ids
+                executors[label].release(seq)
+                lanes[label][lane] = served.lane(handed[label])
+                serving[label][lane] = handed[label]
+                handed[label] += 1
+        step += 1
+    for label in lanes:
+        for request, seq in zip(serving[label], lanes[label]):
+            outputs[label][request] = seq.output_ids
+            executors[label].release(seq)
+    return counts, outputs
 
 
 class _Requests:
