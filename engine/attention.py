@@ -20,11 +20,12 @@ lane padded to two queries, rows gathered and scattered), 0.7 ms unfolded; two l
 two, 6.8 ms against 2.9. The grouping depends only on the step's lane shapes,
 so it is planned once per step (`plan_attention`) and reused by every layer.
 
-In bf16 on a CPU with bf16 dot instructions, a call with many query rows is two matmuls instead
-(`_matmul_attention`: scores rounded to bf16 and a softmax computed in fp32 inside, as in Hugging
-Face's eager attention). SDPA's CPU flash kernel took 1.6x their time for 4 lanes of 17 queries
-in live code-edit decoding (680 us a layer against 423, ctx ~340), 1.13x for 4 lanes of 5; with
-fewer rows the two are alike, so those calls keep SDPA and its cheaper gather of blocks."""
+In bf16 on a CPU with bf16 dot instructions, a call of two or more lanes with many query rows is
+two matmuls instead (`_matmul_attention`: scores rounded to bf16 and a softmax computed in fp32
+inside, as in Hugging Face's eager attention). SDPA's CPU flash kernel took 1.6x their time for 4
+lanes of 17 queries in live code-edit decoding (680 us a layer against 423, ctx ~340), 1.13x for 4
+lanes of 5; with fewer rows the two are alike, and for a lone lane SDPA is faster at every length,
+so those calls keep SDPA and its cheaper gather of blocks."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -44,6 +45,10 @@ CALL_COST_PAIRS = 3000
 GATHER_COST_PAIRS = 5
 # Least query rows a KV head (query heads per KV head x queries) for a bf16 call to be matmuls.
 MATMUL_MIN_ROWS = 12
+# Least lanes: a lone lane's call (one lane drafting among lanes that do not) is cheaper in SDPA
+# at every length, its keys not copied contiguous for two oneDNN calls (ctx 384: 71 us against
+# 107 at 5 queries, 145 against 150 at 17); from two lanes of 17 queries matmuls win.
+MATMUL_MIN_LANES = 2
 # Most scores a KV head (lanes x rows x keys) for matmuls, which hold them all at once; larger
 # calls (long prefill chunks) keep SDPA's flash kernel, whose memory is bounded.
 MATMUL_MAX_SCORES = 1 << 21
@@ -143,6 +148,7 @@ def plan_attention(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens
         q_len = max(q for _, q, _, _ in entries)
         ctx = max(c for _, _, c, _ in entries)
         matmul = (may_matmul and group_size * q_len >= MATMUL_MIN_ROWS
+                  and len(entries) >= MATMUL_MIN_LANES
                   and len(entries) * group_size * q_len * ctx <= MATMUL_MAX_SCORES)
         if matmul:
             ctx = -(-ctx // KEY_BUCKET) * KEY_BUCKET

@@ -41,8 +41,8 @@ BATCH_SHAPES = (2, 4, 8, 16)
 # interleaved (points spoiled by load); 2: interleaved rounds; 3: CPU linears as weight @ x.T over
 # padded rows (a much flatter fp32 curve), every N to 32; 4: ratios to a reference pass just before;
 # 5: bf16 calls of many query rows attended by matmuls where the CPU has bf16 dot instructions
-# (attention.py).
-VERSION = 5
+# (attention.py); 6: a lone lane's call (every N shape) keeps SDPA.
+VERSION = 6
 
 
 @dataclass(slots=True)

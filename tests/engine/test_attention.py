@@ -167,19 +167,21 @@ def test_merged_calls_equal_one_call_per_length(call_cost):
 @pytest.mark.parametrize("fast_bf16", (True, False))
 def test_bf16_calls_of_many_rows_are_matmuls_where_the_cpu_has_bf16_dot_instructions(
         monkeypatch, fast_bf16):
-    """bf16: a call of at least MATMUL_MIN_ROWS query rows a KV head is two matmuls on such a
-    CPU, over keys padded to KEY_BUCKET; SDPA elsewhere. Both kernels agree with the fp64
-    textbook on the same bf16 inputs to bf16's precision."""
+    """bf16: a call of at least MATMUL_MIN_ROWS query rows a KV head and MATMUL_MIN_LANES lanes
+    is two matmuls on such a CPU, over keys padded to KEY_BUCKET; SDPA elsewhere (a lone lane of
+    9 queries too). Both kernels agree with the fp64 textbook on the same bf16 inputs to bf16's
+    precision."""
     monkeypatch.setattr("engine.attention.cpu_has_fast_bf16", lambda: fast_bf16)
-    q_lens = [1, 3, 6, 2, 17, 3, 4]  # one call a length; 3 query heads a KV head
-    ctx = [2, 9, 40, 6, 30, 13, 70]
-    q, k_cache, v_cache, tables, bt, cu, ctx_lens = _lanes(q_lens, ctx)
+    q_lens = [1, 3, 6, 2, 17, 3, 4, 9, 4, 17, 6]  # one call a length; 3 query heads a KV head
+    ctx = [2, 9, 40, 6, 30, 13, 70, 50, 20, 25, 33]
+    q, k_cache, v_cache, tables, bt, cu, ctx_lens = _lanes(q_lens, ctx, nblocks=128)
     q, k_cache, v_cache = (t.to(torch.bfloat16) for t in (q, k_cache, v_cache))
     plan = plan_attention(bt, cu, ctx_lens, 4, 3, q.dtype, call_cost_pairs=0)
-    matmul = fast_bf16  # from 4 queries: 12 rows
-    assert [(g.q_len, g.ctx, g.matmul) for g in plan.groups] == [
-        (1, 2, False), (2, 6, False), (3, 13, False), (4, 128 if matmul else 70, matmul),
-        (6, 64 if matmul else 40, matmul), (17, 64 if matmul else 30, matmul)]
+    matmul = fast_bf16  # from 4 queries (12 rows) in two lanes
+    assert [(g.num_lanes, g.q_len, g.ctx, g.matmul) for g in plan.groups] == [
+        (1, 1, 2, False), (1, 2, 6, False), (2, 3, 13, False), (2, 4, 128 if matmul else 70, matmul),
+        (2, 6, 64 if matmul else 40, matmul), (1, 9, 50, False),
+        (2, 17, 64 if matmul else 30, matmul)]
     got = paged_attention(q, k_cache, v_cache, bt, cu, ctx_lens, 0.3, plan=plan)
     want = _one_lane_at_a_time(q.double(), k_cache.double(), v_cache.double(), tables, q_lens,
                                ctx, 0.3)
@@ -189,6 +191,6 @@ def test_bf16_calls_of_many_rows_are_matmuls_where_the_cpu_has_bf16_dot_instruct
 def test_a_call_too_large_for_its_scores_keeps_sdpa(monkeypatch):
     monkeypatch.setattr("engine.attention.cpu_has_fast_bf16", lambda: True)
     monkeypatch.setattr("engine.attention.MATMUL_MAX_SCORES", 3 * 17 * 30 - 1)
-    q, k_cache, v_cache, tables, bt, cu, ctx_lens = _lanes([17, 5], [30, 30])
+    q, k_cache, v_cache, tables, bt, cu, ctx_lens = _lanes([17, 5, 5, 17], [30, 30, 30, 15])
     plan = plan_attention(bt, cu, ctx_lens, 4, 3, torch.bfloat16, call_cost_pairs=0)
     assert [(g.q_len, g.matmul) for g in plan.groups] == [(5, True), (17, False)]
