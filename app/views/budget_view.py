@@ -58,8 +58,10 @@ class BudgetView(QWidget):
         self.detail = LiveLabel(role="muted")
 
         self.table = QTableWidget(0, 4)
-        self.table.setHorizontalHeaderLabels(["agents", "committed", "free to spec.",
-                                              "draft / agent"])
+        # two-line headers: the table shares its row with the chart and must fit without
+        # scrolling at the window's default width
+        self.table.setHorizontalHeaderLabels(["agents", "committed", "free to\nspeculate",
+                                              "draft /\nagent"])
         self.table.verticalHeader().setVisible(False)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
