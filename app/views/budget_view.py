@@ -3,6 +3,8 @@ padding, unused, and any overflow past T), above the seed's reference bars for B
 with the seed's table beside it computed from the T in force and the live B highlighted."""
 from __future__ import annotations
 
+import math
+
 import pyqtgraph as pg
 from PySide6.QtGui import QBrush
 from PySide6.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QTableWidget, QTableWidgetItem,
@@ -114,20 +116,30 @@ class BudgetView(QWidget):
         self.overflow.setOpts(x0=[budget] if over > 0 else [], width=[over] if over > 0 else [],
                               y=[LIVE_Y] if over > 0 else [], height=BAR_HEIGHT + 0.2)
         self.budget_line.setValue(budget)
-        # Room right of the longest bar for its label. The axis fits the widest pass of recent
-        # steps, in steps of 8 tokens: a range that followed every step would redraw the axes,
-        # grid and every bar each frame (~10 ms), not just the bars that changed.
+        self._place_labels(rec, budget, over)
+        # The axis fits the widest pass of recent steps, in steps of 8 tokens, and the live
+        # label right of it: a range that followed every step would redraw the axes, grid and
+        # every bar each frame (~10 ms), not just the bars that changed.
         recent = history.column("pass_tokens", max(0, stop - RANGE_STEPS), stop).max()
         widest = -(-max(budget, int(recent), REFERENCE_BATCHES[-1]) // 8) * 8
-        self.plot.setXRange(0, widest * 1.3 + 1, padding=0)
+        self.plot.setXRange(0, widest / (1 - self._label_share()) + 1, padding=0)
         self.plot.setYRange(-0.6, LIVE_Y + 0.6, padding=0)
-        self._place_labels(rec, budget, over)
         self.detail.setText(
             f"step {rec.step}: B={rec.batch}, {rec.drafted} drafted ({rec.accepted} accepted), "
             f"prefill {rec.prefill}, padding {rec.padding} → {rec.pass_tokens} of T={budget}"
             + (f", {over} over budget" if over > 0 else ""))
         if budget != self._budget or self.table.property("live") != rec.batch:
             self._fill_table(budget, rec.batch)
+
+    def _label_share(self) -> float:
+        """The share of the axis the live label (the longest) needs right of its bar. Its width
+        is in pixels, so the share grows as the plot narrows; rounded up to twentieths, so that
+        the range moves only when the text grows by a few digits."""
+        view_px = self.plot.getViewBox().width()
+        if view_px <= 0:  # not laid out yet
+            return 0.25
+        label_px = self._labels[0].boundingRect().width() + 8
+        return min(math.ceil(20 * label_px / view_px) / 20, 0.7)
 
     def _place_labels(self, rec, budget: int, over: int) -> None:
         texts = [(LIVE_Y, f"{rec.pass_tokens} of T={budget}" + (f", +{over} over" if over > 0 else ""),

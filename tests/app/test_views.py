@@ -77,6 +77,25 @@ def test_budget_table_highlights_live_batch_and_shows_overflow(qtbot):
     assert list(view.overflow.opts["x0"]) == [12] and list(view.overflow.opts["width"]) == [9]
 
 
+def test_the_live_label_fits_right_of_the_widest_bar(qtbot):
+    """The live bar's label sits right of its bar, inside the plot, even when that bar is far
+    the widest (a step drafting 300 past T = 3)."""
+    view = BudgetView(Theme.load("dark"))
+    qtbot.addWidget(view)
+    view.resize(700, 380)
+    view.show()
+    qtbot.waitExposed(view)
+    history = History()
+    lanes = [LaneRecord(i, "code-edit", 100, 90, 0, 300) for i in range(3)]
+    history.extend([StepRecord(0, 0.0, 400.0, 3, 0, 3, "goodput", "packed", lanes, "")])
+    for _ in range(2):  # the second draw sees the first's layout
+        view.show_history(history, 1)
+        qtbot.wait(50)  # the view box places its items once events run
+    label, box = view._labels[0].sceneBoundingRect(), view.plot.getViewBox().sceneBoundingRect()
+    assert view._labels[0].toPlainText() == "303 of T=3, +300 over"
+    assert box.left() < label.left() and label.right() <= box.right()
+
+
 def test_lane_strip_colours_accepted_rejected_and_padding(qtbot):
     theme = Theme.load("dark")
     view = LaneStripView(theme)
