@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import pyqtgraph as pg
-from PySide6.QtGui import QBrush
+from PySide6.QtGui import QBrush, QFontMetricsF
 from PySide6.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QTableWidget, QTableWidgetItem,
                                QVBoxLayout, QWidget)
 
@@ -28,6 +28,11 @@ def per_agent_draft(budget: int, batch: int) -> float:
 
 def _fmt(value: float) -> str:
     return f"{value:.1f}".rstrip("0").rstrip(".")
+
+
+def _live_text(pass_tokens: int, budget: int) -> str:
+    over = pass_tokens - budget
+    return f"{pass_tokens} of T={budget}" + (f", +{over} over" if over > 0 else "")
 
 
 class BudgetView(QWidget):
@@ -116,14 +121,14 @@ class BudgetView(QWidget):
         self.overflow.setOpts(x0=[budget] if over > 0 else [], width=[over] if over > 0 else [],
                               y=[LIVE_Y] if over > 0 else [], height=BAR_HEIGHT + 0.2)
         self.budget_line.setValue(budget)
-        self._place_labels(rec, budget, over)
-        # The axis fits the widest pass of recent steps, in steps of 8 tokens, and the live
-        # label right of it: a range that followed every step would redraw the axes, grid and
-        # every bar each frame (~10 ms), not just the bars that changed.
+        # The axis fits the widest pass of recent steps, in steps of 8 tokens, and its live label
+        # right of it: a range that followed every step would redraw the axes, grid and every
+        # bar each frame (~10 ms), not just the bars that changed.
         recent = history.column("pass_tokens", max(0, stop - RANGE_STEPS), stop).max()
         widest = -(-max(budget, int(recent), REFERENCE_BATCHES[-1]) // 8) * 8
-        self.plot.setXRange(0, widest / (1 - self._label_share()) + 1, padding=0)
+        self.plot.setXRange(0, widest / (1 - self._label_share(widest, budget)) + 1, padding=0)
         self.plot.setYRange(-0.6, LIVE_Y + 0.6, padding=0)
+        self._place_labels(rec, budget)
         self.detail.setText(
             f"step {rec.step}: B={rec.batch}, {rec.drafted} drafted ({rec.accepted} accepted), "
             f"prefill {rec.prefill}, padding {rec.padding} → {rec.pass_tokens} of T={budget}"
@@ -131,19 +136,19 @@ class BudgetView(QWidget):
         if budget != self._budget or self.table.property("live") != rec.batch:
             self._fill_table(budget, rec.batch)
 
-    def _label_share(self) -> float:
-        """The share of the axis the live label (the longest) needs right of its bar. Its width
-        is in pixels, so the share grows as the plot narrows; rounded up to twentieths, so that
-        the range moves only when the text grows by a few digits."""
+    def _label_share(self, widest: int, budget: int) -> float:
+        """The share of the axis that the live label of a pass of `widest` tokens needs right of
+        its bar. Its width is in pixels, so the share grows as the plot narrows. Measured for the
+        widest pass, not the live one, so that the range holds while the text changes."""
         view_px = self.plot.getViewBox().width()
         if view_px <= 0:  # not laid out yet
             return 0.25
-        label_px = self._labels[0].boundingRect().width() + 8
+        metrics = QFontMetricsF(self._labels[0].textItem.font())
+        label_px = metrics.horizontalAdvance(_live_text(widest, budget)) + 12
         return min(math.ceil(20 * label_px / view_px) / 20, 0.7)
 
-    def _place_labels(self, rec, budget: int, over: int) -> None:
-        texts = [(LIVE_Y, f"{rec.pass_tokens} of T={budget}" + (f", +{over} over" if over > 0 else ""),
-                  max(rec.pass_tokens, budget))]
+    def _place_labels(self, rec, budget: int) -> None:
+        texts = [(LIVE_Y, _live_text(rec.pass_tokens, budget), max(rec.pass_tokens, budget))]
         for row, b in enumerate(REFERENCE_BATCHES):
             texts.append((len(REFERENCE_BATCHES) - 1 - row,
                            f"{_fmt(per_agent_draft(budget, b))} per agent", max(b, 1)))
