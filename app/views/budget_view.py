@@ -56,6 +56,7 @@ class BudgetView(QWidget):
                         for _ in range(1 + len(REFERENCE_BATCHES))]
         for label in self._labels:
             self.plot.addItem(label)
+        self._label_metrics = QFontMetricsF(self._labels[0].textItem.font())  # sizes the axis
         ticks = [(LIVE_Y, "live")] + [(len(REFERENCE_BATCHES) - 1 - i, f"B={b}")
                                       for i, b in enumerate(REFERENCE_BATCHES)]
         self.plot.getAxis("left").setTicks([ticks])
@@ -143,8 +144,8 @@ class BudgetView(QWidget):
         view_px = self.plot.getViewBox().width()
         if view_px <= 0:  # not laid out yet
             return 0.25
-        metrics = QFontMetricsF(self._labels[0].textItem.font())
-        label_px = metrics.horizontalAdvance(_live_text(widest, budget)) + 12
+        # + the label's offset from its bar and its own margins
+        label_px = self._label_metrics.horizontalAdvance(_live_text(widest, budget)) + 12
         return min(math.ceil(20 * label_px / view_px) / 20, 0.7)
 
     def _place_labels(self, rec, budget: int) -> None:
