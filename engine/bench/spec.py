@@ -58,6 +58,13 @@ def add_arguments(parser) -> None:
                         help="least rounds of every policy in lockstep, each serving the next 2B "
                              "prompts; small B runs more, to serve 16 distinct prompts; cells "
                              "add up all rounds (default %(default)s)")
+    parser.add_argument("--workloads", default=",".join(name for name, _ in WORKLOADS),
+                        help="comma-separated workloads (default %(default)s)")
+    parser.add_argument("--policies", default=",".join(label for label, _, _ in POLICIES),
+                        help="comma-separated policies, off among them (every ratio is against "
+                             "it): off, fixed-K, uniform, goodput, and uniform-K or goodput-K "
+                             f"for those capped at K drafts a lane, not {ADAPTIVE_CAP} "
+                             "(default %(default)s)")
     parser.add_argument("--json", action="store_true", help="print rows as JSON Lines")
 
 
@@ -66,20 +73,22 @@ def run(args) -> int:
     from engine.spec.calibration import calibrate_or_load
     from engine.loading import load_model
     say = lambda message, *_: print(message, file=sys.stderr)  # noqa: E731
-    try:
-        loaded = load_model(args.model, args.dtype, args.device, progress=say)
-        calibration = calibrate_or_load(loaded, progress=say)
+    try:  # the arguments first: a typo should not wait for a model to load
         batches = [int(b) for b in args.batches.split(",")]
         if args.max_tokens < 1 or args.repeats < 1 or min(batches) < 1:
             raise ValueError("--max-tokens, --repeats and every B must be >= 1")
+        policies = parse_policies(args.policies)
+        workloads = _chosen_workloads(args.workloads)
+        loaded = load_model(args.model, args.dtype, args.device, progress=say)
+        calibration = calibrate_or_load(loaded, progress=say)
     except (SwarmscopeError, ValueError) as exc:
         print(f"swarmscope bench spec: {exc}", file=sys.stderr)
         return 2
     rows = []
-    for batch in batches:  # B outermost: an interrupted run still compares both workloads
-        for workload, prompts in WORKLOADS:
+    for batch in batches:  # B outermost: an interrupted run still compares the workloads
+        for workload, prompts in workloads:
             measured = _measure(loaded, calibration, workload, prompts, batch, args.max_tokens,
-                                args.repeats)
+                                args.repeats, policies)
             rows += measured
             if args.json:  # as they come: a long run interrupted still leaves its rows
                 for row in measured:
@@ -87,26 +96,58 @@ def run(args) -> int:
             else:
                 say(f"done {workload} B={batch}")
     if not args.json:
-        _print_table(rows, calibration)
+        _print_table(rows, calibration, policies)
     return 0
 
 
-def _measure(loaded, calibration, workload, prompts, batch, max_new, repeats) -> list[dict]:
+def parse_policies(text: str) -> tuple[tuple[str, str, int], ...]:
+    """(label, policy, K) for each comma-separated label: off, fixed-K, uniform, goodput, or
+    uniform-K / goodput-K (capped at K drafts a lane)."""
+    policies = []
+    for label in (part.strip() for part in text.split(",")):
+        name, _, k = label.partition("-")
+        if label in ("off", "uniform", "goodput"):
+            policies.append((label, label, 0 if label == "off" else ADAPTIVE_CAP))
+        elif name in ("fixed", "uniform", "goodput") and k.isdigit() and int(k) >= 1:
+            Controls(policy=name, k=int(k))  # K's range is the controls'
+            policies.append((label, name, int(k)))
+        else:
+            raise ValueError(f"unknown policy {label!r} in --policies; use off, fixed-K, "
+                             "uniform, goodput, uniform-K or goodput-K (K >= 1)")
+    labels = [label for label, _, _ in policies]
+    if "off" not in labels or len(set(labels)) != len(labels):
+        raise ValueError(f"--policies needs off, as every ratio is against it, and no label "
+                         f"twice: got {text!r}")
+    return tuple(policies)
+
+
+def _chosen_workloads(text: str) -> list[tuple[str, list[str]]]:
+    known = dict(WORKLOADS)
+    names = [part.strip() for part in text.split(",")]
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        raise ValueError(f"unknown workload(s) {', '.join(unknown)} in --workloads; "
+                         f"use {', '.join(known)}")
+    return [(name, known[name]) for name in names]
+
+
+def _measure(loaded, calibration, workload, prompts, batch, max_new, repeats,
+             policies=POLICIES) -> list[dict]:
     rounds = rounds_for(batch, repeats)
     requests = REQUESTS_PER_LANE * batch  # a round's
     tok = loaded.tokenizer
     encoded = [tok.encode(tok.chat_prompt(prompt)) for prompt in prompts]
     # room for a request's prompt, its output and the drafts past it
     lane_blocks = -(-(max(len(ids) for ids in encoded) + max_new + ADAPTIVE_CAP + 32) // 16)
-    kv = PagedKVCache(loaded.config, (requests + len(POLICIES) * batch) * lane_blocks, 16,
+    kv = PagedKVCache(loaded.config, (requests + len(policies) * batch) * lane_blocks, 16,
                       loaded.model.dtype, loaded.model.device)
     runner = ModelRunner(loaded.model, kv)
     # a round's [ms, steps, emitted, drafted, accepted, tokens agreeing with off, tokens compared]
-    per_round = {label: [] for label, _, _ in POLICIES}
+    per_round = {label: [] for label, _, _ in policies}
     # One executor per policy for all rounds: like a running engine, a policy meets each round's
     # new lanes knowing what it learned of their category and of the step cost.
     executors = {label: StepExecutor(runner, calibration, target=loaded)
-                 for label, _, _ in POLICIES}
+                 for label, _, _ in policies}
     for round_ in range(rounds):
         served = _Requests(runner, calibration, loaded, workload, encoded, max_new,
                            first=round_ * requests)
@@ -115,15 +156,15 @@ def _measure(loaded, calibration, workload, prompts, batch, max_new, repeats) ->
             for step in range(2):
                 warmer.run([(seq, 1) for seq in warm], Controls(policy="off"), step, 0.0)
             _release(kv, warm)
-        counts, outputs = _serve_round(executors, served, batch, requests)
-        for label, _, _ in POLICIES:
+        counts, outputs = _serve_round(executors, policies, served, batch, requests)
+        for label, _, _ in policies:
             common = sorted(outputs[label].keys() & outputs["off"].keys())
             counts[label] += agreement([outputs[label][r] for r in common],
                                        [outputs["off"][r] for r in common])
             per_round[label].append(counts[label])
         served.release()
     rows = []
-    for label, _, _ in POLICIES:
+    for label, _, _ in policies:
         ms, steps, emitted, drafted, accepted, agreed, compared = (
             sum(column) for column in zip(*per_round[label]))
         rows.append({"workload": workload, "B": batch, "policy": label,
@@ -136,19 +177,19 @@ def _measure(loaded, calibration, workload, prompts, batch, max_new, repeats) ->
     return rows
 
 
-def _serve_round(executors, served, batch, requests):
+def _serve_round(executors, policies, served, batch, requests):
     """Every policy's B lanes serve the round's requests in lockstep, each policy timed until one
     of its lanes finishes with no request left. Per policy: [ms, steps, emitted, drafted,
     accepted], and each request's output ids (those still running at the end, as far as they
     got)."""
-    lanes = {label: [served.lane(i) for i in range(batch)] for label, _, _ in POLICIES}
+    lanes = {label: [served.lane(i) for i in range(batch)] for label, _, _ in policies}
     serving = {label: list(range(batch)) for label in lanes}  # each lane's request
     handed = dict.fromkeys(lanes, batch)
     outputs = {label: {} for label in lanes}  # request -> output ids
     counts = {label: [0.0, 0, 0, 0, 0] for label in lanes}
     timing, step = set(lanes), 0
     while timing:
-        for label, policy, k in in_turn(POLICIES, step):
+        for label, policy, k in in_turn(policies, step):
             if label not in timing:
                 continue
             record = executors[label].run([(seq, 1) for seq in lanes[label]],
@@ -253,12 +294,13 @@ def _release(kv: PagedKVCache, seqs: list[Sequence]) -> None:
         kv.blocks.free(seq.seq_id)
 
 
-def _print_table(rows, calibration) -> None:
+def _print_table(rows, calibration, policies) -> None:
     print(f"budget T = {calibration.budget}, t(1) = {calibration.t_ms(1):.1f} ms "
           f"({calibration.model}, {calibration.dtype}, {calibration.device})")
-    labels = [label for label, _, _ in POLICIES]
+    labels = [label for label, _, _ in policies]
+    judged = "goodput" in labels and len(labels) > 2  # goodput against the best of the others
     print(f"{'workload':10} {'B':>3} " + " ".join(f"{name:>14}" for name in labels)
-          + "    goodput/best     goodput/off  agree")
+          + ("    goodput/best     goodput/off" if judged else "") + "  agree")
     keys = sorted({(r["workload"], r["B"]) for r in rows}, key=lambda x: (x[0] != "code-edit", x[1]))
     for workload, batch in keys:
         cells = {r["policy"]: r for r in rows if r["workload"] == workload and r["B"] == batch}
@@ -266,17 +308,19 @@ def _print_table(rows, calibration) -> None:
         for name in labels:
             acc = cells[name]["acceptance"]
             text.append(f"{cells[name]['tokens_per_s']:7.1f} ({'  -' if acc is None else f'{acc:.2f}'})")
-        best = max((cells[n] for n in labels if n != "goodput"), key=lambda r: r["tokens_per_s"])
-        good, off = cells["goodput"], cells["off"]
         ratios = []
-        for other in (best, off):
-            spread = ratio_spread(good["round_tokens_per_s"], other["round_tokens_per_s"])
-            ratios.append(f"{good['tokens_per_s'] / other['tokens_per_s']:.3f}"
-                          + ("" if spread is None else f" ±{spread:.3f}"))
+        if judged:
+            best = max((cells[n] for n in labels if n != "goodput"),
+                       key=lambda r: r["tokens_per_s"])
+            good, off = cells["goodput"], cells["off"]
+            for other in (best, off):
+                spread = ratio_spread(good["round_tokens_per_s"], other["round_tokens_per_s"])
+                ratios.append(f"{good['tokens_per_s'] / other['tokens_per_s']:.3f}"
+                              + ("" if spread is None else f" ±{spread:.3f}"))
         agree = min(cells[n]["agrees_with_off"] or 0.0 for n in labels)
         print(f"{workload:10} {batch:3d} " + " ".join(f"{c:>14}" for c in text)
               + "".join(f"  {r:>14}" for r in ratios) + f"  {agree:5.3f}")
     print("cells: tokens/s (acceptance) over all rounds; uniform and goodput capped at "
-          f"k={ADAPTIVE_CAP}; ± is the standard error of the ratio over paired rounds; agree: "
-          "the least share of any policy's tokens that equal off's before they first differ "
-          "(1 where decoding is batch-shape invariant)")
+          f"k={ADAPTIVE_CAP} unless labelled -K; ± is the standard error of the ratio over paired "
+          "rounds; agree: the least share of any policy's tokens that equal off's before they "
+          "first differ (1 where decoding is batch-shape invariant)")

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from engine.bench.spec import POLICIES, ratio_spread, rounds_for
+from engine.bench.spec import POLICIES, parse_policies, ratio_spread, rounds_for
 from engine.bench.spec_workloads import CHATS, CODE_EDITS
 from engine.cli.main import main
 
@@ -44,6 +44,49 @@ def test_bench_spec_smoke_table(tmp_path, monkeypatch, capsys):
                                                    ["chat", "1"], ["chat", "2"]]
     assert "goodput/best" in lines[header]
     assert all(line.count("±") == 2 for line in body)  # rounds enough to decode 16 prompts
+
+
+def test_bench_spec_runs_the_chosen_policies_and_workloads(tmp_path, monkeypatch, capsys):
+    """A cell of the night's A/Bs: chat only, goodput capped at 2 beside fixed 2 and off."""
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path))
+    rc = main(["bench", "spec", "--max-tokens", "4", "--batches", "2", "--model", "tiny-test",
+               "--dtype", "fp32", "--repeats", "1", "--workloads", "chat",
+               "--policies", "off,fixed-2,goodput-2", "--json"])
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rc == 0
+    assert [(r["workload"], r["B"], r["policy"]) for r in rows] == [
+        ("chat", 2, "off"), ("chat", 2, "fixed-2"), ("chat", 2, "goodput-2")]
+    assert all(r["agrees_with_off"] == 1.0 and r["tokens_per_s"] > 0 for r in rows)
+
+
+def test_bench_spec_table_without_goodput_has_no_goodput_columns(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path))
+    assert main(["bench", "spec", "--max-tokens", "2", "--batches", "1", "--model", "tiny-test",
+                 "--repeats", "1", "--workloads", "code-edit", "--policies", "off,fixed-3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line for line in lines if line.startswith("workload"))
+    assert header.split() == ["workload", "B", "off", "fixed-3", "agree"]
+
+
+def test_policy_labels_name_the_policy_and_its_k():
+    assert parse_policies("off,fixed-3,uniform,goodput-2") == (
+        ("off", "off", 0), ("fixed-3", "fixed", 3), ("uniform", "uniform", 16),
+        ("goodput-2", "goodput", 2))
+    assert parse_policies(",".join(label for label, _, _ in POLICIES)) == POLICIES
+
+
+@pytest.mark.parametrize("text, says", [
+    ("fixed-2,goodput", "needs off"), ("off,off", "no label twice"), ("off,fixed", "unknown"),
+    ("off,fixed-0", "unknown"), ("off,greedy", "unknown"), ("off,goodput-65", "0..64")])
+def test_bad_policy_labels_are_clear_errors(text, says):
+    with pytest.raises(ValueError, match=says):
+        parse_policies(text)
+
+
+def test_bad_arguments_fail_before_a_model_loads(capsys):
+    assert main(["bench", "spec", "--model", "/no/such/model", "--workloads", "prose"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown workload(s) prose" in err and "/no/such/model" not in err
 
 
 def test_the_spread_of_a_ratio_is_its_standard_error_over_paired_rounds():
