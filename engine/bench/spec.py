@@ -125,14 +125,14 @@ def _chosen_workloads(text: str) -> list[tuple[str, list[str]]]:
     known = dict(WORKLOADS)
     names = [part.strip() for part in text.split(",")]
     unknown = [name for name in names if name not in known]
-    if unknown or not names:
+    if unknown:
         raise ValueError(f"unknown workload(s) {', '.join(unknown)} in --workloads; "
                          f"use {', '.join(known)}")
     return [(name, known[name]) for name in names]
 
 
 def _measure(loaded, calibration, workload, prompts, batch, max_new, repeats,
-             policies=POLICIES) -> list[dict]:
+             policies) -> list[dict]:
     rounds = rounds_for(batch, repeats)
     requests = REQUESTS_PER_LANE * batch  # a round's
     tok = loaded.tokenizer
