@@ -1,0 +1,32 @@
+import platform
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine import devices
+from engine.errors import SwarmscopeError
+
+CPUINFO = Path("/proc/cpuinfo")
+
+
+@pytest.mark.skipif(not CPUINFO.exists() or platform.machine() != "x86_64",
+                    reason="reads the x86 CPU flags from /proc/cpuinfo")
+def test_fast_bf16_means_bf16_dot_instructions_not_just_avx512():
+    flags = set(next(line for line in CPUINFO.read_text().splitlines()
+                     if line.startswith("flags")).split(":", 1)[1].split())
+    assert devices.cpu_has_fast_bf16() == bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+@pytest.mark.parametrize("fast, expected", [(True, torch.bfloat16), (False, torch.float32)])
+def test_auto_dtype_on_cpu_is_bf16_only_with_bf16_dot_instructions(monkeypatch, fast, expected):
+    monkeypatch.setattr(devices, "cpu_has_fast_bf16", lambda: fast)
+    assert devices.resolve_dtype("auto", "cpu") == expected
+    assert devices.resolve_dtype("FP32", "cpu") == torch.float32  # an explicit choice is kept
+
+
+@pytest.mark.parametrize("name, message", [("int8", "unknown dtype 'int8'"),
+                                           ("fp16", "fp16 is for GPUs")])
+def test_bad_dtypes_are_clear_errors(name, message):
+    with pytest.raises(SwarmscopeError, match=message):
+        devices.resolve_dtype(name, "cpu")
