@@ -168,7 +168,7 @@ class StepExecutor:
 
     def _learn_overhead(self, drafted: list[int], controls: Controls, dt_ms: float) -> None:
         draft_ms = self.drafter(controls.drafter).cost_ms(drafted) if any(drafted) else 0.0
-        planned = self.calibration.t_ms(len(drafted) + sum(drafted)) + draft_ms
+        planned = self.calibration.step_ms(len(drafted), sum(drafted)) + draft_ms
         self.overhead.observe(drafted, dt_ms - planned)
 
     @staticmethod

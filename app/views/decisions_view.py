@@ -1,6 +1,9 @@
 """What the speculation policy decided and why (recent reasons, repeats folded), and whether it
-paid: goodput over the recent window against the spec-off estimate from the calibrated t(N)."""
+paid: goodput over the recent window against the spec-off estimate from the calibrated step
+costs."""
 from __future__ import annotations
+
+from collections import Counter
 
 from PySide6.QtWidgets import QListWidget, QVBoxLayout, QWidget
 
@@ -35,12 +38,13 @@ class DecisionsView(QWidget):
         busy_ms = history.column("dt_ms", lo, stop).sum()
         text = f"goodput {1000 * emitted / max(busy_ms, 1e-9):.1f} tok/s of step time"
         if self._calibration is not None:
-            # With speculation off the same steps would emit B tokens each at cost t(B + prefill).
-            t_ms = self._calibration.t_ms
-            cache: dict[int, float] = {}
+            # With speculation off the same steps would emit B tokens each, at the calibrated
+            # cost of B lanes without drafts and their prefill.
             batch = history.column("batch", lo, stop)
             prefill = history.column("prefill", lo, stop)
-            off_ms = sum(cache.setdefault(n, t_ms(n)) for n in (batch + prefill).astype(int))
+            shapes = Counter(zip(batch.astype(int).tolist(), prefill.astype(int).tolist()))
+            off_ms = sum(count * self._calibration.step_ms(b, 0, p)
+                         for (b, p), count in shapes.items())
             off_rate = 1000 * batch.sum() / max(off_ms, 1e-9)
             text += (f" · spec-off estimate {off_rate:.1f} tok/s · "
                      f"×{1000 * emitted / max(busy_ms, 1e-9) / max(off_rate, 1e-9):.2f}")

@@ -34,6 +34,13 @@ def run(args) -> int:
         print(f"{n:4d}  {ms:9.2f}  {result.t_ms(n):9.2f}  {result.t_ms(n) / t1:9.2f}")
     for b, ms in result.batch_points:
         print(f"B={b:<3d}x1 {ms:8.2f}  {'':9}  {ms / t1:9.2f}")
+    if result.decode_points:  # each batch with one lane drafting D: the fit's extra ms per D
+        ds = sorted({d for _, d, _ in result.decode_points})
+        print("B lanes, one drafting D: extra ms over no drafts  " +
+              "  ".join(f"D={d:<3d}" for d in ds))
+        for b, _ in result.batch_points:
+            print(f"B={b:<3d}" + " " * 42 + "  ".join(
+                f"{result.step_ms(b, d) - result.step_ms(b, 0):+5.2f}" for d in ds))
     print(f"budget T = {result.budget} (eps {result.eps:g}, {result.device}, {result.model}, "
           f"{result.dtype})")
     return 0

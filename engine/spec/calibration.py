@@ -1,8 +1,9 @@
 """The measured step-time curve t(N) and the budget T it implies (DESIGN.md §1).
 
-`measure` times real forward passes of one lane verifying N = 2 .. 32, 40 .. 128 query tokens (and
-a few batch shapes of one token per lane) on the actual device, model and dtype, each right after
-a reference pass of one token. A shape's point is its median ratio to the reference pass just
+`measure` times real forward passes of one lane verifying N = 2 .. 32, 40 .. 128 query tokens,
+a few batch shapes of one token per lane, and those batches with one lane drafting D tokens
+(the decode shapes the policies choose between), on the actual device, model and dtype, each right
+after a reference pass of one token. A shape's point is its median ratio to the reference pass just
 before it, over several rounds after a warm-up round, times the reference passes' median time.
 A shared machine's speed swings over seconds (here a one-token pass took 19-40 ms from one
 second to the next); both passes of a pair feel it alike, so ratios hold where the fastest of
@@ -10,7 +11,13 @@ several rounds per point did not: four calibrations in a row here gave T = 1, 3,
 and T = 6, 7, 4, 5 paired. The fitted curve is the least-squares nondecreasing fit of the points
 (pool adjacent violators), interpolated piecewise-linearly: a step never gets cheaper with more
 tokens, and noise either side of the truth averages out, where a running maximum kept every high
-point. T is the largest N with t(N) <= (1 + eps) * t(1). Results are cached as JSON per (device,
+point. T is the largest N with t(N) <= (1 + eps) * t(1).
+
+The policies price a step of B lanes and D drafts with the decode shapes (`step_ms`), not with
+t(B + D) of one lane: past the knee a draft costs what another lane does, far more than one more
+query of a lone lane. Chat at 16 lanes, ctx 250, on a 2-core AMX Xeon: a 17th lane or a first
+draft took 2.2-2.9 ms more, where t(17) - t(16) of one lane at ctx 64 is 0.6 ms, so goodput
+planned its drafts at +1.1 ms and they took +2.8. Results are cached as JSON per (device,
 model, dtype) in the user cache's calibration/ (engine/user_cache.py); a cache written by an
 older measuring method (another `version`) is ignored and re-measured."""
 from __future__ import annotations
@@ -37,12 +44,14 @@ from engine.user_cache import cache_root
 # a policy spending slack must see where a stair ends, not a line smoothed over it.
 QUERY_SIZES = (*range(1, 33), 40, 48, 56, 64, 80, 96, 128)
 BATCH_SHAPES = (2, 4, 8, 16)
+DECODE_DRAFTS = (1, 2, 4, 8, 16)  # drafts of one lane in each batch shape
 # How points are measured; caches of another version are re-measured. 1: per-point repeats, not
 # interleaved (points spoiled by load); 2: interleaved rounds; 3: CPU linears as weight @ x.T over
 # padded rows (a much flatter fp32 curve), every N to 32; 4: ratios to a reference pass just before;
 # 5: bf16 calls of many query rows attended by matmuls where the CPU has bf16 dot instructions
-# (attention.py); 6: a lone lane's call (every N shape) keeps SDPA.
-VERSION = 6
+# (attention.py); 6: a lone lane's call (every N shape) keeps SDPA; 7: batch shapes with drafts,
+# lanes' blocks interleaved as in a cache that has run a while (a gather, not a view).
+VERSION = 7
 
 
 @dataclass(slots=True)
@@ -50,6 +59,8 @@ class Calibration:
     points: list[tuple[int, float]]   # (query tokens N, fastest step ms), one lane, N ascending
     eps: float = 0.10
     batch_points: list[tuple[int, float]] = field(default_factory=list)  # (B lanes x 1 token, ms)
+    # (B lanes, D drafts of one of them, ms): with batch_points, the decode shapes of `step_ms`
+    decode_points: list[tuple[int, int, float]] = field(default_factory=list)
     device: str = "cpu"
     model: str = ""
     dtype: str = ""
@@ -58,6 +69,9 @@ class Calibration:
     # dozens of times a step.
     _ns: list[int] = field(init=False, repr=False, compare=False)
     _ms: list[float] = field(init=False, repr=False, compare=False)
+    # B -> (drafts, fitted ms) of the decode shapes, B ascending; empty without decode points
+    _rows: dict[int, tuple[list[int], list[float]]] = field(init=False, repr=False,
+                                                            compare=False)
 
     def __post_init__(self) -> None:
         self.points = sorted((int(n), float(ms)) for n, ms in self.points)
@@ -66,8 +80,44 @@ class Calibration:
             raise ValueError(f"a calibration needs a point at N=1, got {self.points}")
         if any(ms <= 0 for _, ms in self.points) or self.eps < 0:
             raise ValueError(f"calibration times must be positive and eps >= 0: {self.points}")
+        self.decode_points = sorted((int(b), int(d), float(ms)) for b, d, ms in self.decode_points)
         self._ns = [n for n, _ in self.points]
         self._ms = nondecreasing([ms for _, ms in self.points])
+        self._rows = {}
+        if self.decode_points:
+            self._rows[1] = ([0, *DECODE_DRAFTS], [self.t_ms(1 + d) for d in (0, *DECODE_DRAFTS)])
+            for b, ms in sorted(self.batch_points):
+                drafts = [(d, t) for row_b, d, t in self.decode_points if row_b == b]
+                self._rows[b] = ([0] + [d for d, _ in drafts],
+                                 nondecreasing([ms] + [t for _, t in drafts]))
+
+    def step_ms(self, batch: int, drafts: float = 0, prefill: int = 0) -> float:
+        """A step of `batch` decoding lanes with `drafts` draft tokens among them and `prefill`
+        tokens: the decode shapes, interpolated between measured batches and draft counts, where
+        they were measured; t(batch + drafts + prefill) of one lane otherwise. Past the shapes
+        (more lanes, drafts or prefill) the one-lane curve adds its difference."""
+        n = batch + drafts + prefill
+        if not self._rows or batch <= 1:
+            return self.t_ms(n)
+        batches = list(self._rows)
+        i = bisect.bisect_left(batches, batch)
+        if i == len(batches):
+            top = batches[-1]
+            ms = self._row_ms(top, drafts) + self.t_ms(batch + drafts) - self.t_ms(top + drafts)
+        else:
+            low, high = batches[i - 1], batches[i]  # batch >= 2 > batches[0] == 1
+            share = (batch - low) / (high - low)
+            ms = (1 - share) * self._row_ms(low, drafts) + share * self._row_ms(high, drafts)
+        return ms + self.t_ms(n) - self.t_ms(batch + drafts)
+
+    def _row_ms(self, batch: int, drafts: float) -> float:
+        ds, ms = self._rows[batch]
+        j = bisect.bisect_left(ds, drafts)
+        if j == len(ds):
+            return ms[-1] + self.t_ms(batch + drafts) - self.t_ms(batch + ds[-1])
+        if ds[j] == drafts:
+            return ms[j]
+        return ms[j - 1] + (ms[j] - ms[j - 1]) * (drafts - ds[j - 1]) / (ds[j] - ds[j - 1])
 
     def t_ms(self, n_tokens: float) -> float:
         """Step time for n query tokens, interpolated between measured points on the fitted
@@ -99,13 +149,14 @@ class Calibration:
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
         data["points"] = [list(p) for p in self.points]
         data["batch_points"] = [list(p) for p in self.batch_points]
+        data["decode_points"] = [list(p) for p in self.decode_points]
         return data
 
     @classmethod
     def from_dict(cls, data: dict) -> "Calibration":
         """Also reads calibrations embedded in older traces, which carry no version (1)."""
-        fields = {k: data[k] for k in ("points", "eps", "batch_points", "device", "model", "dtype")
-                  if k in data}
+        fields = {k: data[k] for k in ("points", "eps", "batch_points", "decode_points", "device",
+                                       "model", "dtype") if k in data}
         return cls(**fields, version=int(data.get("version", 1)))
 
     @classmethod
@@ -148,8 +199,8 @@ def save(calibration: Calibration) -> Path:
 
 def measure(runner, vocab_size: int, *, device: str, model: str, dtype: str, eps: float = 0.10,
             context: int = 64, repeats: int = 5, query_sizes=QUERY_SIZES,
-            batch_shapes=BATCH_SHAPES, progress: Callable[[str], None] | None = None
-            ) -> Calibration:
+            batch_shapes=BATCH_SHAPES, decode_drafts=DECODE_DRAFTS,
+            progress: Callable[[str], None] | None = None) -> Calibration:
     """Time real forward passes on `runner` (a ModelRunner with room for max(batch_shapes)
     sequences of context + max(query_sizes) tokens). Sequence ids from 1_000_000 are used and
     freed afterwards. One warm-up round, then `repeats` timed rounds over every shape, each
@@ -158,12 +209,18 @@ def measure(runner, vocab_size: int, *, device: str, model: str, dtype: str, eps
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     base = 1_000_000
     lanes_needed = max((1, *batch_shapes))
-    tokens = [(7 * i + 3) % vocab_size for i in range(context + max(query_sizes))]
+    tokens = [(7 * i + 3) % vocab_size
+              for i in range(context + max((*query_sizes, *(1 + d for d in decode_drafts))))]
     reference = [LaneInput(base, tokens[context:context + 1], context, 1)]
+
+    def decode(b: int, d: int) -> list[LaneInput]:  # b lanes, the first verifying d drafts
+        return ([LaneInput(base, tokens[context:context + 1 + d], context, 1 + d)]
+                + [LaneInput(base + i, [tokens[context]], context, 1) for i in range(1, b)])
+
     shapes = ([("N", n, [LaneInput(base, tokens[context:context + n], context, n)])
                for n in query_sizes if n > 1]
-              + [("B", b, [LaneInput(base + i, [tokens[context]], context, 1) for i in range(b)])
-                 for b in batch_shapes])
+              + [("B", b, decode(b, 0)) for b in batch_shapes]
+              + [("D", (b, d), decode(b, d)) for b in batch_shapes for d in decode_drafts])
 
     def timed(lanes: list[LaneInput]) -> float:
         start = time.perf_counter()
@@ -174,10 +231,17 @@ def measure(runner, vocab_size: int, *, device: str, model: str, dtype: str, eps
         return ms
 
     reference_ms, ratios = [], [[] for _ in shapes]
-    largest = max(range(len(shapes)), key=lambda i: shapes[i][1])  # reported each round
+    largest = max((i for i, shape in enumerate(shapes) if shape[0] == "N"),  # reported each round
+                  key=lambda i: shapes[i][1], default=0)
+    block = runner.kv.block_size
     try:
-        for lane in range(lanes_needed):  # a realistic context for attention to read
-            runner.forward([LaneInput(base + lane, tokens[:context], 0, 0)])
+        # A realistic context for attention to read, the lanes' blocks interleaved as a running
+        # engine leaves them: gathered, not read as one view of consecutive blocks (which made a
+        # 16-lane step 4 ms faster than live ones at ctx 250).
+        for start in range(0, context, block):
+            for lane in range(lanes_needed):
+                chunk = tokens[start:min(start + block, context)]
+                runner.forward([LaneInput(base + lane, chunk, start, 0)])
         for round_ in range(repeats + 1):  # round 0 warms up allocator and kernel choices
             for index, (_, _, lanes) in enumerate(shapes):
                 before = timed(reference)
@@ -197,6 +261,7 @@ def measure(runner, vocab_size: int, *, device: str, model: str, dtype: str, eps
     measured = [(kind, n, t1 * statistics.median(r)) for (kind, n, _), r in zip(shapes, ratios)]
     return Calibration(points=[(1, t1)] + [(n, ms) for kind, n, ms in measured if kind == "N"],
                        eps=eps, batch_points=[(b, ms) for kind, b, ms in measured if kind == "B"],
+                       decode_points=[(*bd, ms) for kind, bd, ms in measured if kind == "D"],
                        device=device, model=model, dtype=dtype)
 
 

@@ -1,8 +1,9 @@
-"""What live steps cost beyond the calibrated curve.
+"""What live steps cost beyond the calibrated decode shapes (Calibration.step_ms).
 
-Calibration times one lane at a short context. A live step costs more than t(N), in three ways
-that the policy's choices move (measured for SmolLM2-135M on two CPU cores, 16 lanes at 400 tokens
-of context):
+Calibration times lanes at a short context, one of them drafting. A live step costs more, in
+three ways that the policy's choices move (measured for SmolLM2-135M on two CPU cores, 16 lanes at
+400 tokens of context, against the one-lane curve t(N) that the policy planned with before the
+decode shapes):
 - per lane: every lane's attention reads its whole context, and each lane has work around the
   pass (drafting, verification, bookkeeping): about 2 ms a lane;
 - per draft: a draft's attention reads its lane's long context too, which one lane at 64 tokens
@@ -14,8 +15,8 @@ Goodput weighs a draft's cost against the whole step's, so all three matter: wit
 every step looks cheaper than it is and drafts look dearer; without the others deep or uneven
 drafts look cheap.
 
-The excess of each decode step over t(N) is fitted as per_lane * B + per_draft * D + per_group
-* (G - 1) by decayed least squares (D drafted tokens, G distinct query lengths), the draft and
+The excess of each decode step over the calibrated shapes is fitted as per_lane * B + per_draft *
+D + per_group * (G - 1) by decayed least squares (D drafted tokens, G distinct query lengths), the draft and
 group terms shrunk slightly towards zero; they stay zero until steps with drafts are seen.
 The per-lane term may come out negative: the machine can be faster now than when it was
 calibrated (CPU speed here swings by 1.5x). Held at zero, it left steps without drafts planned
@@ -59,7 +60,7 @@ class LiveOverhead:
 
     def observe(self, ks: list[int], excess_ms: float) -> None:
         """One decode step with `ks` drafts per lane took `excess_ms` longer than the
-        calibrated curve."""
+        calibrated shapes."""
         if not ks:
             return
         x = (len(ks), sum(ks), query_groups(ks) - 1)

@@ -1,20 +1,21 @@
 """Speculation policies: how many drafts each decoding lane gets this step (DESIGN.md §1).
 
 - off: none; fixed: K for every lane; uniform: the seed rule k = floor((T - B) / B);
-- goodput (default): per-lane k maximising expected emitted tokens per second. Lane i's j-th
-  draft is accepted with a chance that falls with j, at a pace set by how long the lane has been
+- goodput (default): per-lane k maximising expected emitted tokens per second. Lane i's j-th draft
+  is accepted with a chance that falls with j, at a pace set by how long the lane has been
   predicted right (acceptance.Estimate), so a step emits B + the sum of those over every draft in
-  t(B + sum k + prefill) + drafting ms, where t is the calibrated curve plus the live overhead
-  (spec/live_cost.py). Drafts are added greedily, best marginal gain first; the allocation kept
-  is the prefix of that order with the most expected tokens less `value` x its time, `value`
-  being the run's recent rate in tokens per ms (so a curve with a cost jump from 1 to 2 rows, or
-  a draft model whose first pass is costly, can still pay off over several drafts), kept as a
-  speed-up over the batch without drafts so that it carries over when B changes. A run's
-  tokens/s is a ratio of sums, so a draft pays when it adds tokens faster than the run does, not
-  faster than its own step: maximising each step's own rate drafts too little in steps where
-  lanes are copying and too much in poor ones (Dinkelbach; on simulated copy bursts at B=1 it
-  took goodput from 1.01x to 1.30x the best fixed K, test_policies.py). Where the curve is flat
-  every draft with positive gain is nearly free; past it a draft must pay for itself.
+  t(B, sum k, prefill) + drafting ms, where t is the calibrated decode shapes
+  (Calibration.step_ms) plus the live overhead (spec/live_cost.py). Drafts are added greedily,
+  best marginal gain first; the allocation kept is the prefix of that order with the most expected
+  tokens less `value` x its time, `value` being the run's recent rate in tokens per ms (so a curve
+  with a cost jump from 1 to 2 rows, or a draft model whose first pass is costly, can still pay
+  off over several drafts), kept as a speed-up over the batch without drafts so that it carries
+  over when B changes. A run's tokens/s is a ratio of sums, so a draft pays when it adds tokens
+  faster than the run does, not faster than its own step: maximising each step's own rate drafts
+  too little in steps where lanes are copying and too much in poor ones (Dinkelbach; on simulated
+  copy bursts at B=1 it took goodput from 1.01x to 1.30x the best fixed K, test_policies.py).
+  Where the curve is flat every draft with positive gain is nearly free; past it a draft must pay
+  for itself.
 
 Lanes that do not draft still need evidence, or a lane the plan parks could never come back.
 With a drafter whose proposals cost nothing (prompt lookup) the engine checks the prediction it
@@ -120,10 +121,12 @@ class SpeculationPolicy:
         scale = calibration.budget / controls.budget_override if controls.budget_override else 1
 
         def step_ms(ks: list[int]) -> float:
-            """Planned time of a step drafting `ks`: the measured curve (its knee moved to an
-            overridden budget), what live steps take beyond it, and the drafter's own time."""
+            """Planned time of a step drafting `ks`: the measured decode shapes (or, under an
+            overridden budget, the one-lane curve with its knee moved there), what live steps
+            take beyond them, and the drafter's own time."""
             drafts = sum(ks)
-            curve = calibration.t_ms((batch + prefill + drafts) * scale)
+            curve = (calibration.t_ms((batch + prefill + drafts) * scale) if scale != 1 else
+                     calibration.step_ms(batch, drafts, prefill))
             # The live excess can be negative (a machine faster than at calibration), fitted at
             # recent batch sizes; extrapolated far past them it must not plan a step at zero.
             return max(curve + excess.ms(batch, drafts, query_groups(ks)),

@@ -96,23 +96,29 @@ def test_measure_pairs_each_shape_with_a_reference_pass(monkeypatch):
     passes = []
 
     class Runner:
-        kv = SimpleNamespace(blocks=_Blocks())
+        kv = SimpleNamespace(blocks=_Blocks(), block_size=16)
 
         def forward(self, lanes):
             n = sum(len(lane.token_ids) for lane in lanes if lane.logits_rows)
             passes.append(n)
-            # 2 context passes, then rounds of (reference, N=2), (reference, N=4), (reference, B=2)
-            slow = 2.0 if 12 <= len(passes) < 24 else 1.0  # rounds 1-3 of the timed five
-            spoiled = 50.0 if len(passes) == 30 else 0.0   # round 4's N=4
-            now[0] += (cost_ms.get(n, 12.0) * slow + spoiled) / 1e3
+            if not n:  # the lanes' context, block by block
+                return
+            # rounds of (reference, N=2), (reference, N=4), (reference, B=2), (reference, B=2 D=1)
+            timed = len([p for p in passes if p])
+            slow = 2.0 if 10 <= timed < 26 else 1.0  # starts and ends inside a pair
+            spoiled = 50.0 if timed == 36 else 0.0   # round 4's N=4
+            cost = cost_ms.get(n, 12.0) if len(lanes) == 1 else 10.0 + 2 * n  # B=2: 14, D=1: 16
+            now[0] += (cost * slow + spoiled) / 1e3
 
     monkeypatch.setattr(cal.time, "perf_counter", lambda: now[0])
     result = cal.measure(Runner(), 100, device="d", model="m", dtype="x", repeats=5,
-                         query_sizes=(1, 2, 4), batch_shapes=(2,))
+                         query_sizes=(1, 2, 4), batch_shapes=(2,), decode_drafts=(1,))
     assert [(n, round(ms, 6)) for n, ms in result.points] == [(1, 10.0), (2, 18.0), (4, 17.0)]
-    assert [(b, round(ms, 6)) for b, ms in result.batch_points] == [(2, 18.0)]
+    assert [(b, round(ms, 6)) for b, ms in result.batch_points] == [(2, 14.0)]
+    assert [(b, d, round(ms, 6)) for b, d, ms in result.decode_points] == [(2, 1, 16.0)]
     assert result.version == cal.VERSION
-    assert passes.count(1) == 3 * 6  # a reference before each shape, one warm-up + five rounds
+    assert passes.count(0) == 4 * 2  # two lanes' 64 tokens of context, a block at a time
+    assert passes.count(1) == 4 * 6  # a reference before each shape, one warm-up + five rounds
     assert result.t_ms(4) == result.t_ms(2) == pytest.approx(17.5)  # the dip is no free slack
     assert result.t_ms(3) == pytest.approx(17.5) and result.budget == 1
 
@@ -126,3 +132,24 @@ class _Blocks:
 
     def free(self, seq_id):
         pass
+
+
+def test_decode_steps_are_priced_by_the_batch_shapes_where_measured():
+    """B lanes with D drafts: the measured shapes, interpolated in B and D, the one-lane curve
+    past them; without decode points the one-lane curve t(B + D) as before."""
+    points = [(1, 10.0), (2, 10.0), (4, 10.0), (8, 11.0), (16, 12.0), (32, 20.0), (64, 36.0)]
+    one_lane = Calibration(points=points)
+    assert one_lane.step_ms(4, 2) == one_lane.t_ms(6)
+    c = Calibration(points=points, batch_points=[(2, 12.0), (4, 14.0)],
+                    decode_points=[(2, 1, 15.0), (2, 2, 15.0), (4, 1, 17.0), (4, 2, 18.0),
+                                   (4, 4, 19.0), (2, 4, 14.0)])
+    assert c.step_ms(1, 3) == c.t_ms(4)            # one lane: the curve
+    assert c.step_ms(4, 0) == 14.0 and c.step_ms(4, 1) == 17.0  # a first draft costs a lane's worth
+    assert c.step_ms(4, 3) == pytest.approx(18.5)  # between measured draft counts
+    # a dip is pooled with the points before it: never cheaper with more drafts
+    assert c.step_ms(2, 1) == c.step_ms(2, 4) == pytest.approx(44 / 3)
+    assert c.step_ms(3, 1) == pytest.approx((44 / 3 + 17.0) / 2)  # between measured batches
+    assert c.step_ms(4, 8) == pytest.approx(19.0 + c.t_ms(12) - c.t_ms(8))  # past the drafts
+    assert c.step_ms(8, 1) == pytest.approx(17.0 + c.t_ms(9) - c.t_ms(5))   # past the batches
+    assert c.step_ms(4, 1, prefill=20) == pytest.approx(17.0 + c.t_ms(25) - c.t_ms(5))
+    assert Calibration.from_dict(c.to_dict()) == c and c.to_dict()["decode_points"]

@@ -333,3 +333,20 @@ def test_a_step_with_nothing_to_offer_keeps_the_k_in_force():
     idle = policy.decide([LaneView(0, "chat", 0)], 0, at(7), CURVE, _free)
     assert idle.ks == [0] and idle.reason == "uniform: B=1, no lane has drafts to offer"
     assert policy.decide([lane], 0, at(7), CURVE, _free).ks == [5]
+
+
+def test_goodput_prices_drafts_by_the_measured_decode_shapes():
+    """Past the knee a first draft can cost what another lane does (a 16-lane chat step on a
+    CPU: +2.3 ms, where one more query of a lone lane costs 0.6): with the decode shapes
+    measured, a lane accepting half its drafts is not worth it; on the one-lane curve it is."""
+    stats = AcceptanceStats()
+    _feed(stats, 0, "chat", 0.5)
+    lanes = [LaneView(0, "chat", 8)] + [LaneView(i, "chat", 0) for i in range(1, 16)]
+    controls = Controls(policy="goodput", k=16, min_acceptance=0.0)
+    one_lane = Calibration.make_dummy(t1_ms=25.0, per_token_ms=0.1, knee=12)
+    t16 = one_lane.t_ms(16)
+    shaped = Calibration(points=one_lane.points, batch_points=[(16, t16)],
+                         decode_points=[(16, d, t16 + 10.0 + 0.1 * d) for d in (1, 2, 4, 8, 16)])
+    assert sum(SpeculationPolicy(stats).decide(lanes, 0, controls, one_lane, _free).ks) > 0
+    decision = SpeculationPolicy(stats).decide(lanes, 0, controls, shaped, _free)
+    assert decision.ks == [0] * 16 and "sum k=0" in decision.reason
