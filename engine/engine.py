@@ -87,7 +87,9 @@ class Engine:
         rec = outcome.record
         with self._lock:
             if self.config.clock == "virtual":
-                self._virtual_t += self.calibration.t_ms(rec.pass_tokens) / 1000
+                computed = rec.pass_tokens - rec.batch - rec.prefill  # drafts and padding
+                self._virtual_t += self.calibration.step_ms(rec.batch, computed,
+                                                            rec.prefill) / 1000
             elif self.config.clock == "measured":
                 self._virtual_t += rec.dt_ms / 1000
             t_end = self.now()
