@@ -69,9 +69,11 @@ class Calibration:
     # dozens of times a step.
     _ns: list[int] = field(init=False, repr=False, compare=False)
     _ms: list[float] = field(init=False, repr=False, compare=False)
-    # B -> (drafts, fitted ms) of the decode shapes, B ascending; empty without decode points
+    # B -> (drafts, fitted ms) of the decode shapes, and their B ascending; empty without
+    # decode points
     _rows: dict[int, tuple[list[int], list[float]]] = field(init=False, repr=False,
                                                             compare=False)
+    _batches: list[int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.points = sorted((int(n), float(ms)) for n, ms in self.points)
@@ -90,6 +92,7 @@ class Calibration:
                 drafts = [(d, t) for row_b, d, t in self.decode_points if row_b == b]
                 self._rows[b] = ([0] + [d for d, _ in drafts],
                                  nondecreasing([ms] + [t for _, t in drafts]))
+        self._batches = list(self._rows)
 
     def step_ms(self, batch: int, drafts: float = 0, prefill: int = 0) -> float:
         """A step of `batch` decoding lanes with `drafts` draft tokens among them and `prefill`
@@ -99,7 +102,7 @@ class Calibration:
         n = batch + drafts + prefill
         if not self._rows or batch <= 1:
             return self.t_ms(n)
-        batches = list(self._rows)
+        batches = self._batches  # derived once: goodput prices dozens of plans a step
         i = bisect.bisect_left(batches, batch)
         if i == len(batches):
             top = batches[-1]
