@@ -20,15 +20,23 @@ lane padded to two queries, rows gathered and scattered), 0.7 ms unfolded; two l
 two, 6.8 ms against 2.9. The grouping depends only on the step's lane shapes,
 so it is planned once per step (`plan_attention`) and reused by every layer.
 
-In bf16 on a CPU with bf16 dot instructions, a call of two or more lanes with many query rows is
-two matmuls instead (`_matmul_attention`: scores rounded to bf16 and a softmax computed in fp32
-inside, as in Hugging Face's eager attention). SDPA's CPU flash kernel took 1.6x their time for 4
-lanes of 17 queries in live code-edit decoding (680 us a layer against 423, ctx ~340), 1.13x for 4
-lanes of 5; with fewer rows the two are alike, and for a lone lane SDPA is faster at every length,
-so those calls keep SDPA and its cheaper gather of blocks."""
+In bf16 on a CPU with bf16 dot instructions, a call of two or more lanes with many query rows may
+be two matmuls instead (`_matmul_attention`: scores rounded to bf16 and a softmax computed in fp32
+inside, as in Hugging Face's eager attention). Which is faster depends on the CPU, so it is timed
+once a process (`matmuls_beat_sdpa`). On the 2-core EPYC (AVX512-BF16) SDPA's CPU flash kernel
+took 1.6x the matmuls' time for 4 lanes of 17 queries in live code-edit decoding (680 us a layer
+against 423, ctx ~340), 1.13x for 4 lanes of 5. On a 2-core Xeon with AMX it was the other way
+at every shape tried (the matmuls 1.1-1.9x SDPA's time, 2-8 lanes of 3-17 queries, 64-512 keys),
+and with SDPA alone goodput decoded code edits at 8 lanes 6 % faster, fixed K=8 11 %. With fewer
+rows the two are alike, and for a lone lane SDPA is faster at every length, so those calls keep
+SDPA and its cheaper gather of blocks."""
 from __future__ import annotations
 
+import functools
+import statistics
+import time
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -132,7 +140,8 @@ def plan_attention(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens
     masks are additive in the queries' `dtype`: SDPA converts a bool mask on every call, ~20 us
     of a 150-600 us call at SmolLM2 shapes, bf16."""
     device = block_tables.device
-    may_matmul = dtype == torch.bfloat16 and device.type == "cpu" and cpu_has_fast_bf16()
+    may_matmul = (dtype == torch.bfloat16 and device.type == "cpu" and cpu_has_fast_bf16()
+                  and matmuls_beat_sdpa())
     cu = cu_q_lens.tolist()
     ctx_list = ctx_lens.tolist()
     tables = block_tables.tolist()
@@ -205,6 +214,36 @@ def _matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if mask is not None:
         scores.add_(mask)
     return torch.matmul(torch.softmax(scores, -1), v.contiguous())
+
+
+@functools.cache
+def matmuls_beat_sdpa() -> bool:
+    """Whether two matmuls attend a bf16 call of many query rows clearly faster than SDPA on this
+    CPU: timed once a process on 4 lanes of 17 queries over 256 gathered keys, SmolLM2-135M's
+    heads (3 KV heads of 3 query heads, 64 wide), the shape where the choice mattered most.
+    About 10 ms."""
+    lanes, q_len, keys, kv_heads, group, head_dim = 4, 17, 256, 3, 3, 64
+    q = torch.randn(lanes, kv_heads, group * q_len, head_dim, dtype=torch.bfloat16)
+    # laid out as gathered blocks are: [lanes, keys, kv_heads, head_dim] seen as a transpose
+    k, v = (torch.randn(lanes, keys, kv_heads, head_dim, dtype=torch.bfloat16).transpose(1, 2)
+            for _ in range(2))
+    mask = torch.zeros(lanes, 1, group * q_len, keys, dtype=torch.bfloat16)
+    return runs_faster(lambda: _matmul_attention(q, k, v, mask, 0.125),
+                       lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.125))
+
+
+def runs_faster(first: Callable[[], object], second: Callable[[], object], reps: int = 9,
+                margin: float = 0.9) -> bool:
+    """Whether `first` takes at most `margin` x the time of `second`: medians of `reps` calls
+    each, interleaved so that a burst of load slows both, after one warm-up call each."""
+    times: tuple[list[float], list[float]] = ([], [])
+    for rep in range(reps + 1):
+        for f, spent in zip((first, second), times):
+            start = time.perf_counter()
+            f()
+            if rep:
+                spent.append(time.perf_counter() - start)
+    return statistics.median(times[0]) <= margin * statistics.median(times[1])
 
 
 def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

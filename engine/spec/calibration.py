@@ -50,8 +50,9 @@ DECODE_DRAFTS = (1, 2, 4, 8, 16)  # drafts of one lane in each batch shape
 # padded rows (a much flatter fp32 curve), every N to 32; 4: ratios to a reference pass just before;
 # 5: bf16 calls of many query rows attended by matmuls where the CPU has bf16 dot instructions
 # (attention.py); 6: a lone lane's call (every N shape) keeps SDPA; 7: batch shapes with drafts,
-# lanes' blocks interleaved as in a cache that has run a while (a gather, not a view).
-VERSION = 7
+# lanes' blocks interleaved as in a cache that has run a while (a gather, not a view); 8: bf16
+# matmul attention only where timed faster than SDPA on this CPU.
+VERSION = 8
 
 
 @dataclass(slots=True)

@@ -120,17 +120,19 @@ class SpeculationPolicy:
         limits, muted = self._guard(lanes, controls.min_acceptance)
         scale = calibration.budget / controls.budget_override if controls.budget_override else 1
 
-        def step_ms(ks: list[int]) -> float:
-            """Planned time of a step drafting `ks`: the measured decode shapes (or, under an
-            overridden budget, the one-lane curve with its knee moved there), what live steps
-            take beyond them, and the drafter's own time."""
-            drafts = sum(ks)
+        def planned_ms(drafts: int, groups: int, drafter_ms: float) -> float:
+            """Planned time of a step with `drafts` drafts in `groups` query lengths: the
+            measured decode shapes (or, under an overridden budget, the one-lane curve with its
+            knee moved there), what live steps take beyond them, and the drafter's own time."""
             curve = (calibration.t_ms((batch + prefill + drafts) * scale) if scale != 1 else
                      calibration.step_ms(batch, drafts, prefill))
             # The live excess can be negative (a machine faster than at calibration), fitted at
             # recent batch sizes; extrapolated far past them it must not plan a step at zero.
-            return max(curve + excess.ms(batch, drafts, query_groups(ks)),
-                       MIN_CURVE_SHARE * curve) + draft_cost_ms(ks)
+            return max(curve + excess.ms(batch, drafts, groups),
+                       MIN_CURVE_SHARE * curve) + drafter_ms
+
+        def step_ms(ks: list[int]) -> float:
+            return planned_ms(sum(ks), query_groups(ks), draft_cost_ms(ks))
 
         fresh = rates = None  # goodput's lanes with nothing to plan with, and its estimates
         unplanned = 0  # free drafts goodput gives those lanes outside its plan
@@ -149,7 +151,11 @@ class SpeculationPolicy:
                                          depth=limit) if limit else NOTHING_TO_DRAFT
                      for lane, limit in zip(lanes, planned)]
             alone = batch / step_ms([0] * batch)  # tokens per ms without drafts
-            ks, reason = self._goodput(rates, planned, budget, step_ms, alone)
+            # The least any step with drafts takes: one draft, in one query group. The curve
+            # and the live terms grow with drafts and a drafter's time with its longest lane;
+            # only the groups can fall (lanes that come to draft alike).
+            least_ms = planned_ms(1, 1, draft_cost_ms([1] + [0] * (batch - 1)))
+            ks, reason = self._goodput(rates, planned, budget, step_ms, alone, least_ms)
             ks = self._hold(lanes, ks, planned)
             if shadowed:  # no guessing where it costs: fresh lanes wait for their shadow checks
                 planned_drafts = sum(ks)
@@ -273,11 +279,24 @@ class SpeculationPolicy:
         return ks
 
     # -- goodput --
-    def _goodput(self, rates, limits, budget, step_ms, alone):
+    def _goodput(self, rates, limits, budget, step_ms, alone, least_ms):
         batch = len(rates)
         ks = [0] * batch
-        tokens = float(batch)
-        plans = [(tokens, step_ms(ks))]  # (tokens, ms) of each prefix of the greedy order
+        tokens, base_ms = float(batch), step_ms(ks)
+        # What a millisecond is worth: the run's recent rate, as its speed-up over the batch
+        # alone (so it carries over when B changes), or before there is one this step's best.
+        speedup = self._speedup.value
+        if speedup:
+            # No plan pays if every draft offered, all accepted as expected, would not pay for
+            # the cheapest step with drafts: the greedy order is then not worth building (past
+            # the knee, in chat, most steps; its step_ms per draft was 0.15 ms of a 16-lane
+            # step, against 0.01 ms for this).
+            most = sum(rate.expected(limit) for rate, limit in zip(rates, limits) if limit)
+            worth = speedup * alone * (least_ms - base_ms)  # in tokens of the run's time
+            if most <= worth:
+                return ks, (f"goodput: B={batch} T={budget} -> sum k=0; drafts offered return "
+                            f"at most {most:.2f} tok, the least drafting step costs {worth:.2f}")
+        plans = [(tokens, base_ms)]  # (tokens, ms) of each prefix of the greedy order
         order = []  # the lane of each draft, in the greedy order
         # max-heap of each lane's next draft's expected gain (falling with k)
         heap = [(-rates[i].first, i) for i in range(batch) if limits[i] > 0 and rates[i].first > 0]
@@ -290,9 +309,6 @@ class SpeculationPolicy:
             plans.append((tokens, step_ms(ks)))
             if ks[i] < limits[i]:
                 heapq.heappush(heap, (neg_gain * rates[i].hit(ks[i] + 1), i))
-        # What a millisecond is worth: the run's recent rate, as its speed-up over the batch
-        # alone (so it carries over when B changes), or before there is one this step's best.
-        speedup = self._speedup.value
         value = speedup * alone if speedup else max(tokens / ms for tokens, ms in plans)
 
         def gain(trial: list[int]) -> float:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import itertools
 import random
+import time
 
 import pytest
 import torch
 
-from engine.attention import merge_query_lengths, paged_attention, plan_attention, write_kv
+from engine.attention import (matmuls_beat_sdpa, merge_query_lengths, paged_attention,
+                              plan_attention, runs_faster, write_kv)
 
 
 def _brute_force_cost(q_lens, ctx_lens, call_cost, gather_cost):
@@ -164,20 +166,21 @@ def test_merged_calls_equal_one_call_per_length(call_cost):
     torch.testing.assert_close(merged, exact, atol=1e-12, rtol=0)
 
 
-@pytest.mark.parametrize("fast_bf16", (True, False))
-def test_bf16_calls_of_many_rows_are_matmuls_where_the_cpu_has_bf16_dot_instructions(
-        monkeypatch, fast_bf16):
+@pytest.mark.parametrize("fast_bf16, matmuls_win", ((True, True), (True, False), (False, True)))
+def test_bf16_calls_of_many_rows_are_matmuls_where_the_cpu_does_them_faster(
+        monkeypatch, fast_bf16, matmuls_win):
     """bf16: a call of at least MATMUL_MIN_ROWS query rows a KV head and MATMUL_MIN_LANES lanes
-    is two matmuls on such a CPU, over keys padded to KEY_BUCKET; SDPA elsewhere (a lone lane of
-    9 queries too). Both kernels agree with the fp64 textbook on the same bf16 inputs to bf16's
-    precision."""
+    is two matmuls, over keys padded to KEY_BUCKET, on a CPU with bf16 dot instructions where
+    they were timed faster than SDPA; SDPA elsewhere (a lone lane of 9 queries too). Both kernels
+    agree with the fp64 textbook on the same bf16 inputs to bf16's precision."""
     monkeypatch.setattr("engine.attention.cpu_has_fast_bf16", lambda: fast_bf16)
+    monkeypatch.setattr("engine.attention.matmuls_beat_sdpa", lambda: matmuls_win)
     q_lens = [1, 3, 6, 2, 17, 3, 4, 9, 4, 17, 6]  # one call a length; 3 query heads a KV head
     ctx = [2, 9, 40, 6, 30, 13, 70, 50, 20, 25, 33]
     q, k_cache, v_cache, tables, bt, cu, ctx_lens = _lanes(q_lens, ctx, nblocks=128)
     q, k_cache, v_cache = (t.to(torch.bfloat16) for t in (q, k_cache, v_cache))
     plan = plan_attention(bt, cu, ctx_lens, 4, 3, q.dtype, call_cost_pairs=0)
-    matmul = fast_bf16  # from 4 queries (12 rows) in two lanes
+    matmul = fast_bf16 and matmuls_win  # from 4 queries (12 rows) in two lanes
     assert [(g.num_lanes, g.q_len, g.ctx, g.matmul) for g in plan.groups] == [
         (1, 1, 2, False), (1, 2, 6, False), (2, 3, 13, False), (2, 4, 128 if matmul else 70, matmul),
         (2, 6, 64 if matmul else 40, matmul), (1, 9, 50, False),
@@ -190,7 +193,32 @@ def test_bf16_calls_of_many_rows_are_matmuls_where_the_cpu_has_bf16_dot_instruct
 
 def test_a_call_too_large_for_its_scores_keeps_sdpa(monkeypatch):
     monkeypatch.setattr("engine.attention.cpu_has_fast_bf16", lambda: True)
+    monkeypatch.setattr("engine.attention.matmuls_beat_sdpa", lambda: True)
     monkeypatch.setattr("engine.attention.MATMUL_MAX_SCORES", 3 * 17 * 30 - 1)
     q, k_cache, v_cache, tables, bt, cu, ctx_lens = _lanes([17, 5, 5, 17], [30, 30, 30, 15])
     plan = plan_attention(bt, cu, ctx_lens, 4, 3, torch.bfloat16, call_cost_pairs=0)
     assert [(g.q_len, g.matmul) for g in plan.groups] == [(5, True), (17, False)]
+
+
+def test_the_faster_of_two_calls_is_told_by_a_clear_margin():
+    def nap():
+        time.sleep(0.003)
+    assert runs_faster(lambda: None, nap) and not runs_faster(nap, lambda: None)
+    assert not runs_faster(nap, nap, margin=0.5)  # alike: not faster by the margin
+
+
+def test_which_bf16_kernel_wins_is_timed_once_a_process(monkeypatch):
+    timings = []
+
+    def timed(first, second):
+        timings.append((first(), second()))  # both kernels run on the probe's shapes
+        return True
+    monkeypatch.setattr("engine.attention.runs_faster", timed)
+    matmuls_beat_sdpa.cache_clear()
+    try:
+        assert matmuls_beat_sdpa() and matmuls_beat_sdpa()
+        assert len(timings) == 1
+        matmul, sdpa = timings[0]
+        torch.testing.assert_close(matmul, sdpa, atol=3e-2, rtol=3e-2)
+    finally:
+        matmuls_beat_sdpa.cache_clear()  # the next caller times the real kernels
