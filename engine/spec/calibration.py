@@ -114,6 +114,11 @@ class Calibration:
             ms = (1 - share) * self._row_ms(low, drafts) + share * self._row_ms(high, drafts)
         return ms + self.t_ms(n) - self.t_ms(batch + drafts)
 
+    def rises_with_drafts(self, batch: int) -> bool:
+        """Whether `step_ms(batch, drafts)` never falls as drafts grow: on the one-lane curve and
+        within the measured shapes; past them the one-lane difference added can fall."""
+        return not self._rows or batch <= self._batches[-1]
+
     def _row_ms(self, batch: int, drafts: float) -> float:
         ds, ms = self._rows[batch]
         j = bisect.bisect_left(ds, drafts)

@@ -1,6 +1,6 @@
 """Policies on their own, fed synthetic acceptance streams."""
-import itertools
 import random
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
@@ -9,8 +9,7 @@ from hypothesis import strategies as st
 from engine.controls import Controls
 from engine.spec.acceptance import AcceptanceStats
 from engine.spec.calibration import Calibration
-from engine.spec.policies import (HOLD_STEPS, PRIOR, PROBE_EVERY, LaneView,
-                                  SpeculationPolicy)
+from engine.spec.policies import HOLD_STEPS, PROBE_EVERY, LaneView, SpeculationPolicy
 
 CURVE = Calibration.make_dummy(t1_ms=25.0, per_token_ms=1.0, knee=12)  # T = 12
 
@@ -356,57 +355,65 @@ def test_goodput_prices_drafts_by_the_measured_decode_shapes():
     assert decision.ks == [0] * 16 and "sum k=0" in decision.reason
 
 
-@settings(max_examples=150, deadline=None)
-@given(rates=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=5),
-       limits=st.lists(st.integers(0, 3), min_size=5, max_size=5),
+def _shaped(jump: float, batches=(2, 4, 8, 16)) -> Calibration:
+    """Decode shapes where a first draft costs `jump` ms more than the batch, 0.2 ms a draft on."""
+    one_lane = Calibration.make_dummy(t1_ms=25.0, per_token_ms=0.5, knee=4)
+    return Calibration(points=one_lane.points,
+                       batch_points=[(b, one_lane.t_ms(b)) for b in batches],
+                       decode_points=[(b, d, one_lane.t_ms(b) + jump + 0.2 * d)
+                                      for b in batches for d in (1, 2, 4, 8, 16)])
+
+
+def _primed(stats, speedup):
+    policy = SpeculationPolicy(stats)
+    policy._speedup.add(speedup, 1.0, 0.9)  # as if the run had gone on at this speed-up
+    return policy
+
+
+@settings(max_examples=200, deadline=None)
+@given(rates=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=16),
+       limits=st.lists(st.integers(0, 16), min_size=16, max_size=16),
        jump=st.floats(0.0, 12.0), speedup=st.floats(0.8, 3.0))
-def test_goodput_rests_without_a_plan_only_where_no_allocation_pays(rates, limits, jump, speedup):
-    """Goodput skips building its greedy order when the drafts offered, all accepted as
-    expected, cannot pay for the cheapest drafting step. That must never rest a step that some
-    allocation would pay for: checked against every allocation, on decode shapes where a first
-    draft costs `jump` ms more than the batch."""
-    batch, stats = len(rates), AcceptanceStats()
+def test_goodput_cuts_its_greedy_order_short_without_changing_the_plan(rates, limits, jump,
+                                                                      speedup):
+    """Goodput stops building its greedy order where no longer prefix could beat the best so far
+    (every draft left accepted as expected, for the least time of a step with one draft more).
+    The plan is the one the whole order gives, on decode shapes with a cost jump at the first
+    draft."""
+    stats = AcceptanceStats()
     for i, rate in enumerate(rates):
         _feed(stats, i, "chat", rate, steps=20, seed=i)
-    one_lane = Calibration.make_dummy(t1_ms=25.0, per_token_ms=0.5, knee=4)
-    shapes = (2, 4, 8)
-    curve = Calibration(points=one_lane.points,
-                        batch_points=[(b, one_lane.t_ms(b)) for b in shapes],
-                        decode_points=[(b, d, one_lane.t_ms(b) + jump + 0.2 * d)
-                                       for b in shapes for d in (1, 2, 4, 8, 16)])
-    policy = SpeculationPolicy(stats)
-    policy._speedup.add(speedup, 1.0, 0.9)  # as if the run went on at this speed-up
-    lanes = [LaneView(i, "chat", limit) for i, limit in zip(range(batch), limits)]
-    decision = policy.decide(lanes, 0, Controls(policy="goodput", k=16, min_acceptance=0.0),
-                             curve, _free)
-    if "drafts offered return at most" not in decision.reason:
-        return
-    assert decision.ks == [0] * batch
-    estimates = [stats.estimate(i, "chat", PRIOR, depth=lane.available)
-                 for i, lane in enumerate(lanes)]
-    value = speedup * batch / curve.step_ms(batch, 0)  # tokens a millisecond is worth
-
-    def gain(ks):
-        return (sum(e.expected(k) for e, k in zip(estimates, ks))
-                - value * curve.step_ms(batch, sum(ks)))
-    allocations = itertools.product(*(range(lane.available + 1) for lane in lanes))
-    assert max(gain(ks) for ks in allocations) <= gain([0] * batch) + 1e-9
+    curve = _shaped(jump)
+    lanes = [LaneView(i, "chat", limit) for i, limit in zip(range(len(rates)), limits)]
+    controls = Controls(policy="goodput", k=16, min_acceptance=0.0)
+    cut = _primed(stats, speedup).decide(lanes, 0, controls, curve, _free)
+    with mock.patch.object(Calibration, "rises_with_drafts", lambda self, batch: False):
+        whole = _primed(stats, speedup).decide(lanes, 0, controls, curve, _free)
+    assert (cut.ks, cut.reason) == (whole.ks, whole.reason)
 
 
-def test_goodput_rests_a_chat_step_past_the_knee_without_a_plan():
-    """16 chat lanes, three of them offering two drafts they accept a third of the time, where
-    a first draft costs what a lane does: the step rests, and says why."""
+def test_goodput_past_the_knee_stops_its_order_at_the_first_draft():
+    """16 chat lanes, three offering 16 drafts they accept a third of the time, where a first
+    draft costs 2.5 ms: no plan pays, and the order stops at once instead of pricing each of the
+    48 drafts."""
     stats = AcceptanceStats()
     for i in range(3):
         _feed(stats, i, "chat", 0.3, seed=i)
-    one_lane = Calibration.make_dummy(t1_ms=25.0, per_token_ms=0.1, knee=12)
-    t16 = one_lane.t_ms(16)
-    shaped = Calibration(points=one_lane.points, batch_points=[(16, t16)],
-                         decode_points=[(16, d, t16 + 2.5 + 0.1 * d) for d in (1, 2, 4, 8, 16)])
-    policy = SpeculationPolicy(stats)
-    lanes = [LaneView(i, "chat", 2 if i < 3 else 0) for i in range(16)]
+    curve = _shaped(2.5)
+    lanes = [LaneView(i, "chat", 16 if i < 3 else 0) for i in range(16)]
     controls = Controls(policy="goodput", k=16, min_acceptance=0.0)
-    first = policy.decide(lanes, 0, controls, shaped, _free)  # no speed-up yet: the full plan
-    assert first.ks == [0] * 16 and "lane(s) planned" in first.reason
-    second = policy.decide(lanes, 0, controls, shaped, _free)
-    assert second.ks == [0] * 16 and "drafts offered return at most" in second.reason
+    priced = []
+    step_ms = Calibration.step_ms
+
+    def counted(self, *args):
+        priced.append(args)
+        return step_ms(self, *args)
+    with mock.patch.object(Calibration, "step_ms", counted):
+        for speedup in (None, 1.0):  # no worth yet (the whole order), then the run's
+            policy = SpeculationPolicy(stats) if speedup is None else _primed(stats, speedup)
+            priced.clear()
+            assert policy.decide(lanes, 0, controls, curve, _free).ks == [0] * 16
+            if speedup is None:
+                assert len(priced) > 48
+            else:
+                assert len(priced) < 8
