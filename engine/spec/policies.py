@@ -296,19 +296,19 @@ class SpeculationPolicy:
         # What a millisecond is worth: the run's recent rate, as its speed-up over the batch
         # alone (so it carries over when B changes), or before there is one this step's best.
         speedup = self._speedup.value
+        value = speedup * alone if speedup else None
         # With a worth known in advance the order stops where no longer prefix can beat the
         # best so far: not even with every draft left in it, for the least time of a step with
         # one draft more (past the knee, in chat, at the first draft: the order to 16 drafts a
         # lane, with a step_ms each, took 0.14 ms of a 16-lane step).
-        bounded = speedup and least_ms is not None
+        bounded = value is not None and least_ms is not None
         left = sum(rate.expected(limit) for rate, limit in zip(rates, limits) if limit)
-        best = tokens - speedup * alone * plans[0][1] if bounded else 0.0
+        best = tokens - value * plans[0][1] if bounded else 0.0
         # max-heap of each lane's next draft's expected gain (falling with k)
         heap = [(-rates[i].first, i) for i in range(batch) if limits[i] > 0 and rates[i].first > 0]
         heapq.heapify(heap)
         while heap:
-            if bounded and (tokens + left - speedup * alone * least_ms(len(order) + 1)
-                            < best - 1e-9):
+            if bounded and tokens + left - value * least_ms(len(order) + 1) < best - 1e-9:
                 break
             neg_gain, i = heapq.heappop(heap)
             ks[i] += 1
@@ -316,10 +316,11 @@ class SpeculationPolicy:
             tokens, left = tokens - neg_gain, left + neg_gain
             plans.append((tokens, step_ms(ks)))
             if bounded:
-                best = max(best, tokens - speedup * alone * plans[-1][1])
+                best = max(best, tokens - value * plans[-1][1])
             if ks[i] < limits[i]:
                 heapq.heappush(heap, (neg_gain * rates[i].hit(ks[i] + 1), i))
-        value = speedup * alone if speedup else max(tokens / ms for tokens, ms in plans)
+        if value is None:
+            value = max(tokens / ms for tokens, ms in plans)
 
         def gain(trial: list[int]) -> float:
             return _expected_tokens(rates, trial) - value * step_ms(trial)
