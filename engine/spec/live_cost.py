@@ -16,18 +16,18 @@ every step looks cheaper than it is and drafts look dearer; without the others d
 drafts look cheap.
 
 The excess of each decode step over the calibrated shapes is fitted as per_lane * B + per_draft *
-D + per_group * (G - 1) by decayed least squares (D drafted tokens, G distinct query lengths), the
-draft and group terms shrunk slightly towards zero; they stay zero until steps with drafts are seen.
-Every term may come out negative. The per-lane one when the machine is faster now than when it
-was calibrated (CPU speed here swings by 1.5x): held at zero, it left steps without drafts planned
+D + per_group * (G - 1) by decayed least squares (D drafted tokens, G distinct query lengths), the draft and
+group terms shrunk slightly towards zero; they stay zero until steps with drafts are seen.
+The per-lane term may come out negative: the machine can be faster now than when it was
+calibrated (CPU speed here swings by 1.5x). Held at zero, it left steps without drafts planned
 20 ms too slow at B=8 in chat, and the fit then explained the drafting steps' excess with that
 offset instead of with drafts (+5 % planned for 6 drafts, +37 % measured), so goodput drafted
-where it did not pay. The draft and group terms when the calibration priced drafts too high: on
-an AVX2 EPYC (fp32) one measured under load priced a lane's two drafts at B=2 at +26 ms where they
-took +4.5-8, and held at zero the fit could not say so (goodput 0.95x fixed 2 in chat there). The
-policy never plans a step with drafts below the same step without them (policies.py), so a
-negative term makes drafts cheap, never a gain in time."""
-
+where it did not pay. The draft and group terms are never taken below zero, though a calibration
+measured under load can price drafts too high (an AVX2 EPYC, fp32: a lane's two drafts at B=2
+planned +26 ms, measured +5-8). Let below zero, they fixed that (chat B=2 0.948x -> 0.972x the
+best), but at 16 chat lanes a window of steps holds about one drafting step, its noise took them
+negative, and goodput drafted three times as often at half the run's rate (0.994x -> 0.977x off;
+docs/PERFORMANCE.md, machine B)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -76,11 +76,23 @@ class LiveOverhead:
     def estimate(self) -> Overhead:
         if self._xx[0][0] <= 0:
             return Overhead()
-        # The ridge keeps the system positive definite while a term's feature has never been
-        # non-zero (no drafts yet: D = G - 1 = 0); B >= 1 always.
-        system = [[value + (self.RIDGE * row[i] + 1e-6 if i == j and i > 0 else 0.0)
-                   for j, value in enumerate(row)] for i, row in enumerate(self._xx)]
-        return Overhead(*_solve(system, self._xy))
+        terms = [0.0] * 3
+        free = [0, 1, 2]
+        while free:  # least squares; a draft or group term that comes out negative is held at 0
+            # The ridge keeps the system positive definite while a term's feature has never
+            # been non-zero (no drafts yet: D = G - 1 = 0); B >= 1 always.
+            ridge = {i: self.RIDGE * self._xx[i][i] + 1e-6 for i in free if i > 0}
+            system = [[self._xx[i][j] + (ridge.get(i, 0.0) if i == j else 0.0) for j in free]
+                      for i in free]
+            solved = _solve(system, [self._xy[i] for i in free])
+            # Only the draft and group terms are bounded; the per-lane one (index 0) may be < 0.
+            bounded = [value if i > 0 else 0.0 for i, value in zip(free, solved)]
+            if min(bounded) >= 0:
+                for i, value in zip(free, solved):
+                    terms[i] = value
+                break
+            free.pop(bounded.index(min(bounded)))
+        return Overhead(*terms)
 
 
 def _solve(a: list[list[float]], b: list[float]) -> list[float]:

@@ -120,22 +120,16 @@ class SpeculationPolicy:
         limits, muted = self._guard(lanes, controls.min_acceptance)
         scale = calibration.budget / controls.budget_override if controls.budget_override else 1
 
-        def pass_ms(drafts: int, groups: int) -> float:
-            """The forward pass: the measured decode shapes (or, under an overridden budget, the
-            one-lane curve with its knee moved there) and what live steps take beyond them."""
+        def planned_ms(drafts: int, groups: int, drafter_ms: float) -> float:
+            """Planned time of a step with `drafts` drafts in `groups` query lengths: the
+            measured decode shapes (or, under an overridden budget, the one-lane curve with its
+            knee moved there), what live steps take beyond them, and the drafter's own time."""
             curve = (calibration.t_ms((batch + prefill + drafts) * scale) if scale != 1 else
                      calibration.step_ms(batch, drafts, prefill))
             # The live excess can be negative (a machine faster than at calibration), fitted at
             # recent batch sizes; extrapolated far past them it must not plan a step at zero.
-            return max(curve + excess.ms(batch, drafts, groups), MIN_CURVE_SHARE * curve)
-
-        plain_ms = pass_ms(0, 1)
-
-        def planned_ms(drafts: int, groups: int, drafter_ms: float) -> float:
-            """Planned time of a step with `drafts` drafts in `groups` query lengths, the
-            drafter's own time included. Negative live draft or group terms (drafts dearer in
-            the calibration than live) make drafts cheap, never quicker than none."""
-            return max(pass_ms(drafts, groups), plain_ms) + drafter_ms
+            return max(curve + excess.ms(batch, drafts, groups),
+                       MIN_CURVE_SHARE * curve) + drafter_ms
 
         def step_ms(ks: list[int]) -> float:
             return planned_ms(sum(ks), query_groups(ks), draft_cost_ms(ks))
@@ -166,10 +160,8 @@ class SpeculationPolicy:
                 to draft alike)."""
                 return planned_ms(drafts, 1, least_drafter_ms)
             # The bound holds where planned times rise with drafts: not with a prefill chunk in
-            # the step (its share of the curve can fall), past the measured batch shapes, nor
-            # with live draft or group terms below zero.
-            bounded = (min(excess.per_draft_ms, excess.per_group_ms) >= 0
-                       and (scale != 1 or (not prefill and calibration.rises_with_drafts(batch))))
+            # the step (its share of the curve can fall) nor past the measured batch shapes.
+            bounded = scale != 1 or (not prefill and calibration.rises_with_drafts(batch))
             ks, reason = self._goodput(rates, planned, budget, step_ms, alone,
                                        least_ms if bounded else None)
             ks = self._hold(lanes, ks, planned)

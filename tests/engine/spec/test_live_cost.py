@@ -51,16 +51,13 @@ def test_a_machine_faster_than_its_calibration_still_pays_for_its_drafts():
     assert fitted.per_draft_ms > 0
 
 
-def test_drafts_cheaper_than_the_calibration_says_are_fitted_below_zero():
-    """A calibration measured under load priced drafts too high: steps with 8 drafts a lane run
-    20 ms under their shapes where steps without run 40 ms over them, and the fit says so."""
+def test_drafts_that_look_cheaper_than_the_curve_are_held_at_zero_cost():
     overhead = LiveOverhead()
     for _ in range(10):
         overhead.observe([0] * 4, excess_ms=40.0)
         overhead.observe([8] * 4, excess_ms=20.0)
     fitted = overhead.estimate()
-    assert fitted.per_lane_ms == pytest.approx(10.0, abs=0.05)
-    assert fitted.ms(4, 32) == pytest.approx(20.0, abs=0.5) and fitted.per_draft_ms < 0
+    assert fitted.per_draft_ms == 0.0 and fitted.per_group_ms == 0.0 and fitted.per_lane_ms > 0
     with pytest.raises(ValueError):
         LiveOverhead(decay=1.0)
 
@@ -89,25 +86,13 @@ def test_goodput_drafts_less_when_drafts_cost_more_than_the_curve_says():
     assert sum(_decide(Overhead(per_draft_ms=10.0)).ks) < sum(_decide(Overhead()).ks)
 
 
-def test_goodput_drafts_more_when_drafts_cost_less_than_the_curve_says():
-    assert sum(_decide(Overhead(per_draft_ms=-8.0)).ks) > sum(_decide(Overhead()).ks)
-
-
-def test_drafts_are_never_planned_quicker_than_none():
-    """However negative the fitted draft term, a step with drafts is planned at least as long
-    as the same step without: drafts may look nearly free, never like a gain in time."""
-    decision = _decide(Overhead(per_draft_ms=-100.0))
-    assert sum(decision.ks) > sum(_decide(Overhead()).ks)
-    match = re.search(r"tok in ([-\d.]+) ms", decision.reason)
-    assert match and float(match.group(1)) >= CURVE.t_ms(8) - 0.05
-
-
 def test_goodput_evens_out_draft_counts_when_each_count_costs_a_call():
     """A lane alone in its draft count costs an attention call per layer: where that is dear,
     lanes share fewer counts."""
     plain, grouped = _decide(Overhead()), _decide(Overhead(per_group_ms=40.0))
     assert query_groups(grouped.ks) <= query_groups(plain.ks)
     assert query_groups(grouped.ks) == 1
+
 
 
 def test_a_step_is_never_planned_below_a_share_of_the_curve():
