@@ -2,16 +2,18 @@
 
 `measure` times real forward passes of one lane verifying N = 2 .. 32, 40 .. 128 query tokens,
 a few batch shapes of one token per lane, and those batches with one lane drafting D tokens
-(the decode shapes the policies choose between), on the actual device, model and dtype, each right
-after a reference pass of one token. A shape's point is its median ratio to the reference pass just
-before it, over several rounds after a warm-up round, times the reference passes' median time.
-A shared machine's speed swings over seconds (here a one-token pass took 19-40 ms from one
-second to the next); both passes of a pair feel it alike, so ratios hold where the fastest of
-several rounds per point did not: four calibrations in a row here gave T = 1, 3, 1, 1 that way,
-and T = 6, 7, 4, 5 paired. The fitted curve is the least-squares nondecreasing fit of the points
-(pool adjacent violators), interpolated piecewise-linearly: a step never gets cheaper with more
-tokens, and noise either side of the truth averages out, where a running maximum kept every high
-point. T is the largest N with t(N) <= (1 + eps) * t(1).
+(the decode shapes the policies choose between), on the actual device, model and dtype, each
+paired with the pass just before it: a reference pass of one token, or for a batch with drafts
+the same batch without them. A shape's point is its median ratio to its pair over several rounds
+after a warm-up round, times the reference passes' median time (a batch with drafts: times its
+batch's point), and points whose ratios scatter are re-timed in extra rounds. A shared machine's
+speed swings over seconds (here a one-token pass took 19-40 ms from one second to the next);
+both passes of a pair feel it alike, so ratios hold where the fastest of several rounds per
+point did not: four calibrations in a row here gave T = 1, 3, 1, 1 that way, and T = 6, 7, 4, 5
+paired. The fitted curve is the least-squares nondecreasing fit of the points (pool adjacent
+violators), interpolated piecewise-linearly: a step never gets cheaper with more tokens, and
+noise either side of the truth averages out, where a running maximum kept every high point. T is
+the largest N with t(N) <= (1 + eps) * t(1).
 
 The policies price a step of B lanes and D drafts with the decode shapes (`step_ms`), not with
 t(B + D) of one lane: past the knee a draft costs what another lane does, far more than one more
@@ -52,7 +54,16 @@ DECODE_DRAFTS = (1, 2, 4, 8, 16)  # drafts of one lane in each batch shape
 # (attention.py); 6: a lone lane's call (every N shape) keeps SDPA; 7: batch shapes with drafts,
 # lanes' blocks interleaved as in a cache that has run a while (a gather, not a view); 8: bf16
 # matmul attention only where timed faster than SDPA on this CPU.
-VERSION = 8
+# 9: a batch with drafts paired with the same batch without them; points whose ratios still
+# scatter after the rounds are re-timed.
+VERSION = 9
+# A point is re-timed while its median ratio's standard error exceeds this share of it, for at
+# most EXTRA_ROUNDS x the rounds asked for in all: on a 2-core AVX2 EPYC (fp32) two in three points
+# still scattered by more after five rounds, and two calibrations in a row priced a lane's first
+# draft at two lanes at +4 % and +25 % of the step. A quiet machine's points settle within the
+# first rounds, so its calibration takes no longer.
+MAX_MEDIAN_ERROR = 0.02
+EXTRA_ROUNDS = 3
 
 
 @dataclass(slots=True)
@@ -213,7 +224,9 @@ def measure(runner, vocab_size: int, *, device: str, model: str, dtype: str, eps
     """Time real forward passes on `runner` (a ModelRunner with room for max(batch_shapes)
     sequences of context + max(query_sizes) tokens). Sequence ids from 1_000_000 are used and
     freed afterwards. One warm-up round, then `repeats` timed rounds over every shape, each
-    shape's pass just after a reference pass of one token."""
+    shape's pass just after its pair (module docstring); then rounds of the points whose ratios
+    scatter (`median_error` above MAX_MEDIAN_ERROR) until none does or EXTRA_ROUNDS x `repeats`
+    rounds have timed them."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     base = 1_000_000
@@ -226,10 +239,13 @@ def measure(runner, vocab_size: int, *, device: str, model: str, dtype: str, eps
         return ([LaneInput(base, tokens[context:context + 1 + d], context, 1 + d)]
                 + [LaneInput(base + i, [tokens[context]], context, 1) for i in range(1, b)])
 
-    shapes = ([("N", n, [LaneInput(base, tokens[context:context + n], context, n)])
+    # (kind, key, the pass timed just before, the shape's pass): a batch with drafts follows the
+    # same batch without them, so the drafts' increment, what goodput weighs, is measured paired.
+    shapes = ([("N", n, reference, [LaneInput(base, tokens[context:context + n], context, n)])
                for n in query_sizes if n > 1]
-              + [("B", b, decode(b, 0)) for b in batch_shapes]
-              + [("D", (b, d), decode(b, d)) for b in batch_shapes for d in decode_drafts])
+              + [("B", b, reference, decode(b, 0)) for b in batch_shapes]
+              + [("D", (b, d), decode(b, 0), decode(b, d))
+                 for b in batch_shapes for d in decode_drafts])
 
     def timed(lanes: list[LaneInput]) -> float:
         start = time.perf_counter()
@@ -251,27 +267,53 @@ def measure(runner, vocab_size: int, *, device: str, model: str, dtype: str, eps
             for lane in range(lanes_needed):
                 chunk = tokens[start:min(start + block, context)]
                 runner.forward([LaneInput(base + lane, chunk, start, 0)])
-        for round_ in range(repeats + 1):  # round 0 warms up allocator and kernel choices
-            for index, (_, _, lanes) in enumerate(shapes):
-                before = timed(reference)
+
+        def time_round(indexes, keep: bool) -> None:
+            for index in indexes:
+                _, _, before_lanes, lanes = shapes[index]
+                before = timed(before_lanes)
                 ms = timed(lanes)
-                if round_ > 0:
-                    reference_ms.append(before)
+                if keep:
+                    if before_lanes is reference:
+                        reference_ms.append(before)
                     ratios[index].append(ms / before)
+
+        for round_ in range(repeats + 1):  # round 0 warms up allocator and kernel choices
+            time_round(range(len(shapes)), keep=round_ > 0)
             if progress and round_ > 0:
                 progress(f"  round {round_}/{repeats}: t(1) = "
                          f"{statistics.median(reference_ms):.2f} ms, t({shapes[largest][1]})/t(1)"
                          f" = {statistics.median(ratios[largest]):.2f}")
+        for extra in range(1, (EXTRA_ROUNDS - 1) * repeats + 1):
+            noisy = [i for i, r in enumerate(ratios) if median_error(r) > MAX_MEDIAN_ERROR]
+            if not noisy:
+                break
+            if progress:
+                progress(f"  extra round {extra}: re-timing {len(noisy)} noisy point(s)")
+            time_round(noisy, keep=True)
     finally:
         for lane in range(lanes_needed):
             if base + lane in runner.kv.blocks:
                 runner.kv.blocks.free(base + lane)
     t1 = statistics.median(reference_ms)
-    measured = [(kind, n, t1 * statistics.median(r)) for (kind, n, _), r in zip(shapes, ratios)]
-    return Calibration(points=[(1, t1)] + [(n, ms) for kind, n, ms in measured if kind == "N"],
-                       eps=eps, batch_points=[(b, ms) for kind, b, ms in measured if kind == "B"],
-                       decode_points=[(*bd, ms) for kind, bd, ms in measured if kind == "D"],
+    ratio = {(kind, key): statistics.median(r) for (kind, key, _, _), r in zip(shapes, ratios)}
+    batches = {b: t1 * ratio["B", b] for b in batch_shapes}
+    return Calibration(points=[(1, t1)] + [(n, t1 * ratio["N", n]) for n in query_sizes if n > 1],
+                       eps=eps, batch_points=list(batches.items()),
+                       decode_points=[(b, d, batches[b] * ratio["D", (b, d)])
+                                      for b in batch_shapes for d in decode_drafts],
                        device=device, model=model, dtype=dtype)
+
+
+def median_error(values: list[float]) -> float:
+    """The standard error of the median of `values`, relative to it, from their median absolute
+    deviation (for normal noise: 1.4826 MAD estimates the spread, 1.2533 spread / sqrt(n) the
+    median's error); infinite below three values."""
+    if len(values) < 3:
+        return float("inf")
+    middle = statistics.median(values)
+    deviation = statistics.median(abs(v - middle) for v in values)
+    return 1.858 * deviation / (abs(middle) * len(values) ** 0.5)
 
 
 def nondecreasing(values: list[float]) -> list[float]:

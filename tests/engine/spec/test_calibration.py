@@ -103,7 +103,7 @@ def test_measure_pairs_each_shape_with_a_reference_pass(monkeypatch):
             passes.append(n)
             if not n:  # the lanes' context, block by block
                 return
-            # rounds of (reference, N=2), (reference, N=4), (reference, B=2), (reference, B=2 D=1)
+            # rounds of (reference, N=2), (reference, N=4), (reference, B=2), (B=2, B=2 D=1)
             timed = len([p for p in passes if p])
             slow = 2.0 if 10 <= timed < 26 else 1.0  # starts and ends inside a pair
             spoiled = 50.0 if timed == 36 else 0.0   # round 4's N=4
@@ -118,9 +118,49 @@ def test_measure_pairs_each_shape_with_a_reference_pass(monkeypatch):
     assert [(b, d, round(ms, 6)) for b, d, ms in result.decode_points] == [(2, 1, 16.0)]
     assert result.version == cal.VERSION
     assert passes.count(0) == 4 * 2  # two lanes' 64 tokens of context, a block at a time
-    assert passes.count(1) == 4 * 6  # a reference before each shape, one warm-up + five rounds
+    assert passes.count(1) == 3 * 6  # a reference before each shape but the drafts, 6 rounds
+    assert passes.count(3) == 6      # the drafts' shape, each time after its batch (n = 2)
     assert result.t_ms(4) == result.t_ms(2) == pytest.approx(17.5)  # the dip is no free slack
     assert result.t_ms(3) == pytest.approx(17.5) and result.budget == 1
+
+
+def test_points_that_scatter_are_retimed_until_they_settle_or_the_rounds_run_out(monkeypatch):
+    """N=2 cycles through five costs for `noisy_passes` passes, then holds the middle one; N=4
+    never scatters and is timed only in the rounds asked for."""
+    now = [0.0]
+    passes = []
+
+    def run(noisy_passes):
+        passes.clear()
+
+        class Runner:
+            kv = SimpleNamespace(blocks=_Blocks(), block_size=16)
+
+            def forward(self, lanes):
+                n = sum(len(lane.token_ids) for lane in lanes if lane.logits_rows)
+                if not n:
+                    return
+                passes.append(n)
+                count = passes.count(2)
+                wobble = 2.0 * (count % 5 - 2) if n == 2 and count <= noisy_passes else 0
+                now[0] += ({1: 10.0, 2: 20.0, 4: 25.0}[n] + wobble) / 1e3
+
+        monkeypatch.setattr(cal.time, "perf_counter", lambda: now[0])
+        return cal.measure(Runner(), 100, device="d", model="m", dtype="x", repeats=5,
+                           query_sizes=(1, 2, 4), batch_shapes=(), decode_drafts=())
+
+    capped = run(noisy_passes=10_000)
+    assert passes.count(2) == 1 + cal.EXTRA_ROUNDS * 5 and passes.count(4) == 1 + 5
+    assert capped.t_ms(2) == pytest.approx(20.0, abs=4.0)
+    settled = run(noisy_passes=6)  # the warm-up and five rounds scatter
+    assert 1 + 5 < passes.count(2) < 1 + cal.EXTRA_ROUNDS * 5 and passes.count(4) == 1 + 5
+    assert settled.t_ms(2) == pytest.approx(20.0)
+
+
+def test_median_error_is_the_medians_relative_standard_error():
+    assert cal.median_error([1.0, 2.0]) == float("inf")
+    assert cal.median_error([1.0, 2.0, 3.0]) == pytest.approx(1.858 / (2 * 3 ** 0.5))
+    assert cal.median_error([2.0, 2.0, 2.0, 9.0]) == 0.0  # one outlier leaves the median be
 
 
 class _Blocks:
