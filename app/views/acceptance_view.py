@@ -12,6 +12,7 @@ from app.views.live_label import LiveLabel
 from app.views.plot_factory import make_plot
 
 ROLLING_STEPS = 256
+SHARED_AXIS_PX = 6
 
 
 class AcceptanceView(QWidget):
@@ -21,7 +22,7 @@ class AcceptanceView(QWidget):
         self.headline = LiveLabel("mean acceptance length –", role="headline", lines=3)
         self.position_plot = make_plot(theme, "by draft position", bottom="position j")
         self.category_plot = make_plot(theme, "by category")
-        self.lane_plot = make_plot(theme, "by agent (rolling)", bottom="agent")
+        self.lane_plot = make_plot(theme, "by agent", bottom="agent")
         self.bars = {}
         for name, plot, field in (("position", self.position_plot, "accepted"),
                                   ("category", self.category_plot, "free"),
@@ -31,6 +32,11 @@ class AcceptanceView(QWidget):
             self.bars[name] = pg.BarGraphItem(x=[], height=[], width=0.7,
                                               brush=theme.qcolor(field), pen=None)
             plot.addItem(self.bars[name])
+        # The three share the 0..1 scale: only the first labels it, so the narrow plots beside
+        # it keep their width for bars and category names (which overlapped at 1600 px).
+        for plot in (self.category_plot, self.lane_plot):
+            plot.getAxis("left").setStyle(showValues=False)
+            plot.getAxis("left").setWidth(SHARED_AXIS_PX)
         layout = QGridLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.headline, 0, 0, 1, 3)

@@ -12,7 +12,7 @@ from PySide6.QtWidgets import (QHeaderView, QSplitter, QTableWidget, QTableWidge
 from app.agent_rows import AgentRow
 from app.theme import Theme
 
-COLUMNS = ("agent", "state", "category", "tokens", "acceptance")
+COLUMNS = ("agent", "state", "category", "tokens", "accepted")
 TRANSCRIPT_CHARS = 6000  # the tail shown; long transcripts would make every refresh slow
 # A small random model emits arbitrary bytes; control characters would blank the HTML pane.
 _UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ufffd]")
@@ -30,7 +30,11 @@ class AgentsView(QWidget):
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.verticalHeader().setVisible(False)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        # Columns as wide as their text (equal shares cut 'category' and 'accepted' in a 300 px
+        # pane); the last takes what is left.
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setStretchLastSection(True)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QTableWidget.SelectionMode.SingleSelection)
@@ -40,7 +44,7 @@ class AgentsView(QWidget):
         splitter = QSplitter(Qt.Orientation.Horizontal)
         splitter.addWidget(self.table)
         splitter.addWidget(self.transcript)
-        splitter.setSizes([320, 480])
+        splitter.setSizes([360, 440])
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(splitter)
