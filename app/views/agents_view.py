@@ -30,7 +30,7 @@ class AgentsView(QWidget):
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.verticalHeader().setVisible(False)
-        # Columns as wide as their text (equal shares cut 'category' and 'accepted' in a 300 px
+        # Columns as wide as their text (equal shares cut 'category' and 'acceptance' in a 320 px
         # pane); the last takes what is left.
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
