@@ -86,6 +86,8 @@ class Calibration:
     _rows: dict[int, tuple[list[int], list[float]]] = field(init=False, repr=False,
                                                             compare=False)
     _batches: list[int] = field(init=False, repr=False, compare=False)
+    # (eps, T) of the last `budget`: the policies read T every step, a binary search over t(N)
+    _budget: tuple[float, int] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.points = sorted((int(n), float(ms)) for n, ms in self.points)
@@ -105,6 +107,7 @@ class Calibration:
                 self._rows[b] = ([0] + [d for d, _ in drafts],
                                  nondecreasing([ms] + [t for _, t in drafts]))
         self._batches = list(self._rows)
+        self._budget = None
 
     def step_ms(self, batch: int, drafts: float = 0, prefill: int = 0) -> float:
         """A step of `batch` decoding lanes with `drafts` draft tokens among them and `prefill`
@@ -155,6 +158,8 @@ class Calibration:
     @property
     def budget(self) -> int:
         """T: the largest N (up to the largest measured) with t(N) <= (1 + eps) t(1)."""
+        if self._budget is not None and self._budget[0] == self.eps:
+            return self._budget[1]
         limit = (1 + self.eps) * self.t_ms(1)
         low, high = 1, self.points[-1][0]  # t(low) <= limit; the curve never falls
         while low < high:
@@ -163,6 +168,7 @@ class Calibration:
                 low = mid
             else:
                 high = mid - 1
+        self._budget = (self.eps, low)
         return low
 
     def to_dict(self) -> dict:

@@ -112,27 +112,51 @@ class SpeculationPolicy:
         resting = self.idle(seq_ids, controls, calibration)
         if resting:
             return resting
-        if not any(lane.available for lane in lanes):
+        # A lane with nothing on offer gets no drafts under any policy, so only the others are
+        # planned: in chat at 16 lanes one or two a step, where every lane's bookkeeping in
+        # the plan cost goodput a share of the step that off does not pay.
+        offering = [i for i, lane in enumerate(lanes) if lane.available]
+        if not offering:
             return self._rest(seq_ids, controls.policy,
                               f"{controls.policy}: B={batch}, no lane has drafts to offer")
+        self._park([lane.seq_id for lane in lanes if not lane.available], controls.policy)
+        decision = self._plan([lanes[i] for i in offering], batch, prefill, controls,
+                              calibration, draft_cost_ms, shadowed, overhead)
+        ks = [0] * batch
+        for i, k in zip(offering, decision.ks):
+            ks[i] = k
+        return Decision(ks, decision.reason)
+
+    def _plan(self, lanes: list[LaneView], batch: int, prefill: int, controls: Controls,
+              calibration: Calibration, draft_cost_ms: Callable[[list[int]], float],
+              shadowed: bool, overhead: Callable[[], Overhead]) -> Decision:
+        """The decision for the lanes with drafts on offer, in a batch of `batch` lanes whose
+        others send none: they are priced as one more query group of a single query."""
+        others = batch - len(lanes)
         budget = controls.budget_override or calibration.budget
         excess = overhead()
         limits, muted = self._guard(lanes, controls.min_acceptance)
         scale = calibration.budget / controls.budget_override if controls.budget_override else 1
 
+        priced = {}  # (drafts, groups, drafter ms) -> planned ms: a plan is priced again and again
+
         def planned_ms(drafts: int, groups: int, drafter_ms: float) -> float:
             """Planned time of a step with `drafts` drafts in `groups` query lengths: the
             measured decode shapes (or, under an overridden budget, the one-lane curve with its
             knee moved there), what live steps take beyond them, and the drafter's own time."""
-            curve = (calibration.t_ms((batch + prefill + drafts) * scale) if scale != 1 else
-                     calibration.step_ms(batch, drafts, prefill))
-            # The live excess can be negative (a machine faster than at calibration), fitted at
-            # recent batch sizes; extrapolated far past them it must not plan a step at zero.
-            return max(curve + excess.ms(batch, drafts, groups),
-                       MIN_CURVE_SHARE * curve) + drafter_ms
+            shape = (drafts, groups, drafter_ms)
+            if shape not in priced:
+                curve = (calibration.t_ms((batch + prefill + drafts) * scale) if scale != 1 else
+                         calibration.step_ms(batch, drafts, prefill))
+                # The live excess can be negative (a machine faster than at calibration), fitted
+                # at recent batch sizes; extrapolated far past them it must not plan a step at 0.
+                priced[shape] = max(curve + excess.ms(batch, drafts, groups),
+                                    MIN_CURVE_SHARE * curve) + drafter_ms
+            return priced[shape]
 
         def step_ms(ks: list[int]) -> float:
-            return planned_ms(sum(ks), query_groups(ks), draft_cost_ms(ks))
+            groups = query_groups(ks) + (1 if others and 0 not in ks else 0)
+            return planned_ms(sum(ks), groups, draft_cost_ms(ks))
 
         fresh = rates = None  # goodput's lanes with nothing to plan with, and its estimates
         unplanned = 0  # free drafts goodput gives those lanes outside its plan
@@ -144,26 +168,29 @@ class SpeculationPolicy:
             ks = self._hold(lanes, [min(k, limit) for limit in limits], limits)
             reason = f"uniform: floor((T={budget} - B={batch}) / B) = {k}"
         else:
-            # Lanes with nothing to draft skip the bookkeeping (in chat most lanes, most steps).
-            fresh = [lane.available > 0 and self._fresh(lane) for lane in lanes]
+            fresh = [self._fresh(lane) for lane in lanes]
             planned = [0 if new else limit for new, limit in zip(fresh, limits)]
             rates = [self.stats.estimate(lane.seq_id, lane.cat, PRIOR, match=lane.match,
                                          depth=limit) if limit else NOTHING_TO_DRAFT
                      for lane, limit in zip(lanes, planned)]
-            alone = batch / step_ms([0] * batch)  # tokens per ms without drafts
-            least_drafter_ms = draft_cost_ms([1] + [0] * (batch - 1))
+            alone = batch / step_ms([0] * len(lanes))  # tokens per ms without drafts
+            least_drafter_ms = draft_cost_ms([1])
+
+            # A lane the plan cannot give drafts keeps one query, apart from the drafting lanes
+            # (in chat at 16 lanes, most of them): then no plan with drafts has fewer than two.
+            least_groups = 2 if others or 0 in planned else 1
 
             def least_ms(drafts: int) -> float:
-                """The least a step with `drafts` drafts takes: in one query group, with the
-                drafter's time for one. The decode shapes and the live terms grow with drafts and
-                a drafter's time with its longest lane; only the groups can fall (lanes that come
-                to draft alike)."""
-                return planned_ms(drafts, 1, least_drafter_ms)
+                """The least a step with `drafts` drafts takes: in the fewest query groups, with
+                the drafter's time for one. The decode shapes and the live terms grow with drafts
+                and a drafter's time with its longest lane; only the groups can fall (lanes that
+                come to draft alike)."""
+                return planned_ms(drafts, least_groups, least_drafter_ms)
             # The bound holds where planned times rise with drafts: not with a prefill chunk in
             # the step (its share of the curve can fall) nor past the measured batch shapes.
             bounded = scale != 1 or (not prefill and calibration.rises_with_drafts(batch))
-            ks, reason = self._goodput(rates, planned, budget, step_ms, alone,
-                                       least_ms if bounded else None)
+            ks, reason = self._goodput(rates, planned, batch, budget, step_ms, alone,
+                                       least_ms if bounded else None, others > 0)
             ks = self._hold(lanes, ks, planned)
             if shadowed:  # no guessing where it costs: fresh lanes wait for their shadow checks
                 planned_drafts = sum(ks)
@@ -177,7 +204,7 @@ class SpeculationPolicy:
             else:
                 ks[i] = min(1, lanes[i].available)
         if rates is not None:
-            self._speedup.add(_expected_tokens(rates, ks), alone * step_ms(ks), SPEEDUP_DECAY)
+            self._speedup.add(batch + _accepted(rates, ks), alone * step_ms(ks), SPEEDUP_DECAY)
         notes = []
         if any(muted):
             notes.append(f"{sum(muted)} lane(s) below min acceptance {controls.min_acceptance:g}")
@@ -205,19 +232,23 @@ class SpeculationPolicy:
         return self._rest(seq_ids, controls.policy, reason)
 
     def _rest(self, seq_ids: list[int], policy: str, reason: str) -> Decision:
-        """What a plan decides and keeps when no lane drafts (in chat at B >= 8 most steps have
-        nothing to offer), without its cost (a tenth of a millisecond, 0.4 % of a chat step at
-        B=16): no drafts, the k in force kept as a capped lane's is, no probe due, and a step
-        at the batch's own speed for goodput's recent speed-up."""
+        """What a plan decides when no lane drafts (in chat at B >= 8 many steps have nothing
+        to offer), without its cost (a tenth of a millisecond, 0.4 % of a chat step at B=16):
+        the lanes parked, and a step at the batch's own speed for goodput's recent speed-up."""
+        self._park(seq_ids, policy)
+        if policy == "goodput":
+            self._speedup.add(len(seq_ids), len(seq_ids), SPEEDUP_DECAY)
+        return Decision([0] * len(seq_ids), reason)
+
+    def _park(self, seq_ids: list[int], policy: str) -> None:
+        """What a plan keeps for lanes that may not draft: the k in force kept as a capped
+        lane's is, and no probe due."""
         for seq_id in seq_ids:
             if policy != "fixed":
                 self._held.setdefault(seq_id, 0)
                 self._streak[seq_id] = 0
             self._idle.pop(seq_id, None)
             self._wait.pop(seq_id, None)
-        if policy == "goodput":
-            self._speedup.add(len(seq_ids), len(seq_ids), SPEEDUP_DECAY)
-        return Decision([0] * len(seq_ids), reason)
 
     def forget(self, seq_id: int) -> None:
         for table in (self._held, self._streak, self._idle, self._wait):
@@ -228,7 +259,7 @@ class SpeculationPolicy:
         """Per-lane draft limits after the minimum-acceptance guard, and which lanes it muted."""
         limits, muted = [], []
         for lane in lanes:
-            low = lane.available > 0 and any(
+            low = any(
                 c is not None and c.trials >= MIN_TRIALS and c.rate < min_acceptance
                 for c in (self.stats.lane(lane.seq_id), self.stats.category(lane.cat)))
             limits.append(0 if low else lane.available)
@@ -248,7 +279,7 @@ class SpeculationPolicy:
         each probe; a fresh lane is probed at once (goodput only)."""
         due = []
         for i, lane in enumerate(lanes):
-            idle = ks[i] == 0 and lane.available > 0 and (muted[i] or fresh is not None)
+            idle = ks[i] == 0 and (muted[i] or fresh is not None)
             if not idle:
                 self._idle.pop(lane.seq_id, None)
                 self._wait.pop(lane.seq_id, None)
@@ -287,9 +318,9 @@ class SpeculationPolicy:
         return ks
 
     # -- goodput --
-    def _goodput(self, rates, limits, budget, step_ms, alone, least_ms):
-        batch = len(rates)
-        ks = [0] * batch
+    def _goodput(self, rates, limits, batch, budget, step_ms, alone, least_ms, others):
+        """The plan for the lanes of `rates` (`others`: the batch's other lanes send none)."""
+        ks = [0] * len(rates)
         tokens = float(batch)
         plans = [(tokens, step_ms(ks))]  # (tokens, ms) of each prefix of the greedy order
         order = []  # the lane of each draft, in the greedy order
@@ -298,17 +329,18 @@ class SpeculationPolicy:
         speedup = self._speedup.value
         value = speedup * alone if speedup else None
         # With a worth known in advance the order stops where no longer prefix can beat the
-        # best so far: not even with every draft left in it, for the least time of a step with
-        # one draft more (past the knee, in chat, at the first draft: the order to 16 drafts a
-        # lane, with a step_ms each, took 0.14 ms of a 16-lane step).
+        # best so far (_order_is_done; past the knee, in chat, at the first draft or two: the
+        # order to 16 drafts a lane, with a step_ms each, took 0.14 ms of a 16-lane step).
         bounded = value is not None and least_ms is not None
         left = sum(rate.expected(limit) for rate, limit in zip(rates, limits) if limit)
         best = tokens - value * plans[0][1] if bounded else 0.0
         # max-heap of each lane's next draft's expected gain (falling with k)
-        heap = [(-rates[i].first, i) for i in range(batch) if limits[i] > 0 and rates[i].first > 0]
+        heap = [(-rate.first, i) for i, (rate, limit) in enumerate(zip(rates, limits))
+                if limit > 0 and rate.first > 0]
         heapq.heapify(heap)
         while heap:
-            if bounded and tokens + left - value * least_ms(len(order) + 1) < best - 1e-9:
+            if bounded and _order_is_done(best, tokens, left, -heap[0][0], value, least_ms,
+                                          len(order)):
                 break
             neg_gain, i = heapq.heappop(heap)
             ks[i] += 1
@@ -323,15 +355,15 @@ class SpeculationPolicy:
             value = max(tokens / ms for tokens, ms in plans)
 
         def gain(trial: list[int]) -> float:
-            return _expected_tokens(rates, trial) - value * step_ms(trial)
+            return _accepted(rates, trial) - value * step_ms(trial)
 
         drafts = max(range(len(plans)),  # ties: fewer drafts
                      key=lambda n: plans[n][0] - value * plans[n][1])
-        ks = [0] * batch
+        ks = [0] * len(rates)
         for i in order[:drafts]:
             ks[i] += 1
-        ks = _fewer_groups(ks, limits, gain)
-        tokens = _expected_tokens(rates, ks)
+        ks = _fewer_groups(ks, limits, gain, {0} if others else set())
+        tokens = batch + _accepted(rates, ks)
         offered = [rate for rate, limit in zip(rates, limits) if limit]
         odds = (f" at mean p(1st)={sum(r.first for r in offered) / len(offered):.2f} "
                 f"p(2nd)={sum(r.hit(2) for r in offered) / len(offered):.2f}" if offered else "")
@@ -341,21 +373,41 @@ class SpeculationPolicy:
         return ks, reason
 
 
+def _order_is_done(best: float, tokens: float, left: float, gain: float, value: float,
+                   least_ms: Callable[[int], float], drafts: int, reach: int = 4) -> bool:
+    """Whether no longer prefix of goodput's greedy order can beat `best`, its best worth so far
+    (tokens less `value` x ms). The order is at `drafts` drafts and `tokens` expected tokens; r
+    more drafts add at most min(r x `gain`, `left`), `gain` being the largest left (a lane's
+    next draft is worth no more than its last), and take at least least_ms(drafts + r), which
+    never falls as r grows. Past `reach` drafts more only `left` bounds them: each r costs a
+    least_ms, and the cut is wanted where few drafts are on offer (chat at 16 lanes, most steps).
+    """
+    if tokens + left - value * least_ms(drafts + 1) < best - 1e-9:
+        return True  # not even with every draft left, in the least time of one draft more
+    for r in range(1, reach + 1):
+        if tokens + min(r * gain, left) - value * least_ms(drafts + r) >= best - 1e-9:
+            return False
+        if r * gain >= left:
+            return True
+    return tokens + left - value * least_ms(drafts + reach + 1) < best - 1e-9
+
+
 def _uniform_k(budget: int, batch: int) -> int:
     """The seed rule: the budget left after the batch's own tokens, shared equally."""
     return max(0, (budget - batch) // batch)
 
 
-def _expected_tokens(rates: list[Estimate], ks: list[int]) -> float:
-    """Tokens a step is expected to emit: one per lane and its expected accepted drafts."""
-    return len(ks) + sum(estimate.expected(k) for estimate, k in zip(rates, ks) if k)
+def _accepted(rates: list[Estimate], ks: list[int]) -> float:
+    """Drafts a step is expected to have accepted (it emits those and one token per lane)."""
+    return sum(estimate.expected(k) for estimate, k in zip(rates, ks) if k)
 
 
-def _fewer_groups(ks: list[int], limits: list[int],
-                  gain: Callable[[list[int]], float]) -> list[int]:
+def _fewer_groups(ks: list[int], limits: list[int], gain: Callable[[list[int]], float],
+                  counts_elsewhere: set[int]) -> list[int]:
     """Move lanes alone in their draft count into another lane's count while that raises the
     plan's gain: each distinct count is one more attention call per layer (live_cost.py), which
-    the greedy order, one draft at a time, cannot see to avoid."""
+    the greedy order, one draft at a time, cannot see to avoid. `counts_elsewhere`: the draft
+    counts of the batch's lanes outside `ks`."""
     ks, best = list(ks), gain(ks)
     moved = True
     while moved:
@@ -363,7 +415,7 @@ def _fewer_groups(ks: list[int], limits: list[int],
         for i, k in enumerate(ks):
             if k == 0 or ks.count(k) > 1:
                 continue
-            for other in sorted(set(ks) - {k}):
+            for other in sorted((set(ks) | counts_elsewhere) - {k}):
                 if other > limits[i]:
                     break
                 trial = ks[:i] + [other] + ks[i + 1:]
