@@ -66,12 +66,14 @@ CURVE = Calibration(points=[(1, 20.0), (2, 40.0), (4, 60.0), (8, 100.0), (16, 18
                             (32, 340.0), (64, 660.0)])  # every token costs 10 ms past N=2
 
 
-def _decide(overhead):
+def _decide(overhead, idle_lanes: int = 0):
+    """Goodput's decision for 8 code-edit lanes offering 8 drafts, and `idle_lanes` more that
+    have none to offer."""
     stats = AcceptanceStats()
     for lane in range(8):
         for step in range(10):  # each draft lands less often than the one before
             stats.record(lane, "code-edit", 4, (0, 1, 2, 4)[step % 4])
-    lanes = [LaneView(i, "code-edit", 8) for i in range(8)]
+    lanes = [LaneView(i, "code-edit", 8 if i < 8 else 0) for i in range(8 + idle_lanes)]
     return SpeculationPolicy(stats).decide(lanes, 0, Controls(policy="goodput", k=8), CURVE,
                                            lambda ks: 0.0, overhead=lambda: overhead)
 
@@ -93,6 +95,20 @@ def test_goodput_evens_out_draft_counts_when_each_count_costs_a_call():
     assert query_groups(grouped.ks) <= query_groups(plain.ks)
     assert query_groups(grouped.ks) == 1
 
+
+def test_lanes_with_nothing_to_offer_are_a_query_group_of_their_own_in_the_price():
+    """Goodput plans only the lanes with drafts on offer, but the others still send their one
+    query: with them in the batch the drafting lanes cannot share a single count, and the plan
+    is priced with the extra attention call."""
+    overhead = Overhead(per_group_ms=5.0)  # dear, but not so dear that no draft pays
+    decision = _decide(overhead, idle_lanes=1)
+    drafts = sum(decision.ks)
+    assert decision.ks[8] == 0 and drafts > 0
+    planned = float(re.search(r"tok in ([-\d.]+) ms", decision.reason).group(1))
+    groups = query_groups(decision.ks)
+    assert groups >= 2
+    assert planned == pytest.approx(CURVE.step_ms(9, drafts) + overhead.ms(9, drafts, groups),
+                                    abs=0.06)
 
 
 def test_a_step_is_never_planned_below_a_share_of_the_curve():

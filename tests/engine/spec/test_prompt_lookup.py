@@ -1,3 +1,6 @@
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from engine.sequence import Sequence
 from engine.spec.prompt_lookup import NgramIndex, PromptLookupDrafter
 
@@ -71,3 +74,21 @@ def test_a_lane_in_a_loop_is_proposed_the_loop_past_the_end_of_its_context():
     assert drafter.propose([seq], [7])[0].tokens == [1, 2, 3, 1, 2, 3, 1]
     seq.token_ids += [1, 2, 3, 1]                      # four drafts accepted: still following
     assert drafter.propose([seq], [5])[0].tokens == [2, 3, 1, 2, 3]
+
+
+@settings(max_examples=200, deadline=None)
+@given(tokens=st.lists(st.integers(0, 3), min_size=1, max_size=60),
+       grow=st.lists(st.integers(1, 5), max_size=12))
+def test_the_index_finds_what_a_scan_of_the_context_finds(tokens, grow):
+    """Fed a context a few tokens at a time, the incremental index matches the longest suffix at
+    its latest earlier occurrence, as a scan of the whole context does (and finds nothing where
+    the scan finds nothing: the shortest suffix is probed first)."""
+    index, sizes, end = NgramIndex((4, 3, 2)), (4, 3, 2), 0
+    for step in [*grow, len(tokens)]:
+        end = min(len(tokens), end + step)
+        context = tokens[:end]
+        index.extend(context)
+        expected = next(((e, n) for n in sizes if len(context) > n
+                         for e in range(len(context) - 1, n - 1, -1)
+                         if context[e - n:e] == context[-n:]), (None, 0))
+        assert index._looked_up(context) == expected
