@@ -163,9 +163,7 @@ class StepExecutor:
             return decision, drafter.propose(seqs, decision.ks)
         for seq, draft, k in zip(seqs, offered, decision.ks):
             self.shadows.watch(seq.seq_id, draft.tokens, k)
-        return decision, [draft if len(draft.tokens) == k else
-                          Draft(draft.tokens[:k], match=draft.match)
-                          for draft, k in zip(offered, decision.ks)]
+        return decision, [draft.cut(k) for draft, k in zip(offered, decision.ks)]
 
     def _learn_overhead(self, drafted: list[int], controls: Controls, dt_ms: float) -> None:
         draft_ms = self.drafter(controls.drafter).cost_ms(drafted) if any(drafted) else 0.0

@@ -26,6 +26,12 @@ class Draft:
         if self.probs is not None and self.probs.shape[0] != len(self.tokens):
             raise ValueError(f"draft probs rows {self.probs.shape[0]} != {len(self.tokens)} tokens")
 
+    def cut(self, k: int) -> "Draft":
+        """The first k drafts (this draft itself when it has no more)."""
+        if len(self.tokens) <= k:
+            return self
+        return Draft(self.tokens[:k], None if self.probs is None else self.probs[:k], self.match)
+
     @classmethod
     def make_dummy(cls, n: int = 3) -> "Draft":
         return cls(tokens=list(range(20, 20 + n)))

@@ -132,7 +132,7 @@ class SpeculationPolicy:
               shadowed: bool, overhead: Callable[[], Overhead]) -> Decision:
         """The decision for the lanes with drafts on offer, in a batch of `batch` lanes whose
         others send none: they are priced as one more query group of a single query."""
-        others = batch - len(lanes)
+        parked = {0} if batch > len(lanes) else set()  # the draft counts of the other lanes
         budget = controls.budget_override or calibration.budget
         excess = overhead()
         limits, muted = self._guard(lanes, controls.min_acceptance)
@@ -155,8 +155,7 @@ class SpeculationPolicy:
             return priced[shape]
 
         def step_ms(ks: list[int]) -> float:
-            groups = query_groups(ks) + (1 if others and 0 not in ks else 0)
-            return planned_ms(sum(ks), groups, draft_cost_ms(ks))
+            return planned_ms(sum(ks), query_groups([*ks, *parked]), draft_cost_ms(ks))
 
         fresh = rates = None  # goodput's lanes with nothing to plan with, and its estimates
         unplanned = 0  # free drafts goodput gives those lanes outside its plan
@@ -178,7 +177,7 @@ class SpeculationPolicy:
 
             # A lane the plan cannot give drafts keeps one query, apart from the drafting lanes
             # (in chat at 16 lanes, most of them): then no plan with drafts has fewer than two.
-            least_groups = 2 if others or 0 in planned else 1
+            least_groups = 2 if parked or 0 in planned else 1
 
             def least_ms(drafts: int) -> float:
                 """The least a step with `drafts` drafts takes: in the fewest query groups, with
@@ -190,7 +189,7 @@ class SpeculationPolicy:
             # the step (its share of the curve can fall) nor past the measured batch shapes.
             bounded = scale != 1 or (not prefill and calibration.rises_with_drafts(batch))
             ks, reason = self._goodput(rates, planned, batch, budget, step_ms, alone,
-                                       least_ms if bounded else None, others > 0)
+                                       least_ms if bounded else None, parked)
             ks = self._hold(lanes, ks, planned)
             if shadowed:  # no guessing where it costs: fresh lanes wait for their shadow checks
                 planned_drafts = sum(ks)
@@ -318,8 +317,9 @@ class SpeculationPolicy:
         return ks
 
     # -- goodput --
-    def _goodput(self, rates, limits, batch, budget, step_ms, alone, least_ms, others):
-        """The plan for the lanes of `rates` (`others`: the batch's other lanes send none)."""
+    def _goodput(self, rates, limits, batch, budget, step_ms, alone, least_ms, parked):
+        """The plan for the lanes of `rates` (`parked`: the draft counts of the batch's
+        other lanes)."""
         ks = [0] * len(rates)
         tokens = float(batch)
         plans = [(tokens, step_ms(ks))]  # (tokens, ms) of each prefix of the greedy order
@@ -362,7 +362,7 @@ class SpeculationPolicy:
         ks = [0] * len(rates)
         for i in order[:drafts]:
             ks[i] += 1
-        ks = _fewer_groups(ks, limits, gain, {0} if others else set())
+        ks = _fewer_groups(ks, limits, gain, parked)
         tokens = batch + _accepted(rates, ks)
         offered = [rate for rate, limit in zip(rates, limits) if limit]
         odds = (f" at mean p(1st)={sum(r.first for r in offered) / len(offered):.2f} "
@@ -403,11 +403,11 @@ def _accepted(rates: list[Estimate], ks: list[int]) -> float:
 
 
 def _fewer_groups(ks: list[int], limits: list[int], gain: Callable[[list[int]], float],
-                  counts_elsewhere: set[int]) -> list[int]:
+                  parked: set[int]) -> list[int]:
     """Move lanes alone in their draft count into another lane's count while that raises the
     plan's gain: each distinct count is one more attention call per layer (live_cost.py), which
-    the greedy order, one draft at a time, cannot see to avoid. `counts_elsewhere`: the draft
-    counts of the batch's lanes outside `ks`."""
+    the greedy order, one draft at a time, cannot see to avoid. `parked`: the draft counts of
+    the batch's lanes outside `ks`."""
     ks, best = list(ks), gain(ks)
     moved = True
     while moved:
@@ -415,7 +415,7 @@ def _fewer_groups(ks: list[int], limits: list[int], gain: Callable[[list[int]], 
         for i, k in enumerate(ks):
             if k == 0 or ks.count(k) > 1:
                 continue
-            for other in sorted((set(ks) | counts_elsewhere) - {k}):
+            for other in sorted((set(ks) | parked) - {k}):
                 if other > limits[i]:
                     break
                 trial = ks[:i] + [other] + ks[i + 1:]

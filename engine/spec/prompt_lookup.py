@@ -126,8 +126,7 @@ class PromptLookupDrafter:
             if proposal is None:
                 self.available(seq, k)
                 proposal = self._proposals.pop(seq.seq_id)
-            drafts.append(proposal if len(proposal.tokens) <= k else
-                          Draft(proposal.tokens[:k], match=proposal.match))
+            drafts.append(proposal.cut(k))
         return drafts
 
     def cost_ms(self, ks: list[int]) -> float:
