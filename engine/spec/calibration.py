@@ -88,6 +88,9 @@ class Calibration:
     _batches: list[int] = field(init=False, repr=False, compare=False)
     # (eps, T) of the last `budget`: the policies read T every step, a binary search over t(N)
     _budget: tuple[float, int] | None = field(init=False, repr=False, compare=False)
+    # (B, D) -> `step_ms` of a decode step: goodput prices the same few shapes step after step
+    # (steps with a prefill chunk, whose sizes vary without end, are not kept)
+    _step_ms: dict[tuple[int, float], float] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.points = sorted((int(n), float(ms)) for n, ms in self.points)
@@ -108,12 +111,21 @@ class Calibration:
                                  nondecreasing([ms] + [t for _, t in drafts]))
         self._batches = list(self._rows)
         self._budget = None
+        self._step_ms = {}
 
     def step_ms(self, batch: int, drafts: float = 0, prefill: int = 0) -> float:
         """A step of `batch` decoding lanes with `drafts` draft tokens among them and `prefill`
         tokens: the decode shapes, interpolated between measured batches and draft counts, where
         they were measured; t(batch + drafts + prefill) of one lane otherwise. Past the shapes
         (more lanes, drafts or prefill) the one-lane curve adds its difference."""
+        if prefill:
+            return self._shape_ms(batch, drafts, prefill)
+        ms = self._step_ms.get((batch, drafts))
+        if ms is None:
+            ms = self._step_ms[batch, drafts] = self._shape_ms(batch, drafts, 0)
+        return ms
+
+    def _shape_ms(self, batch: int, drafts: float, prefill: int) -> float:
         n = batch + drafts + prefill
         if not self._rows or batch <= 1:
             return self.t_ms(n)
