@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from engine.rope import RopeScaling
+
 
 @dataclass(slots=True)
 class ModelConfig:
@@ -16,6 +18,7 @@ class ModelConfig:
     num_kv_heads: int
     head_dim: int = 0  # 0: hidden_size // num_heads
     rope_theta: float = 10000.0
+    rope_scaling: RopeScaling | None = None  # None: plain RoPE
     rms_norm_eps: float = 1e-5
     max_position: int = 8192
     tie_word_embeddings: bool = False

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from engine import rope
 from engine.attention import AttentionPlan, paged_attention, write_kv
 from engine.config import ModelConfig
 from engine.kv_cache import PagedKVCache
@@ -131,7 +132,7 @@ class LlamaModel(nn.Module):
         self.lm_head = (None if config.tie_word_embeddings else
                         nn.Parameter(torch.empty(config.vocab_size, config.hidden_size, **kw)))
         hd = config.head_dim
-        inv_freq = 1.0 / config.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd)
+        inv_freq, self.rope_attention = rope.frequencies(hd, config.rope_theta, config.rope_scaling)
         self.register_buffer("inv_freq", inv_freq.to(device), persistent=False)  # [hd / 2]
         self.requires_grad_(False)
 
@@ -160,7 +161,8 @@ class LlamaModel(nn.Module):
         x = F.embedding(input_ids, self.embed)                            # [n, hidden]
         freqs = meta.positions[:, None].float() * self.inv_freq           # [n, hd / 2]
         emb = torch.cat((freqs, freqs), dim=-1)[:, None, :]               # [n, 1, hd]
-        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+        scale = self.rope_attention  # 1 but for YaRN
+        cos, sin = (emb.cos() * scale).to(x.dtype), (emb.sin() * scale).to(x.dtype)
         for index, layer in enumerate(self.layers):
             x = layer(x, cos, sin, kv.k[index], kv.v[index], meta)
         h = F.rms_norm(x[logit_rows], (self.config.hidden_size,), self.norm,

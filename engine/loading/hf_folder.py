@@ -4,11 +4,13 @@ Every problem a user's folder can have becomes a ModelLoadError naming the file 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
 
+from engine import rope
 from engine.config import ModelConfig
 from engine.errors import ModelLoadError
 from engine.tokenizer import Tokenizer
@@ -42,16 +44,45 @@ def _ids(value) -> list[int]:
     return [int(v) for v in (value if isinstance(value, list) else [value])]
 
 
-def _rope_theta(cfg: dict, path: Path) -> float:
-    # transformers >= 5 nests RoPE settings in rope_parameters; older configs use rope_theta and
-    # rope_scaling. Only plain RoPE is implemented: scaled variants would decode wrongly, silently.
+def _rope(cfg: dict, path: Path) -> tuple[float, rope.RopeScaling | None]:
+    """RoPE's base and scaling. transformers >= 5 nests them in rope_parameters; older configs
+    use rope_theta and rope_scaling."""
     params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     if not isinstance(params, dict):
         raise ModelLoadError(path, f"rope parameters must be an object, got {params!r}")
-    kind = params.get("rope_type", params.get("type", "default"))
-    if kind != "default":
-        raise ModelLoadError(path, f"RoPE scaling {kind!r} is not supported (plain RoPE only)")
-    return float(params.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+    try:
+        theta = float(params.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+        if params.get("partial_rotary_factor", 1.0) != 1.0:
+            raise ValueError("partial_rotary_factor is not supported (RoPE on every dimension)")
+        kind = params.get("rope_type", params.get("type", "default"))
+        if kind == "default":
+            return theta, None
+        if kind not in rope.KINDS:
+            raise ValueError(f"RoPE scaling {kind!r} is not supported; supported: default, "
+                             f"{', '.join(rope.KINDS)}")
+        original = int(params.get("original_max_position_embeddings") or 0)
+        factor = params.get("factor")
+        if factor is None and kind == "yarn" and original:
+            factor = cfg["max_position_embeddings"] / original
+        if factor is None:
+            raise ValueError(f"RoPE scaling {kind!r} needs a factor")
+        attention = params.get("attention_factor")
+        if attention is None and params.get("mscale") and params.get("mscale_all_dim"):
+            attention = (_yarn_mscale(float(factor), params["mscale"])
+                         / _yarn_mscale(float(factor), params["mscale_all_dim"]))
+        extras = {key: float(params[key]) for key in ("low_freq_factor", "high_freq_factor",
+                                                      "beta_fast", "beta_slow") if params.get(key)}
+        scaling = rope.RopeScaling(
+            kind, float(factor), original_max_position=original,
+            attention_factor=None if attention is None else float(attention),
+            truncate=bool(params.get("truncate", True)), **extras)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelLoadError(path, f"rope parameters {params!r}: {exc}") from None
+    return theta, scaling
+
+
+def _yarn_mscale(factor: float, mscale: float) -> float:
+    return 0.1 * mscale * math.log(factor) + 1.0 if factor > 1 else 1.0
 
 
 def read_config(folder: Path) -> ModelConfig:
@@ -76,13 +107,14 @@ def read_config(folder: Path) -> ModelConfig:
     generation = read_json(folder / "generation_config.json", required=False) or {}
     eos = tuple(dict.fromkeys(_ids(cfg.get("eos_token_id")) + _ids(generation.get("eos_token_id"))))
     heads = cfg.get("num_attention_heads")
+    theta, scaling = _rope(cfg, path)
     try:
         return ModelConfig(
             vocab_size=int(cfg["vocab_size"]), hidden_size=int(cfg["hidden_size"]),
             intermediate_size=int(cfg["intermediate_size"]),
             num_layers=int(cfg["num_hidden_layers"]), num_heads=int(heads),
             num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
-            head_dim=int(cfg.get("head_dim") or 0), rope_theta=_rope_theta(cfg, path),
+            head_dim=int(cfg.get("head_dim") or 0), rope_theta=theta, rope_scaling=scaling,
             rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), max_position=max_position,
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             bos_token_id=cfg.get("bos_token_id"), eos_token_ids=eos, architecture=arch,

@@ -28,6 +28,39 @@ def test_saved_folder_logits_match_transformers(tmp_path, arch, tie):
     torch.testing.assert_close(ours, ref, atol=1e-4, rtol=0)
 
 
+# Scaled RoPE with the tiny models' 16-24 wide heads: an original context of 64 puts most of
+# their frequencies inside the range each variant changes.
+ROPE_SCALINGS = {
+    "linear": {"rope_type": "linear", "factor": 4.0},
+    "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+    "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
+}
+
+
+@pytest.mark.parametrize("arch,kind", [("llama", "linear"), ("llama", "llama3"),
+                                       ("qwen2", "yarn"), ("qwen3", "yarn")])
+def test_scaled_rope_logits_match_transformers(tmp_path, arch, kind):
+    hf = hf_tiny(arch, rope_parameters={"rope_theta": 5000.0, **ROPE_SCALINGS[kind]})
+    folder = save_hf_folder(hf, tmp_path / f"tiny-{arch}-{kind}")
+    loaded = load_model(str(folder), dtype="fp32", device="cpu")
+    assert loaded.config.rope_scaling.kind == kind
+    ref = reference_logits(hf, PROMPT)
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT), ref, atol=1e-4, rtol=0)
+    # the same weights with plain RoPE: the scaling shows in the logits, so the match means it
+    plain = reference_logits(hf_tiny(arch), PROMPT)
+    assert (ref - plain).abs().max() > 1e-3  # ten times the match's tolerance
+
+
+def test_rope_scaling_in_the_older_format(tiny_llama_folder):
+    folder, _ = tiny_llama_folder
+    _edit_config(folder, rope_parameters=None, rope_theta=5e5,
+                 rope_scaling={"type": "yarn", "original_max_position_embeddings": 64})
+    config = read_config(folder)  # yarn's factor defaults to max_position / original: 256 / 64
+    assert config.rope_theta == 5e5
+    assert (config.rope_scaling.kind, config.rope_scaling.factor) == ("yarn", 4.0)
+
+
 def test_sharded_folder_loads(tmp_path):
     hf = hf_tiny("llama")
     folder = save_hf_folder(hf, tmp_path / "sharded", max_shard_size="50KB")
@@ -126,7 +159,13 @@ def test_config_weights_mismatch(tiny_llama_folder):
 
 @pytest.mark.parametrize("changes,words", [
     ({"hidden_act": "gelu"}, ("gelu",)),
-    ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5}}, ("llama3",)),
+    ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5}}, ("llama3", "factor")),
+    ({"rope_parameters": {"rope_type": "dynamic", "factor": 2.0}}, ("dynamic", "not supported")),
+    ({"rope_parameters": {"rope_type": "llama3", "factor": 8.0}},
+     ("original_max_position_embeddings",)),
+    ({"rope_parameters": {"rope_type": "linear", "factor": -1}}, ("factor must be positive",)),
+    ({"rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.5}},
+     ("partial_rotary_factor",)),
     ({"rope_parameters": "yes"}, ("rope parameters",)),
     ({"num_attention_heads": 3}, ("invalid model shape",)),
     ({"vocab_size": None}, ("invalid model shape",)),

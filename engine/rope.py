@@ -1,0 +1,93 @@
+"""RoPE's rotation frequencies: plain, and the scaled variants Hugging Face configs name.
+
+Each variant only changes the frequencies (and, for YaRN, scales cos and sin), independently of
+the context length, so a paged KV cache written at one step stays right at every later one. That
+is why `dynamic` NTK scaling, whose frequencies change with the sequence's length, is refused.
+The formulas are those of transformers' `modeling_rope_utils` (tests/engine/test_model.py checks
+the logits against it):
+- linear: every frequency divided by `factor` (position interpolation);
+- llama3 (Llama 3.1-3.3): wavelengths longer than original_max_position / low_freq_factor
+  divided by `factor`, shorter than original_max_position / high_freq_factor kept, a smooth blend
+  between;
+- yarn (Qwen2.5 long context, among others): interpolated and extrapolated frequencies blended
+  over the dimensions between beta_fast and beta_slow rotations of the original context, and cos
+  and sin scaled by the attention factor (0.1 ln(factor) + 1 unless given)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+KINDS = ("linear", "llama3", "yarn")
+
+
+@dataclass(frozen=True, slots=True)
+class RopeScaling:
+    kind: str                        # one of KINDS
+    factor: float
+    original_max_position: int = 0   # llama3, yarn: the context the model was pretrained at
+    low_freq_factor: float = 1.0     # llama3
+    high_freq_factor: float = 4.0    # llama3
+    beta_fast: float = 32.0          # yarn: rotations where extrapolation ends
+    beta_slow: float = 1.0           # yarn: rotations where interpolation starts
+    attention_factor: float | None = None  # yarn: cos/sin scale; None: from factor
+    truncate: bool = True            # yarn: round the blend's dimension range outwards
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"RoPE scaling {self.kind!r} is not supported; supported: "
+                             f"{', '.join(KINDS)}")
+        if not self.factor > 0:
+            raise ValueError(f"RoPE scaling factor must be positive, got {self.factor}")
+        if self.kind != "linear" and self.original_max_position <= 0:
+            raise ValueError(f"RoPE scaling {self.kind!r} needs original_max_position_embeddings")
+        if self.kind == "llama3" and not self.high_freq_factor > self.low_freq_factor > 0:
+            raise ValueError("llama3 RoPE scaling needs high_freq_factor > low_freq_factor > 0, "
+                             f"got {self.high_freq_factor} and {self.low_freq_factor}")
+
+
+def frequencies(head_dim: int, theta: float,
+                scaling: RopeScaling | None = None) -> tuple[torch.Tensor, float]:
+    """Inverse frequencies [head_dim / 2] (fp32) and the factor cos and sin are scaled by."""
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+    if scaling is None:
+        return inv_freq, 1.0
+    if scaling.kind == "linear":
+        return inv_freq / scaling.factor, 1.0
+    if scaling.kind == "llama3":
+        return _llama3(inv_freq, scaling), 1.0
+    return _yarn(inv_freq, head_dim, theta, scaling)
+
+
+def _llama3(inv_freq: torch.Tensor, s: RopeScaling) -> torch.Tensor:
+    wavelen = 2 * math.pi / inv_freq
+    long_edge = s.original_max_position / s.low_freq_factor    # longer: interpolated
+    short_edge = s.original_max_position / s.high_freq_factor  # shorter: kept
+    smooth = ((s.original_max_position / wavelen - s.low_freq_factor)
+              / (s.high_freq_factor - s.low_freq_factor))
+    blended = (1 - smooth) * inv_freq / s.factor + smooth * inv_freq
+    scaled = torch.where(wavelen > long_edge, inv_freq / s.factor, inv_freq)
+    return torch.where((wavelen >= short_edge) & (wavelen <= long_edge), blended, scaled)
+
+
+def _yarn(inv_freq: torch.Tensor, head_dim: int, theta: float,
+          s: RopeScaling) -> tuple[torch.Tensor, float]:
+    def dimension(rotations: float) -> float:
+        """The dimension that turns `rotations` times over the original context."""
+        return (head_dim * math.log(s.original_max_position / (rotations * 2 * math.pi))
+                / (2 * math.log(theta)))
+
+    low, high = dimension(s.beta_fast), dimension(s.beta_slow)
+    if s.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, head_dim - 1)
+    if low == high:
+        high += 0.001  # the ramp needs a width
+    ramp = ((torch.arange(head_dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+    # ramp 0: the high frequencies, extrapolated (kept); ramp 1: the low ones, interpolated
+    blended = inv_freq / s.factor * ramp + inv_freq * (1 - ramp)
+    attention = s.attention_factor
+    if attention is None:
+        attention = 0.1 * math.log(s.factor) + 1.0 if s.factor > 1 else 1.0
+    return blended, attention
