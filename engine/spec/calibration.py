@@ -25,6 +25,7 @@ older measuring method (another `version`) is ignored and re-measured."""
 from __future__ import annotations
 
 import bisect
+import hashlib
 import json
 import re
 import statistics
@@ -208,7 +209,17 @@ class Calibration:
                    model="dummy", dtype="none")
 
 
+def model_key(loaded) -> str:
+    """The model's part of its calibration's cache name: its name and a digest of the shapes a
+    step's time depends on, as folders of different models can share a name (checkpoint-500)."""
+    c = loaded.config
+    shapes = (c.vocab_size, c.hidden_size, c.intermediate_size, c.num_layers, c.num_heads,
+              c.num_kv_heads, c.head_dim, c.tie_word_embeddings, c.qkv_bias, c.qk_norm)
+    return f"{loaded.name}-{hashlib.sha1(repr(shapes).encode()).hexdigest()[:8]}"
+
+
 def cache_path(device: str, model: str, dtype: str) -> Path:
+    """Where the calibration for (device, model: a model_key, dtype) is cached."""
     slug = "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", part) for part in (device, model, dtype))
     return cache_root() / "calibration" / f"{slug}.json"
 
@@ -228,8 +239,8 @@ def load_cached(device: str, model: str, dtype: str, eps: float) -> Calibration 
     return calibration
 
 
-def save(calibration: Calibration) -> Path:
-    path = cache_path(calibration.device, calibration.model, calibration.dtype)
+def save(calibration: Calibration, model: str) -> Path:
+    path = cache_path(calibration.device, model, calibration.dtype)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(calibration.to_dict(), indent=1))
     return path
@@ -352,7 +363,7 @@ def calibrate_or_load(loaded, eps: float = 0.10,
     """The cached calibration for (device, model, dtype), measuring and caching it if absent."""
     device, dtype = str(loaded.model.device), dtype_name(loaded.model.dtype)
     if not force:
-        cached = load_cached(device, loaded.name, dtype, eps)
+        cached = load_cached(device, model_key(loaded), dtype, eps)
         if cached is not None:
             return cached
     # Room for every shape: 16 lanes x 8 blocks of 16 tokens hold one lane of 64 context + 128
@@ -364,7 +375,7 @@ def calibrate_or_load(loaded, eps: float = 0.10,
     with torch.inference_mode():
         result = measure(runner, loaded.config.vocab_size, device=device, model=loaded.name,
                                dtype=dtype, eps=eps, progress=progress)
-    path = save(result)
+    path = save(result, model_key(loaded))
     if progress:
         progress(f"budget T = {result.budget} (t(1) = {result.t_ms(1):.2f} ms); cached in {path}")
     return result

@@ -4,6 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from engine.config import PRESETS
 from engine.spec import calibration as cal
 from engine.spec.calibration import Calibration
 
@@ -66,9 +67,21 @@ def test_dict_round_trip_and_dummy():
 def test_cache_path_honours_env(tmp_path, monkeypatch):
     monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path))
     c = Calibration.make_dummy()
-    path = cal.save(c)
+    path = cal.save(c, "dummy")
     assert path.parent == tmp_path / "calibration"
     assert cal.load_cached("dummy", "dummy", "none", eps=0.2).points == c.points
+
+
+def test_cache_is_kept_apart_for_models_of_one_name():
+    """Two fine-tunes in folders both named checkpoint-500, of different sizes, must not share
+    a curve; the same model loaded again must find its own."""
+    config = PRESETS["tiny-test"]
+    model = SimpleNamespace(name="checkpoint-500", config=config)
+    again = SimpleNamespace(name="checkpoint-500", config=config.with_())
+    bigger = SimpleNamespace(name="checkpoint-500", config=config.with_(num_layers=3))
+    assert cal.model_key(model) == cal.model_key(again)
+    assert cal.model_key(model) != cal.model_key(bigger)
+    assert cal.model_key(model).startswith("checkpoint-500-")
 
 
 def test_needs_a_point_at_one():

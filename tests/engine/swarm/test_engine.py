@@ -122,7 +122,7 @@ def test_trace_records_the_session(tiny, calibration, tmp_path):
 
 def test_recalibrate_measures_a_new_curve_and_applies_it_at_the_next_step(
         tiny, calibration, tmp_path, monkeypatch):
-    from engine.spec.calibration import cache_path
+    from engine.spec.calibration import cache_path, model_key
     from engine.telemetry.trace_reader import read_trace
     monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "cache"))
     path = tmp_path / "s.jsonl"
@@ -139,7 +139,7 @@ def test_recalibrate_measures_a_new_curve_and_applies_it_at_the_next_step(
     records = engine.records.snapshot()
     assert {r.budget for r in records[:3]} == {calibration.budget}
     assert {r.budget for r in records[3:]} == {measured.budget}
-    assert cache_path(measured.device, measured.model, measured.dtype).exists()
+    assert cache_path(measured.device, model_key(tiny), measured.dtype).exists()
     logged = [e for e in engine.events.snapshot() if e["type"] == "control"]
     assert logged[-1]["changes"]["calibration"]["points"] == [list(p) for p in measured.points]
     assert read_trace(path).controls[-1]["changes"] == logged[-1]["changes"]
