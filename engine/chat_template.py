@@ -1,6 +1,7 @@
 """Chat templates: render a model's Jinja chat template (or ChatML) into prompt text."""
 from __future__ import annotations
 
+from datetime import datetime
 from functools import lru_cache
 
 import jinja2
@@ -30,6 +31,8 @@ def _compile(source: str) -> jinja2.Template:
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                         extensions=["jinja2.ext.loopcontrols"])
     env.globals["raise_exception"] = _raise_exception
+    # Llama 3.1-3.3 templates write today's date into the system header when they can
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     try:
         return env.from_string(source)
     except jinja2.TemplateError as exc:

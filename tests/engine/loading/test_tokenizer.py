@@ -1,6 +1,8 @@
 """Tokenizer, ByteTokenizer and chat templates."""
 from __future__ import annotations
 
+import datetime
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -65,6 +67,15 @@ def test_chat_template_defaults_to_chatml_and_reports_errors():
         render_chat("{% for %}", messages)
     with pytest.raises(ChatTemplateError, match="no system"):
         render_chat("{{ raise_exception('no system') }}", messages)
+
+
+def test_chat_template_has_transformers_helpers():
+    """Llama 3.1-3.3 templates date their system header with strftime_now when it is defined."""
+    template = ("{% if strftime_now is defined %}{{ strftime_now('%Y-%m-%d') }}{% endif %}"
+                "{{ messages[0]['content'] }}")
+    before = datetime.date.today()
+    rendered = render_chat(template, [{"role": "user", "content": "q"}])
+    assert rendered in (f"{before}q", f"{datetime.date.today()}q")  # midnight may pass
 
 
 def test_tokenizer_file_errors(tmp_path):
