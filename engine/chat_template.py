@@ -39,6 +39,11 @@ def _compile(source: str) -> jinja2.Template:
         raise ChatTemplateError(f"chat template does not parse: {exc}") from exc
 
 
+def check_template(source: str) -> None:
+    """Raise ChatTemplateError when the template does not parse."""
+    _compile(source)
+
+
 def render_chat(template: str | None, messages: list[dict[str, str]], *,
                 bos_token: str = "", eos_token: str = "") -> str:
     """Text of `messages` in the template, ending with the prompt for the assistant's turn."""

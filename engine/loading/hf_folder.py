@@ -11,6 +11,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from engine import rope
+from engine.chat_template import ChatTemplateError, check_template
 from engine.config import ModelConfig
 from engine.errors import ModelLoadError
 from engine.tokenizer import Tokenizer
@@ -170,6 +171,22 @@ def read_tensors(folder: Path, dtype: torch.dtype) -> dict[str, torch.Tensor]:
 
 
 def read_tokenizer(folder: Path, config: ModelConfig) -> Tokenizer:
-    tokenizer_config = read_json(folder / "tokenizer_config.json", required=False)
-    return Tokenizer.from_file(folder / "tokenizer.json", tokenizer_config,
-                               eos_ids=config.eos_token_ids)
+    """tokenizer.json with tokenizer_config.json's special tokens and chat template, or the
+    template in chat_template.jinja, where transformers >= 4.43 saves it (and which wins)."""
+    template_source = folder / "tokenizer_config.json"
+    tokenizer_config = read_json(template_source, required=False) or {}
+    template_file = folder / "chat_template.jinja"
+    if template_file.is_file():
+        try:
+            tokenizer_config["chat_template"] = template_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ModelLoadError(template_file, f"cannot read the chat template ({exc})") from None
+        template_source = template_file
+    tokenizer = Tokenizer.from_file(folder / "tokenizer.json", tokenizer_config,
+                                    eos_ids=config.eos_token_ids)
+    if tokenizer.chat_template:  # a broken template is the folder's fault: say so at load
+        try:
+            check_template(tokenizer.chat_template)
+        except ChatTemplateError as exc:
+            raise ModelLoadError(template_source, str(exc)) from None
+    return tokenizer

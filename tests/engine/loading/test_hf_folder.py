@@ -186,6 +186,26 @@ def test_config_missing_field_and_bad_json(tiny_llama_folder):
     _raises(folder, "config.json", "not valid JSON")
 
 
+def test_chat_template_file_wins_over_tokenizer_config(tiny_llama_folder):
+    folder, _ = tiny_llama_folder
+    (folder / "chat_template.jinja").write_text(
+        "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}<assistant>")
+    loaded = load_model(str(folder), dtype="fp32", device="cpu")
+    assert loaded.tokenizer.chat_prompt("hi") == "<user>hi<assistant>"
+
+
+@pytest.mark.parametrize("file_name", ["tokenizer_config.json", "chat_template.jinja"])
+def test_broken_chat_template_names_its_file(tiny_llama_folder, file_name):
+    folder, _ = tiny_llama_folder
+    broken = "{% for m in messages %}"  # never closed
+    if file_name == "chat_template.jinja":
+        (folder / file_name).write_text(broken)
+    else:
+        cfg = json.loads((folder / file_name).read_text())
+        (folder / file_name).write_text(json.dumps({**cfg, "chat_template": broken}))
+    _raises(folder, file_name, "does not parse")
+
+
 def test_corrupt_tokenizer_json(tiny_llama_folder):
     folder, _ = tiny_llama_folder
     (folder / "tokenizer.json").write_text('{"model": 3}')
