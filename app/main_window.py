@@ -5,10 +5,13 @@ redraw lifts it); in replay, the scrubber picks the step the views show. Errors 
 banner; records are never dropped."""
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QTimer
+from importlib.metadata import version
+
+import torch
+from PySide6.QtCore import Qt, QTimer, qVersion
 from PySide6.QtGui import QAction, QIcon, QKeySequence
 from PySide6.QtWidgets import (QApplication, QDockWidget, QFileDialog, QLabel, QMainWindow,
-                               QProgressBar, QScrollArea, QVBoxLayout, QWidget)
+                               QMessageBox, QProgressBar, QScrollArea, QVBoxLayout, QWidget)
 
 from app.agent_rows import AgentRow
 from app.controls_panel import ControlsPanel
@@ -110,6 +113,30 @@ class MainWindow(QMainWindow):
                                     self._set_smooth, checkable=True)
         for name in ("dark", "light"):
             action(view, f"{name.title()} theme", lambda _=False, n=name: self.set_theme(n))
+        help_menu = self.menuBar().addMenu("&Help")
+        action(help_menu, "Keyboard shortcuts",
+               lambda: QMessageBox.information(self, "Keyboard shortcuts", self.shortcuts_text()),
+               "F1")
+        action(help_menu, "About swarmscope",
+               lambda: QMessageBox.about(self, "About swarmscope", self.about_text()))
+
+    def shortcuts_text(self) -> str:
+        """Every action that has a shortcut, as its menu names it."""
+        return "\n".join(
+            f"{act.shortcut().toString(QKeySequence.SequenceFormat.NativeText)}\t{act.text()}"
+            for act in self.actions() if not act.shortcut().isEmpty())
+
+    def about_text(self) -> str:
+        """Versions, and what the live engine runs: model, dtype, device and its budget."""
+        lines = [f"swarmscope {version('swarmscope')} · PyTorch {torch.__version__} · "
+                 f"Qt {qVersion()}"]
+        if self.engine is not None:
+            loaded, calibration = self.engine.loaded, self.calibration
+            lines.append(f"{loaded.name} ({loaded.source}), {calibration.dtype} on "
+                         f"{calibration.device}: T = {calibration.budget}, "
+                         f"t(1) = {calibration.t_ms(1):.1f} ms")
+        lines.append("The default model, SmolLM2-135M-Instruct, is Apache-2.0 (Hugging Face).")
+        return "\n".join(lines)
 
     def _wire_dashboard(self) -> None:
         self.dashboard.batch.follow_lost.connect(lambda: self.follow_action.setChecked(False))

@@ -37,7 +37,8 @@ class FakeEngine:
         self.events = RingBuffer()
         self.controls = Controls()
         self.calibration = Calibration.make_dummy(knee=12)
-        self.loaded = SimpleNamespace(model=torch.nn.Module())  # the worker hooks its forwards
+        self.loaded = SimpleNamespace(name="fake", source="fake",
+                                      model=torch.nn.Module())  # the worker hooks its forwards
         self.closed = False
         self._rng = random.Random(seed)
         self._step = 0

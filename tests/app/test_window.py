@@ -63,6 +63,17 @@ def test_live_controls_reach_the_engine(window, qtbot):
     qtbot.waitUntil(lambda: engine.controls.paused, timeout=5000)
 
 
+def test_help_lists_every_shortcut_and_says_what_runs(window, qtbot):
+    lines = window.shortcuts_text().splitlines()
+    for key, name in (("Ctrl+O", "Open trace"), ("Ctrl+E", "Export"), ("Space", "Pause"),
+                      ("F", "Follow live"), ("F1", "Keyboard shortcuts"), ("Ctrl+M", "Load")):
+        assert any(line.startswith(key + "\t") and name in line for line in lines), lines
+    assert "PyTorch" in window.about_text() and "T = " not in window.about_text()
+    window.start_live(build=lambda progress: FakeEngine())
+    qtbot.waitUntil(lambda: window.engine is not None, timeout=5000)
+    assert "fake (fake), none on dummy: T = 13" in window.about_text()
+
+
 def test_engine_failure_keeps_the_window_and_the_records(window, qtbot):
     engine = FakeEngine(fail_at=30)
     window.start_live(build=lambda progress: engine)
