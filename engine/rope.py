@@ -3,8 +3,8 @@
 Each variant only changes the frequencies (and, for YaRN, scales cos and sin), independently of
 the context length, so a paged KV cache written at one step stays right at every later one. That
 is why `dynamic` NTK scaling, whose frequencies change with the sequence's length, is refused.
-The formulas are those of transformers' `modeling_rope_utils` (tests/engine/test_model.py checks
-the logits against it):
+The formulas are those of transformers' `modeling_rope_utils` (tests/engine/loading/test_hf_folder.py
+checks the logits against it):
 - linear: every frequency divided by `factor` (position interpolation);
 - llama3 (Llama 3.1-3.3): wavelengths longer than original_max_position / low_freq_factor
   divided by `factor`, shorter than original_max_position / high_freq_factor kept, a smooth blend
@@ -36,8 +36,7 @@ class RopeScaling:
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
-            raise ValueError(f"RoPE scaling {self.kind!r} is not supported; supported: "
-                             f"{', '.join(KINDS)}")
+            raise ValueError(_unsupported(self.kind))
         if not self.factor > 0:
             raise ValueError(f"RoPE scaling factor must be positive, got {self.factor}")
         if self.kind != "linear" and self.original_max_position <= 0:
@@ -45,6 +44,42 @@ class RopeScaling:
         if self.kind == "llama3" and not self.high_freq_factor > self.low_freq_factor > 0:
             raise ValueError("llama3 RoPE scaling needs high_freq_factor > low_freq_factor > 0, "
                              f"got {self.high_freq_factor} and {self.low_freq_factor}")
+
+
+    @classmethod
+    def from_params(cls, params: dict, max_position: int) -> "RopeScaling | None":
+        """The scaling a Hugging Face config's rope_parameters (or older rope_scaling) names;
+        None for plain RoPE. ValueError or KeyError says what is wrong."""
+        if params.get("partial_rotary_factor", 1.0) != 1.0:
+            raise ValueError("partial_rotary_factor is not supported (RoPE on every dimension)")
+        kind = params.get("rope_type", params.get("type", "default"))
+        if kind == "default":
+            return None
+        if kind not in KINDS:  # before the fields, which another variant may lack
+            raise ValueError(_unsupported(kind))
+        original = int(params.get("original_max_position_embeddings") or 0)
+        factor = params.get("factor")
+        if factor is None and kind == "yarn" and original:
+            factor = max_position / original
+        if factor is None:
+            raise ValueError(f"RoPE scaling {kind!r} needs a factor")
+        attention = params.get("attention_factor")
+        if attention is None and params.get("mscale") and params.get("mscale_all_dim"):
+            attention = (_yarn_mscale(float(factor), params["mscale"])
+                         / _yarn_mscale(float(factor), params["mscale_all_dim"]))
+        extras = {key: float(params[key]) for key in ("low_freq_factor", "high_freq_factor",
+                                                      "beta_fast", "beta_slow") if params.get(key)}
+        return cls(kind, float(factor), original_max_position=original,
+                   attention_factor=None if attention is None else float(attention),
+                   truncate=bool(params.get("truncate", True)), **extras)
+
+
+def _unsupported(kind: str) -> str:
+    return f"RoPE scaling {kind!r} is not supported; supported: default, {', '.join(KINDS)}"
+
+
+def _yarn_mscale(factor: float, mscale: float) -> float:
+    return 0.1 * mscale * math.log(factor) + 1.0 if factor > 1 else 1.0
 
 
 def frequencies(head_dim: int, theta: float,

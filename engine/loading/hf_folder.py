@@ -4,7 +4,6 @@ Every problem a user's folder can have becomes a ModelLoadError naming the file 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import torch
@@ -45,7 +44,7 @@ def _ids(value) -> list[int]:
     return [int(v) for v in (value if isinstance(value, list) else [value])]
 
 
-def _rope(cfg: dict, path: Path) -> tuple[float, rope.RopeScaling | None]:
+def _rope(cfg: dict, path: Path, max_position: int) -> tuple[float, rope.RopeScaling | None]:
     """RoPE's base and scaling. transformers >= 5 nests them in rope_parameters; older configs
     use rope_theta and rope_scaling."""
     params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
@@ -53,37 +52,9 @@ def _rope(cfg: dict, path: Path) -> tuple[float, rope.RopeScaling | None]:
         raise ModelLoadError(path, f"rope parameters must be an object, got {params!r}")
     try:
         theta = float(params.get("rope_theta", cfg.get("rope_theta", 10000.0)))
-        if params.get("partial_rotary_factor", 1.0) != 1.0:
-            raise ValueError("partial_rotary_factor is not supported (RoPE on every dimension)")
-        kind = params.get("rope_type", params.get("type", "default"))
-        if kind == "default":
-            return theta, None
-        if kind not in rope.KINDS:
-            raise ValueError(f"RoPE scaling {kind!r} is not supported; supported: default, "
-                             f"{', '.join(rope.KINDS)}")
-        original = int(params.get("original_max_position_embeddings") or 0)
-        factor = params.get("factor")
-        if factor is None and kind == "yarn" and original:
-            factor = cfg["max_position_embeddings"] / original
-        if factor is None:
-            raise ValueError(f"RoPE scaling {kind!r} needs a factor")
-        attention = params.get("attention_factor")
-        if attention is None and params.get("mscale") and params.get("mscale_all_dim"):
-            attention = (_yarn_mscale(float(factor), params["mscale"])
-                         / _yarn_mscale(float(factor), params["mscale_all_dim"]))
-        extras = {key: float(params[key]) for key in ("low_freq_factor", "high_freq_factor",
-                                                      "beta_fast", "beta_slow") if params.get(key)}
-        scaling = rope.RopeScaling(
-            kind, float(factor), original_max_position=original,
-            attention_factor=None if attention is None else float(attention),
-            truncate=bool(params.get("truncate", True)), **extras)
+        return theta, rope.RopeScaling.from_params(params, max_position)
     except (KeyError, TypeError, ValueError) as exc:
         raise ModelLoadError(path, f"rope parameters {params!r}: {exc}") from None
-    return theta, scaling
-
-
-def _yarn_mscale(factor: float, mscale: float) -> float:
-    return 0.1 * mscale * math.log(factor) + 1.0 if factor > 1 else 1.0
 
 
 def read_config(folder: Path) -> ModelConfig:
@@ -99,7 +70,12 @@ def read_config(folder: Path) -> ModelConfig:
         raise ModelLoadError(path, f"hidden_act {cfg['hidden_act']!r} is not supported (silu)")
     if arch in ("llama", "mistral") and (cfg.get("attention_bias") or cfg.get("mlp_bias")):
         raise ModelLoadError(path, "attention_bias / mlp_bias are not supported for " + arch)
-    max_position = int(cfg.get("max_position_embeddings", 8192))
+    try:
+        max_position = int(cfg.get("max_position_embeddings", 8192))
+    except (TypeError, ValueError):
+        raise ModelLoadError(path, "max_position_embeddings must be an integer, got "
+                                   f"{cfg['max_position_embeddings']!r}") from None
+    theta, scaling = _rope(cfg, path, max_position)
     window = cfg.get("sliding_window")
     if window and (arch == "mistral" or cfg.get("use_sliding_window")):
         # Within the window, sliding-window attention is full attention: cap the context there
@@ -108,7 +84,6 @@ def read_config(folder: Path) -> ModelConfig:
     generation = read_json(folder / "generation_config.json", required=False) or {}
     eos = tuple(dict.fromkeys(_ids(cfg.get("eos_token_id")) + _ids(generation.get("eos_token_id"))))
     heads = cfg.get("num_attention_heads")
-    theta, scaling = _rope(cfg, path)
     try:
         return ModelConfig(
             vocab_size=int(cfg["vocab_size"]), hidden_size=int(cfg["hidden_size"]),

@@ -167,6 +167,7 @@ def test_config_weights_mismatch(tiny_llama_folder):
     ({"rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.5}},
      ("partial_rotary_factor",)),
     ({"rope_parameters": "yes"}, ("rope parameters",)),
+    ({"max_position_embeddings": "lots"}, ("max_position_embeddings", "lots")),
     ({"num_attention_heads": 3}, ("invalid model shape",)),
     ({"vocab_size": None}, ("invalid model shape",)),
 ])
