@@ -39,8 +39,10 @@ def _compile(source: str) -> jinja2.Template:
         raise ChatTemplateError(f"chat template does not parse: {exc}") from exc
 
 
-def check_template(source: str) -> None:
-    """Raise ChatTemplateError when the template does not parse."""
+def check_template(source) -> None:
+    """Raise ChatTemplateError when the template is not text or does not parse."""
+    if not isinstance(source, str):
+        raise ChatTemplateError(f"chat template must be text, got {source!r}")
     _compile(source)
 
 

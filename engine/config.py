@@ -41,6 +41,10 @@ class ModelConfig:
         if self.head_dim % 2:
             raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
         self.eos_token_ids = tuple(self.eos_token_ids)
+        outside = [i for i in self.eos_token_ids if not 0 <= i < self.vocab_size]
+        if outside:
+            raise ValueError(f"end-of-sequence ids {outside} are outside the vocabulary "
+                             f"({self.vocab_size} ids)")
 
     @property
     def group_size(self) -> int:

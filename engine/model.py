@@ -209,8 +209,12 @@ class LlamaModel(nn.Module):
                         dtype: torch.dtype = torch.float32,
                         device: torch.device | str = "cpu") -> "LlamaModel":
         """Build from Hugging Face names; ValueError lists missing, unexpected or misshapen ones."""
-        expected = _hf_shapes(config)
         tensors = {name: t for name, t in tensors.items() if not name.endswith("rotary_emb.inv_freq")}
+        # Layers the config names past those the weights hold are listed as one range, and the
+        # shapes checked only as far as the weights go: a config claiming 10**12 layers must
+        # not be expanded name by name.
+        held = len({name.split(".")[2] for name in tensors if name.startswith("model.layers.")})
+        expected = _hf_shapes(config.with_(num_layers=min(config.num_layers, held)))
         if config.tie_word_embeddings and "lm_head.weight" in tensors:
             # Some tied checkpoints store the head anyway; accept it only as the same matrix.
             head = tensors.pop("lm_head.weight")
@@ -219,6 +223,9 @@ class LlamaModel(nn.Module):
                 raise ValueError("tie_word_embeddings is set but lm_head.weight differs from "
                                  "model.embed_tokens.weight")
         missing = sorted(set(expected) - set(tensors))
+        if config.num_layers > held:
+            missing.append(f"model.layers.{held}.*" if config.num_layers == held + 1 else
+                           f"model.layers.{held}-{config.num_layers - 1}.*")
         unexpected = sorted(set(tensors) - set(expected))
         misshapen = [f"{name}: {tuple(tensors[name].shape)} != {shape}"
                      for name, shape in expected.items()

@@ -46,8 +46,8 @@ class Tokenizer:
         cfg = tokenizer_config or {}
         template = cfg.get("chat_template")
         if isinstance(template, list):  # a list of named templates: take "default"
-            template = next((t.get("template") for t in template if t.get("name") == "default"),
-                            None)
+            template = next((t.get("template") for t in template
+                             if isinstance(t, dict) and t.get("name") == "default"), None)
         eos = _token_text(cfg.get("eos_token"))
         return cls(inner, chat_template=template, bos_token=_token_text(cfg.get("bos_token")),
                    eos_tokens=(eos,) if eos else (), eos_ids=eos_ids)

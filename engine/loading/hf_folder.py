@@ -38,10 +38,12 @@ def read_json(path: Path, required: bool = True) -> dict | None:
     return data
 
 
-def _ids(value) -> list[int]:
-    if value is None:
-        return []
-    return [int(v) for v in (value if isinstance(value, list) else [value])]
+def _ids(value, path: Path, field: str) -> list[int]:
+    """Token ids given as one id or a list of them."""
+    ids = [] if value is None else value if isinstance(value, list) else [value]
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        raise ModelLoadError(path, f"{field} must be a token id or a list of them, got {value!r}")
+    return ids
 
 
 def _rope(cfg: dict, path: Path, max_position: int) -> tuple[float, rope.RopeScaling | None]:
@@ -61,11 +63,12 @@ def read_config(folder: Path) -> ModelConfig:
     """ModelConfig from config.json (+ generation_config.json for extra end-of-sequence ids)."""
     path = folder / "config.json"
     cfg = read_json(path)
-    archs = cfg.get("architectures") or []
-    if not archs or archs[0] not in SUPPORTED:
-        raise ModelLoadError(path, f"architecture {archs[0] if archs else None!r} is not "
-                                   f"supported; supported: {', '.join(SUPPORTED)}")
-    arch, switches = SUPPORTED[archs[0]]
+    archs = cfg.get("architectures")
+    named = archs[0] if isinstance(archs, list) and archs else archs
+    if not isinstance(named, str) or named not in SUPPORTED:
+        raise ModelLoadError(path, f"architecture {named!r} is not supported; supported: "
+                                   f"{', '.join(SUPPORTED)}")
+    arch, switches = SUPPORTED[named]
     if cfg.get("hidden_act", "silu") != "silu":
         raise ModelLoadError(path, f"hidden_act {cfg['hidden_act']!r} is not supported (silu)")
     if arch in ("llama", "mistral") and (cfg.get("attention_bias") or cfg.get("mlp_bias")):
@@ -82,7 +85,9 @@ def read_config(folder: Path) -> ModelConfig:
         # instead of implementing the window.
         max_position = min(max_position, int(window))
     generation = read_json(folder / "generation_config.json", required=False) or {}
-    eos = tuple(dict.fromkeys(_ids(cfg.get("eos_token_id")) + _ids(generation.get("eos_token_id"))))
+    eos = tuple(dict.fromkeys(
+        _ids(cfg.get("eos_token_id"), path, "eos_token_id")
+        + _ids(generation.get("eos_token_id"), folder / "generation_config.json", "eos_token_id")))
     heads = cfg.get("num_attention_heads")
     try:
         return ModelConfig(
@@ -108,6 +113,8 @@ def weight_files(folder: Path) -> dict[str, Path]:
         weight_map = read_json(index_path).get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise ModelLoadError(index_path, "no weight_map")
+        if not all(isinstance(file, str) for file in weight_map.values()):
+            raise ModelLoadError(index_path, "weight_map must name a file for every tensor")
         return {name: folder / file for name, file in weight_map.items()}
     files = sorted(folder.glob("*.safetensors"))
     if not files:

@@ -157,6 +157,25 @@ def test_config_weights_mismatch(tiny_llama_folder):
     assert "model.layers.2." in str(err)
 
 
+def test_config_claiming_absurdly_many_layers_is_refused_without_expanding_them(
+        tiny_llama_folder):
+    folder, _ = tiny_llama_folder
+    # a million, not 10**12: expanded name by name (a regression) this still fits in memory
+    _edit_config(folder, num_hidden_layers=10**6)
+    _raises(folder, "model.safetensors", "missing", f"model.layers.2-{10**6 - 1}.*")
+
+
+@pytest.mark.parametrize("file_name,content,words", [
+    ("tokenizer_config.json", '{"chat_template": 5}', ("must be text",)),
+    ("model.safetensors.index.json", '{"weight_map": {"a": 5}}', ("weight_map",)),
+    ("generation_config.json", '{"eos_token_id": "x"}', ("eos_token_id",)),
+])
+def test_bad_side_files_name_themselves(tiny_llama_folder, file_name, content, words):
+    folder, _ = tiny_llama_folder
+    (folder / file_name).write_text(content)
+    _raises(folder, file_name, *words)
+
+
 @pytest.mark.parametrize("changes,words", [
     ({"hidden_act": "gelu"}, ("gelu",)),
     ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5}}, ("llama3", "factor")),
@@ -170,6 +189,10 @@ def test_config_weights_mismatch(tiny_llama_folder):
     ({"max_position_embeddings": "lots"}, ("max_position_embeddings", "lots")),
     ({"num_attention_heads": 3}, ("invalid model shape",)),
     ({"vocab_size": None}, ("invalid model shape",)),
+    ({"architectures": 5}, ("architecture 5",)),
+    ({"eos_token_id": "x"}, ("eos_token_id", "'x'")),
+    ({"eos_token_id": [2, -1]}, ("eos_token_id",)),
+    ({"eos_token_id": 10**12}, ("outside the vocabulary",)),
 ])
 def test_bad_config_values(tiny_llama_folder, changes, words):
     folder, _ = tiny_llama_folder
