@@ -3,6 +3,7 @@ TraceError naming the file and line (or, leniently, skipped with a warning) — 
 from __future__ import annotations
 
 import json
+import math
 import zlib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -12,6 +13,8 @@ from engine.telemetry.records import LAYOUTS, POLICIES, StepRecord
 from engine.telemetry.trace_writer import SEGMENT_KINDS, TRACE_VERSION
 
 AGENT_EVENTS = ("decode", "tool", "done")
+LANE_INTS = ("agent", "k", "acc", "pad", "ctx")  # a lane record's fields besides its cat
+MAX_COUNT = 2**31  # more than any step counts: larger ints are damage, not data
 _STEP_FIELDS = {f.name for f in fields(StepRecord)}
 
 
@@ -126,12 +129,17 @@ def _parse_step(number: int, obj: dict) -> StepRecord:
     if obj["policy"] not in POLICIES or obj["ragged"] not in LAYOUTS:
         raise TraceError(None, number, f"unknown policy {obj['policy']!r} or layout "
                                        f"{obj['ragged']!r}")
-    bad = [name for name in ("step", "batch", "prefill", "budget") if type(obj[name]) is not int]
-    bad += [name for name in ("t", "dt_ms") if not _is_number(obj[name])]
+    bad = [name for name in ("step", "batch", "prefill", "budget") if not _is_count(obj[name])]
+    bad += [name for name in ("t", "dt_ms") if not _is_number(obj[name])
+            or not 0 <= obj[name] < math.inf]
     if bad:
-        raise TraceError(None, number, f"step record has non-numeric {bad}")
+        raise TraceError(None, number, f"step record has {bad} that are not numbers >= 0 "
+                                       f"(counts below {MAX_COUNT})")
     if not isinstance(obj["lanes"], list) or not all(isinstance(x, dict) for x in obj["lanes"]):
         raise TraceError(None, number, "step lanes must be a list of objects")
+    if not isinstance(obj["reason"], str) or not all(_is_lane(x) for x in obj["lanes"]):
+        raise TraceError(None, number, f"step lanes need counts {', '.join(LANE_INTS)} and a "
+                                       f"text cat, and the reason must be text")
     try:
         return StepRecord.from_dict(obj)
     except (TypeError, ValueError) as exc:
@@ -149,6 +157,14 @@ def _check_text(number: int, obj: dict) -> dict:
             raise TraceError(None, number, f"text segment {segment!r:.60} is not [text, kind] "
                                            f"with kind in {SEGMENT_KINDS}")
     return obj
+
+
+def _is_lane(lane: dict) -> bool:
+    return all(_is_count(lane.get(name)) for name in LANE_INTS) and isinstance(lane.get("cat"), str)
+
+
+def _is_count(value) -> bool:
+    return type(value) is int and 0 <= value < MAX_COUNT
 
 
 def _is_number(value) -> bool:

@@ -60,6 +60,15 @@ def lines_of(path):
     return Path(path).read_text().splitlines()
 
 
+def _edit_line(index, edit):
+    """A mutation that edits line `index` (0-based) as a JSON object."""
+    def mutate(lines):
+        obj = json.loads(lines[index])
+        edit(obj)
+        lines[index] = json.dumps(obj)
+    return mutate
+
+
 @pytest.mark.parametrize("mutate, line, problem", [
     (lambda ls: ls.__setitem__(5, ls[5][:-10]), 6, "not JSON"),
     (lambda ls: ls.__setitem__(3, json.dumps({"type": "step", "step": 1})), 4, "missing"),
@@ -73,6 +82,12 @@ def lines_of(path):
      5, "is not [text, kind]"),
     (lambda ls: ls.__setitem__(4, '{"type": "text", "t": 1, "agent": "0", "segments": []}'), 5,
      "int agent"),
+    (_edit_line(3, lambda step: step["lanes"][0].update(agent="a")), 4, "step lanes need counts"),
+    (_edit_line(3, lambda step: step["lanes"][0].update(ctx=10**20)), 4, "step lanes need counts"),
+    (_edit_line(3, lambda step: step["lanes"][0].update(cat=7)), 4, "text cat"),
+    (_edit_line(3, lambda step: step.update(reason=None)), 4, "reason must be text"),
+    (_edit_line(3, lambda step: step.update(batch=-1)), 4, "not numbers >= 0"),
+    (_edit_line(3, lambda step: step.update(dt_ms=float("nan"))), 4, "not numbers >= 0"),
     (lambda ls: ls.__setitem__(4, '{"type": "mystery"}'), 5, "unknown record type"),
     (lambda ls: ls.__setitem__(4, '[1, 2]'), 5, "JSON object"),
     (lambda ls: ls.__setitem__(0, ls[0].replace('"version":1', '"version":9')), 1, "version 9"),
