@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from engine.controls import Controls
+from engine.errors import SwarmscopeError
 from engine.kv_cache import PagedKVCache
 from engine.runner import ModelRunner
 from engine.sampling import SamplingParams
@@ -69,18 +70,24 @@ def generate(loaded, prompts: list[str], controls: Controls, max_new_tokens: int
              sampling: SamplingParams = SamplingParams(), chat: bool = True,
              calibration: calib.Calibration | None = None,
              progress: Callable[[str], None] | None = None) -> list[GenerationResult]:
-    """Generate for all prompts as one batch. Lane i samples with seed `sampling.seed + i`."""
+    """Generate for all prompts as one batch. Lane i samples with seed `sampling.seed + i` and
+    stops after `max_new_tokens` or at the model's context (config.max_position), if sooner."""
     tok = loaded.tokenizer
     texts = [tok.chat_prompt(p) if chat else p for p in prompts]
+    context = loaded.config.max_position  # a lane stops there: the model knows no further
     seqs = []
     for i, text in enumerate(texts):
         ids = tok.encode(text)
+        if not 0 < len(ids) < context:
+            raise SwarmscopeError(f"prompt {i + 1} is {len(ids)} tokens; it needs at least one, "
+                                  f"and {loaded.name} holds {context} in all")
         seqs.append(Sequence(seq_id=i, token_ids=ids, prompt_len=len(ids),
                              sampling=SamplingParams(sampling.temperature, sampling.top_k,
                                                      sampling.top_p, sampling.seed + i),
-                             max_new_tokens=max_new_tokens, stop_ids=tuple(tok.eos_ids), agent=i))
+                             max_new_tokens=min(max_new_tokens, context - len(ids)),
+                             stop_ids=tuple(tok.eos_ids), agent=i))
     block = 16
-    blocks = sum(-(-(s.prompt_len + max_new_tokens + KV_HEADROOM) // block) for s in seqs)
+    blocks = sum(-(-(s.prompt_len + s.max_new_tokens + KV_HEADROOM) // block) for s in seqs)
     kv = PagedKVCache(loaded.config, blocks, block, loaded.model.dtype, loaded.model.device)
     runner = ModelRunner(loaded.model, kv)
     if calibration is None:

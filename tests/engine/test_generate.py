@@ -1,9 +1,16 @@
 """`swarmscope generate` on the tiny model: JSON results, speculation counts, clean errors."""
+import dataclasses
 import json
 
 import pytest
 
 from engine.cli.main import main
+from engine.controls import Controls
+from engine.errors import SwarmscopeError
+from engine.generate import generate
+from engine.loading import load_model
+from engine.model import LlamaModel
+from engine.spec.calibration import Calibration
 
 
 @pytest.fixture(autouse=True)
@@ -54,3 +61,20 @@ def test_calibrate_prints_the_curve_and_budget(capsys):
     assert main(["calibrate", "--model", "tiny-test", "--dtype", "fp32", "--eps", "0.2"]) == 0
     out = capsys.readouterr().out
     assert "budget T =" in out and "\n  64 " in out
+
+
+def test_an_empty_prompt_is_refused(capsys):
+    rc, results, err = _generate(capsys, "--prompt", "")
+    assert rc == 2 and not results and "prompt 1 is 0 tokens" in err
+
+
+def test_a_lane_stops_at_the_models_context():
+    loaded = load_model("tiny-test", dtype="fp32", device="cpu")
+    config = loaded.config.with_(max_position=24)
+    short = dataclasses.replace(loaded, config=config, model=LlamaModel.random(config, seed=0))
+    calibration = Calibration.make_dummy()
+    [result] = generate(short, ["hello"], Controls(policy="off"), max_new_tokens=100, chat=False,
+                        calibration=calibration)
+    assert len(result.token_ids) == 24 - len("hello")  # bytes: one token a character
+    with pytest.raises(SwarmscopeError, match="prompt 1 is 30 tokens.*holds 24"):
+        generate(short, ["x" * 30], Controls(policy="off"), chat=False, calibration=calibration)
