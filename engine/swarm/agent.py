@@ -72,8 +72,7 @@ class Agent:
         self.task = self.workload.new_task(cat, self.rng)
         text = self.tokenizer.chat_prompt(self.task.text, self.workload.system(cat))
         ids = self.tokenizer.encode(text)
-        room = self.max_context - self.workload.max_new_tokens(cat)
-        ids = ids[-room:]  # a prompt longer than the context keeps its end (the question)
+        ids = ids[-(self.max_context - self._turn_tokens()):]  # too long: keep the question
         sampling = SamplingParams(temperature=self.temperature,
                                   seed=self.rng.randrange(2 ** 31))
         self.seq = Sequence(seq_id=seq_id, token_ids=ids, prompt_len=len(ids), sampling=sampling,
@@ -91,7 +90,7 @@ class Agent:
     def tool_output_fits(self, text_ids: list[int]) -> bool:
         """Whether the tool output and one more turn still fit the context limit; if not, the
         engine starts a fresh task instead (contexts never grow without bound)."""
-        need = len(self.seq.token_ids) + len(text_ids) + self.workload.max_new_tokens(self.cat)
+        need = len(self.seq.token_ids) + len(text_ids) + self._turn_tokens()
         return need <= self.max_context
 
     def tool_output(self) -> tuple[str, list[int]]:
@@ -104,10 +103,15 @@ class Agent:
         self._note(text, "tool")
         self._begin_turn(t)
 
+    def _turn_tokens(self) -> int:
+        """Most tokens a turn writes: the workload's, but at most half the context, so that a
+        model with a short one still has room for the prompt."""
+        return max(1, min(self.workload.max_new_tokens(self.cat), self.max_context // 2))
+
     def _begin_turn(self, t: float) -> None:
         seq = self.seq
         seq.prompt_len = len(seq.token_ids)  # the turn's output is what follows
-        seq.max_new_tokens = self.workload.max_new_tokens(self.cat)
+        seq.max_new_tokens = self._turn_tokens()
         seq.finished = False
         self.state = "decode"
         self.turn_started = t

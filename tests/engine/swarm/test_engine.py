@@ -44,6 +44,18 @@ def test_the_live_batch_swings_as_agents_block_on_tools(tiny, calibration):
     assert events.count("tool") >= 4 and events.count("decode") > 8  # agents came back
 
 
+def test_a_context_shorter_than_the_workload_still_serves_every_category(tiny, calibration):
+    """96 tokens, as a model with a short context would have: the workload's prompts and turns
+    are longer, so turns shrink to half the context and prompts keep their end."""
+    mix = {"chat": 1.0, "json": 1.0, "code-edit": 1.0}
+    engine = make_engine(tiny, calibration, agents=3, mix=mix, max_context=96)
+    engine.run(steps=200)
+    records = engine.records.snapshot()
+    assert {lane.cat for r in records for lane in r.lanes} == set(mix)
+    assert max(lane.ctx for r in records for lane in r.lanes) < 96
+    assert all(len(a.seq.token_ids) <= 96 for a in engine._agents.values())
+
+
 def test_kv_exhaustion_preempts_and_no_agent_loses_text(tiny, calibration):
     ample = make_engine(tiny, calibration, agents=12)
     ample.run(steps=100)
