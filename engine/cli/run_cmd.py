@@ -38,7 +38,9 @@ def register(subparsers) -> None:
                         "measured: real step times, idle gaps skipped")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--max-context", type=int, default=3072)
-    p.add_argument("--trace", help="write a trace (.jsonl or .jsonl.gz)")
+    p.add_argument("--trace", type=lambda path: None if path == "none" else path,
+                   help="write a trace (.jsonl or .jsonl.gz); none (the default): no trace, as "
+                        "the window's --trace-out none")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run)
 

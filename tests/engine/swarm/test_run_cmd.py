@@ -32,6 +32,14 @@ def test_headless_run_writes_a_trace_and_prints_a_summary(tmp_path, capsys, monk
     assert json.loads((tmp_path / "p.json").read_text())["traceEvents"]
 
 
+def test_trace_none_writes_no_trace(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    assert cli(["run", "--headless", "--model", "tiny-test", "--dtype", "fp32", "--agents", "2",
+                "--steps", "3", "--clock", "virtual", "--trace", "none"]) == 0
+    assert not (tmp_path / "none").exists() and "trace " not in capsys.readouterr().out
+
+
 def test_errors_are_messages_not_tracebacks(tmp_path, capsys):
     assert cli(["run", "--model", "tiny-test"]) == 2
     assert "--headless" in capsys.readouterr().err
