@@ -45,7 +45,6 @@ class RopeScaling:
             raise ValueError("llama3 RoPE scaling needs high_freq_factor > low_freq_factor > 0, "
                              f"got {self.high_freq_factor} and {self.low_freq_factor}")
 
-
     @classmethod
     def from_params(cls, params: dict, max_position: int) -> "RopeScaling | None":
         """The scaling a Hugging Face config's rope_parameters (or older rope_scaling) names;
@@ -79,6 +78,7 @@ def _unsupported(kind: str) -> str:
 
 
 def _yarn_mscale(factor: float, mscale: float) -> float:
+    """YaRN's cos/sin scale for a context stretched `factor` times."""
     return 0.1 * mscale * math.log(factor) + 1.0 if factor > 1 else 1.0
 
 
@@ -122,7 +122,5 @@ def _yarn(inv_freq: torch.Tensor, head_dim: int, theta: float,
     ramp = ((torch.arange(head_dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
     # ramp 0: the high frequencies, extrapolated (kept); ramp 1: the low ones, interpolated
     blended = inv_freq / s.factor * ramp + inv_freq * (1 - ramp)
-    attention = s.attention_factor
-    if attention is None:
-        attention = 0.1 * math.log(s.factor) + 1.0 if s.factor > 1 else 1.0
+    attention = _yarn_mscale(s.factor, 1.0) if s.attention_factor is None else s.attention_factor
     return blended, attention
