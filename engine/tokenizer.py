@@ -12,7 +12,7 @@ from engine.errors import ModelLoadError
 def _token_text(value) -> str | None:
     # tokenizer_config.json spells special tokens either as strings or as AddedToken dicts.
     if isinstance(value, dict):
-        return value.get("content")
+        value = value.get("content")
     return value if isinstance(value, str) else None
 
 

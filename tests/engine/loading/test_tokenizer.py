@@ -86,3 +86,12 @@ def test_tokenizer_file_errors(tmp_path):
     with pytest.raises(ModelLoadError) as info:
         Tokenizer.from_file(bad)
     assert info.value.path == str(bad)
+
+
+@pytest.mark.parametrize("eos_token", [5, {"content": 5}, {"content": None}, ["<|im_end|>"]])
+def test_special_tokens_of_the_wrong_type_are_ignored(tmp_path, eos_token):
+    """A tokenizer_config.json spelling a special token oddly loses that token, not the model."""
+    path = make_tokenizer_json(tmp_path / "tokenizer.json")
+    tok = Tokenizer.from_file(path, {"eos_token": eos_token, "bos_token": {"content": 1}},
+                              eos_ids=(0,))
+    assert tok.eos_ids == (0,) and tok.bos_token is None
