@@ -6,6 +6,7 @@ two matmuls fewer (Python overhead per op matters with 30 layers on CPU). RoPE f
 rotate_half convention."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Callable
 
@@ -205,31 +206,35 @@ class LlamaModel(nn.Module):
         return cls.from_state_dict(config, tensors, dtype, device)
 
     @classmethod
-    def from_state_dict(cls, config: ModelConfig, tensors: dict[str, Tensor],
-                        dtype: torch.dtype = torch.float32,
-                        device: torch.device | str = "cpu") -> "LlamaModel":
-        """Build from Hugging Face names; ValueError lists missing, unexpected or misshapen ones."""
-        tensors = {name: t for name, t in tensors.items() if not name.endswith("rotary_emb.inv_freq")}
+    def from_state_dict(cls, config: ModelConfig, tensors: Mapping[str, Tensor],
+                        dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
+                        shapes: Mapping[str, tuple[int, ...]] | None = None) -> "LlamaModel":
+        """Build from Hugging Face names; ValueError lists missing, unexpected or misshapen ones.
+        Each tensor is read once, when its parameter is filled: `tensors` may read it from a file
+        then (loading/hf_folder.Weights), and `shapes`, its tensors' shapes, are checked first."""
+        if shapes is None:
+            shapes = {name: tuple(t.shape) for name, t in tensors.items()}
+        shapes = {name: shape for name, shape in shapes.items()
+                  if not name.endswith("rotary_emb.inv_freq")}
         # Layers the config names past those the weights hold are listed as one range, and the
         # shapes checked only as far as the weights go: a config claiming 10**12 layers must
         # not be expanded name by name.
-        held = len({name.split(".")[2] for name in tensors if name.startswith("model.layers.")})
+        held = len({name.split(".")[2] for name in shapes if name.startswith("model.layers.")})
         expected = _hf_shapes(config.with_(num_layers=min(config.num_layers, held)))
-        if config.tie_word_embeddings and "lm_head.weight" in tensors:
+        if config.tie_word_embeddings and "lm_head.weight" in shapes:
             # Some tied checkpoints store the head anyway; accept it only as the same matrix.
-            head = tensors.pop("lm_head.weight")
-            embed = tensors.get("model.embed_tokens.weight")
-            if embed is not None and not torch.equal(head, embed):
+            del shapes["lm_head.weight"]
+            if "model.embed_tokens.weight" in shapes and not torch.equal(
+                    tensors["lm_head.weight"], tensors["model.embed_tokens.weight"]):
                 raise ValueError("tie_word_embeddings is set but lm_head.weight differs from "
                                  "model.embed_tokens.weight")
-        missing = sorted(set(expected) - set(tensors))
+        missing = sorted(set(expected) - set(shapes))
         if config.num_layers > held:
             missing.append(f"model.layers.{held}.*" if config.num_layers == held + 1 else
                            f"model.layers.{held}-{config.num_layers - 1}.*")
-        unexpected = sorted(set(tensors) - set(expected))
-        misshapen = [f"{name}: {tuple(tensors[name].shape)} != {shape}"
-                     for name, shape in expected.items()
-                     if name in tensors and tuple(tensors[name].shape) != shape]
+        unexpected = sorted(set(shapes) - set(expected))
+        misshapen = [f"{name}: {shapes[name]} != {shape}" for name, shape in expected.items()
+                     if name in shapes and shapes[name] != shape]
         problems = [f"{label}: {', '.join(names)}" for label, names in
                     (("missing", missing), ("unexpected", unexpected), ("wrong shape", misshapen))
                     if names]

@@ -11,7 +11,7 @@ from engine.config import PRESETS, ModelConfig
 from engine.devices import resolve_device, resolve_dtype
 from engine.errors import ModelLoadError
 from engine.loading import default_model
-from engine.loading.hf_folder import read_config, read_tensors, read_tokenizer, weight_files
+from engine.loading.hf_folder import Weights, read_config, read_tokenizer
 from engine.model import WARM_ROWS, LlamaModel
 from engine.tokenizer import ByteTokenizer, Tokenizer
 
@@ -55,7 +55,7 @@ def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
     config = read_config(folder)
     tokenizer = read_tokenizer(folder, config)
     report(f"loading weights from {folder}", 0.1)
-    model = _build(folder, config, read_tensors(folder, torch_dtype), torch_dtype, torch_device)
+    model = _build(folder, config, Weights(folder), torch_dtype, torch_device)
     if model.builds_kernels_per_row_count:
         def warmed(rows: int) -> None:  # a few reports: each is a chance to cancel
             if rows % 32 == 0:
@@ -68,13 +68,13 @@ def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
     return LoadedModel(name, str(folder), config, model, tokenizer, torch_dtype, torch_device)
 
 
-def _build(folder: Path, config: ModelConfig, tensors: dict[str, torch.Tensor],
-           dtype: torch.dtype, device: torch.device) -> LlamaModel:
+def _build(folder: Path, config: ModelConfig, weights: Weights, dtype: torch.dtype,
+           device: torch.device) -> LlamaModel:
     try:
-        return LlamaModel.from_state_dict(config, tensors, dtype, device)
+        return LlamaModel.from_state_dict(config, weights, dtype, device, weights.shapes)
     except ValueError as exc:
         # Name the weights (the index when sharded) and say the config disagrees with them.
         index = folder / "model.safetensors.index.json"
-        files = sorted({str(p) for p in weight_files(folder).values()})
+        files = sorted({str(p) for p in weights.files.values()})
         where = index if index.is_file() else files[0] if len(files) == 1 else folder
         raise ModelLoadError(where, f"weights do not match config.json: {exc}") from None

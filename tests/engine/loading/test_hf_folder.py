@@ -8,7 +8,7 @@ import torch
 
 from engine.errors import ModelLoadError
 from engine.loading import load_model
-from engine.loading.hf_folder import read_config
+from engine.loading.hf_folder import Weights, read_config
 
 from .conftest import engine_logits, hf_tiny, reference_logits, save_hf_folder
 
@@ -148,6 +148,23 @@ def test_unknown_architecture_lists_supported(tiny_llama_folder):
     folder, _ = tiny_llama_folder
     _edit_config(folder, architectures=["GPTNeoXForCausalLM"])
     _raises(folder, "config.json", "GPTNeoXForCausalLM", "LlamaForCausalLM", "Qwen3ForCausalLM")
+
+
+def test_weights_are_read_once_each_and_only_after_the_shapes_check(tiny_llama_folder,
+                                                                     monkeypatch):
+    folder, _ = tiny_llama_folder
+    reads = []
+    read = Weights.__getitem__
+    monkeypatch.setattr(Weights, "__getitem__",
+                        lambda self, name: reads.append(name) or read(self, name))
+    weights = Weights(folder)
+    assert weights.shapes["model.norm.weight"] == (64,) and not reads  # the headers tell
+    _edit_config(folder, intermediate_size=100)
+    _raises(folder, "model.safetensors", "wrong shape")
+    assert not reads  # refused before any tensor was read
+    _edit_config(folder, intermediate_size=96)
+    load_model(str(folder), dtype="fp32", device="cpu")
+    assert sorted(reads) == sorted(weights)
 
 
 def test_config_weights_mismatch(tiny_llama_folder):
