@@ -16,6 +16,7 @@ import torch
 
 from engine.config import PRESETS
 from engine.devices import dtype_name, resolve_device, resolve_dtype
+from engine.errors import SwarmscopeError
 from engine.forward_batch import LaneInput
 from engine.kv_cache import PagedKVCache
 from engine.model import LlamaModel
@@ -86,6 +87,8 @@ def _time_step(runner: ModelRunner, lanes: list[LaneInput], layout: str, repeats
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.ctx < 1 or args.repeats < 1 or args.threads < 0:
+        raise SwarmscopeError("--ctx and --repeats must be >= 1, --threads >= 0")
     torch.manual_seed(0)
     if args.threads > 0:
         torch.set_num_threads(args.threads)

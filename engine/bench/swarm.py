@@ -37,8 +37,10 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from engine.errors import SwarmscopeError
     try:
+        if args.duration <= 0:
+            raise ValueError(f"--duration must be > 0, got {args.duration:g}")
         rows = measure(args)
-    except SwarmscopeError as exc:
+    except (SwarmscopeError, ValueError) as exc:  # ValueError: an option a config refused
         print(f"bench swarm: {exc}", file=sys.stderr)
         return 2
     if args.json:

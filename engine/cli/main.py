@@ -8,6 +8,8 @@ import argparse
 import importlib
 import sys
 
+from engine.errors import SwarmscopeError
+
 # Modules under engine/cli/ that each add one subcommand.
 COMMANDS = (
     "generate_cmd",
@@ -37,7 +39,12 @@ def main(argv: list[str] | None = None) -> int:
         # imports Qt, so the app is loaded by name only here.
         return importlib.import_module("app.main").main(argv)
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except SwarmscopeError as exc:  # the commands report their own; this is the net under them
+        name = " ".join(part for part in (args.command, getattr(args, "bench", None)) if part)
+        print(f"swarmscope {name}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -65,6 +65,9 @@ def _run(args) -> int:
     from engine.loading import load_model
     from engine.swarm.config import SwarmConfig
 
+    if (args.steps is not None and args.steps < 1) or (args.duration is not None
+                                                        and args.duration <= 0):
+        raise SwarmscopeError("--steps must be >= 1 and --duration > 0")
     controls = Controls(policy=args.policy, k=args.k, drafter=args.drafter, ragged=args.ragged,
                         batch_ceiling=args.batch_ceiling, swarm_size=args.agents,
                         tool_latency_s=args.tool_latency)

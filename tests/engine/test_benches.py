@@ -1,6 +1,8 @@
 """The benchmarks run end to end on the tiny model and report every row they promise."""
 import json
 
+import pytest
+
 from engine.cli.main import main
 
 
@@ -24,6 +26,21 @@ def test_bench_swarm_runs_every_policy_on_the_same_swarm(capsys):
     assert [row["policy"] for row in rows] == ["off", "fixed4", "uniform", "goodput"]
     assert all(row["tokens_per_s"] > 0 and row["turns"] >= 0 for row in rows)
     assert rows[0]["acceptance"] is None  # speculation off drafts nothing
+
+
+@pytest.mark.parametrize("option", [["--model", "/nonexistent"], ["--ctx", "0"],
+                                    ["--repeats", "0"]])
+def test_bench_decode_bad_options_are_messages(capsys, option):
+    assert main(["bench", "decode", "--model", "tiny-test", *option]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("swarmscope bench decode: ") and "Traceback" not in err
+
+
+@pytest.mark.parametrize("option", [["--agents", "0"], ["--duration", "-1"]])
+def test_bench_swarm_bad_options_are_messages(capsys, option):
+    assert main(["bench", "swarm", "--model", "tiny-test", *option]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bench swarm: ") and "Traceback" not in err
 
 
 def test_swarm_policies_step_in_turn_until_each_has_run_its_session_time():
