@@ -3,8 +3,8 @@
 Each variant only changes the frequencies (and, for YaRN, scales cos and sin), independently of
 the context length, so a paged KV cache written at one step stays right at every later one. That
 is why `dynamic` NTK scaling, whose frequencies change with the sequence's length, is refused.
-The formulas are those of transformers' `modeling_rope_utils` (tests/engine/loading/test_hf_folder.py
-checks the logits against it):
+The formulas are those of transformers' `modeling_rope_utils` (the logits are checked against
+it in tests/engine/loading/test_hf_folder.py):
 - linear: every frequency divided by `factor` (position interpolation);
 - llama3 (Llama 3.1-3.3): wavelengths longer than original_max_position / low_freq_factor
   divided by `factor`, shorter than original_max_position / high_freq_factor kept, a smooth blend
