@@ -147,8 +147,9 @@ class _StopAfter:
 
 
 def run(args) -> int:
-    if args.engine_steps < 1 or args.rounds < 1:
-        print("swarmscope bench gui: --engine-steps and --rounds must be >= 1", file=sys.stderr)
+    if min(args.engine_steps, args.rounds, args.steps, args.lanes, args.frames, args.agents) < 1:
+        print("swarmscope bench gui: --steps, --lanes, --frames, --engine-steps, --rounds and "
+              "--agents must be >= 1", file=sys.stderr)
         return 2
     if args.one_run:
         seconds, emitted = engine_seconds(args, windowed=args.one_run == "windowed")

@@ -20,5 +20,6 @@ def test_bench_gui_runs_the_same_work_headless_and_windowed(capsys, qapp):
 
 
 def test_bench_gui_rejects_bad_counts(capsys):
-    assert main(["bench", "gui", "--engine-steps", "0", "--skip-engine"]) == 2
-    assert "must be >= 1" in capsys.readouterr().err
+    for option in ("--engine-steps", "--lanes", "--frames"):
+        assert main(["bench", "gui", option, "0", "--skip-engine"]) == 2
+        assert "must be >= 1" in capsys.readouterr().err
