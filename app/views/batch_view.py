@@ -10,6 +10,7 @@ from app.history import History
 from app.theme import Theme
 from app.views.live_label import LiveLabel
 from app.views.plot_factory import hline, make_plot
+from engine.controls import Controls
 
 FOLLOW_WINDOW_S = 60.0  # seconds of history on screen while following live
 FOLLOW_LEAD = 0.2       # share of the window left empty ahead of the live edge after a jump
@@ -48,6 +49,13 @@ class BatchView(QWidget):
         self.batch_plot.addItem(self.cursor)
         self.batch_plot.addItem(self.region)
         self.set_replay(False)
+        # Before the first step (while a model loads): the ranges a session opens in, not
+        # pyqtgraph's +-0.5 around nothing, and the default ceilings.
+        defaults = Controls()
+        self.set_ceilings(defaults.batch_ceiling, defaults.spec_ceiling)
+        self.batch_plot.setXRange(0, FOLLOW_WINDOW_S, padding=0)
+        self.batch_plot.setYRange(0, defaults.batch_ceiling + 1, padding=0.05)
+        self.rate_plot.setYRange(0, 1, padding=0)
         self._mouse = pg.SignalProxy(self.batch_plot.scene().sigMouseMoved, rateLimit=30,
                                      slot=self._on_mouse)
 

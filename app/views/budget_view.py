@@ -51,6 +51,9 @@ class BudgetView(QWidget):
                                            labelOpts={"color": theme.text, "position": 0.04})
         for item in (self.bars, self.overflow, self.budget_line):
             self.plot.addItem(item)
+        self.budget_line.hide()  # until a step says what the budget is
+        self.plot.setXRange(0, 2 * REFERENCE_BATCHES[-1], padding=0)
+        self.plot.setYRange(-0.6, LIVE_Y + 0.6, padding=0)
         # One label per bar, made once and moved each frame (creating items per frame is slow).
         self._labels = [pg.TextItem(color=theme.text, anchor=(0, 0.5))
                         for _ in range(1 + len(REFERENCE_BATCHES))]
@@ -122,6 +125,7 @@ class BudgetView(QWidget):
         self.overflow.setOpts(x0=[budget] if over > 0 else [], width=[over] if over > 0 else [],
                               y=[LIVE_Y] if over > 0 else [], height=BAR_HEIGHT + 0.2)
         self.budget_line.setValue(budget)
+        self.budget_line.show()
         # The axis fits the widest pass of recent steps, in steps of 8 tokens, and its live label
         # right of it: a range that followed every step would redraw the axes, grid and every
         # bar each frame (~10 ms), not just the bars that changed.

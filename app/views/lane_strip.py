@@ -30,6 +30,10 @@ class LaneStripView(QWidget):
         self.image = pg.ImageItem()
         self._agents: list[int] = []
         self.plot.addItem(self.image)
+        self.plot.setXRange(0, RECENT_STEPS, padding=0)  # before the first step: one empty row
+        self.plot.setYRange(-0.5, 0.5, padding=0)
+        self.plot.getAxis("left").setTicks([[]])  # an agent's tick each, once there are lanes
+        self.plot.getAxis("left").enableAutoSIPrefix(False)  # agent ids, not a quantity
         self.waste = LiveLabel(role="muted")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)

@@ -119,9 +119,15 @@ def test_views_cope_with_speculation_off_and_an_empty_history(qtbot):
     dashboard = Dashboard(Theme.load("light"))
     qtbot.addWidget(dashboard)
     dashboard.show_history(History(), 0, force=True)   # nothing yet: no exception, nothing drawn
+    # ... but the axes a session opens in, not +-0.5 around nothing (as while a model loads)
+    assert dashboard.batch.batch_plot.getViewBox().viewRange()[0] == [0, 60]
+    assert dashboard.batch.batch_plot.getViewBox().viewRange()[1][1] > 16
+    assert dashboard.budget.plot.getViewBox().viewRange()[0][1] >= 32
+    assert not dashboard.budget.budget_line.isVisible()
     history = History()
     history.extend([StepRecord.make_dummy(i, batch=4, policy="off") for i in range(10)])
     dashboard.show_history(history, 10, force=True)
+    assert dashboard.budget.budget_line.isVisible()
     assert "speculation off" in dashboard.acceptance.headline.text()
     assert np.all(history.column("drafted") == 0)
 
