@@ -92,6 +92,7 @@ class DecoderLayer(nn.Module):
         self.gate_up = nn.Parameter(torch.empty(2 * c.intermediate_size, c.hidden_size, **kw))
         self.down = nn.Parameter(torch.empty(c.hidden_size, c.intermediate_size, **kw))
         self.config = config
+        self.attention_scale = c.head_dim ** -0.5 * rope.attention_factor(c.rope_scaling) ** 2
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, k_cache: Tensor, v_cache: Tensor,
                 meta: StepMetadata) -> Tensor:
@@ -113,7 +114,7 @@ class DecoderLayer(nn.Module):
         else:
             write_kv(k[meta.write_rows], v[meta.write_rows], k_cache, v_cache, meta.slot_mapping)
         o = paged_attention(q, k_cache, v_cache, meta.block_tables, meta.cu_q_lens, meta.ctx_lens,
-                            c.head_dim ** -0.5, plan=meta.plan)           # [n, nh, hd]
+                            self.attention_scale, plan=meta.plan)         # [n, nh, hd]
         x = x + _linear(o.reshape(n, self.q_size), self.o_proj)
         h = F.rms_norm(x, (c.hidden_size,), self.post_norm, c.rms_norm_eps)
         gate, up = _linear(h, self.gate_up).chunk(2, dim=-1)             # [n, inter] each
@@ -133,7 +134,7 @@ class LlamaModel(nn.Module):
         self.lm_head = (None if config.tie_word_embeddings else
                         nn.Parameter(torch.empty(config.vocab_size, config.hidden_size, **kw)))
         hd = config.head_dim
-        inv_freq, self.rope_attention = rope.frequencies(hd, config.rope_theta, config.rope_scaling)
+        inv_freq = rope.frequencies(hd, config.rope_theta, config.rope_scaling)
         self.register_buffer("inv_freq", inv_freq.to(device), persistent=False)  # [hd / 2]
         self.requires_grad_(False)
 
@@ -162,8 +163,7 @@ class LlamaModel(nn.Module):
         x = F.embedding(input_ids, self.embed)                            # [n, hidden]
         freqs = meta.positions[:, None].float() * self.inv_freq           # [n, hd / 2]
         emb = torch.cat((freqs, freqs), dim=-1)[:, None, :]               # [n, 1, hd]
-        scale = self.rope_attention  # 1 but for YaRN
-        cos, sin = (emb.cos() * scale).to(x.dtype), (emb.sin() * scale).to(x.dtype)
+        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
         for index, layer in enumerate(self.layers):
             x = layer(x, cos, sin, kv.k[index], kv.v[index], meta)
         h = F.rms_norm(x[logit_rows], (self.config.hidden_size,), self.norm,

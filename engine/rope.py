@@ -82,17 +82,27 @@ def _yarn_mscale(factor: float, mscale: float) -> float:
     return 0.1 * mscale * math.log(factor) + 1.0 if factor > 1 else 1.0
 
 
-def frequencies(head_dim: int, theta: float,
-                scaling: RopeScaling | None = None) -> tuple[torch.Tensor, float]:
-    """Inverse frequencies [head_dim / 2] (fp32) and the factor cos and sin are scaled by."""
+def frequencies(head_dim: int, theta: float, scaling: RopeScaling | None = None) -> torch.Tensor:
+    """Inverse frequencies [head_dim / 2], fp32."""
     inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
     if scaling is None:
-        return inv_freq, 1.0
+        return inv_freq
     if scaling.kind == "linear":
-        return inv_freq / scaling.factor, 1.0
+        return inv_freq / scaling.factor
     if scaling.kind == "llama3":
-        return _llama3(inv_freq, scaling), 1.0
+        return _llama3(inv_freq, scaling)
     return _yarn(inv_freq, head_dim, theta, scaling)
+
+
+def attention_factor(scaling: RopeScaling | None) -> float:
+    """What cos and sin are scaled by: YaRN's attention factor, 1 for every other kind. Scaling
+    both scales each query-key product by its square, so the model folds it into the
+    attention's softmax scale instead of multiplying cos and sin every step."""
+    if scaling is None or scaling.kind != "yarn":
+        return 1.0
+    if scaling.attention_factor is not None:
+        return scaling.attention_factor
+    return _yarn_mscale(scaling.factor, 1.0)
 
 
 def _llama3(inv_freq: torch.Tensor, s: RopeScaling) -> torch.Tensor:
@@ -106,8 +116,7 @@ def _llama3(inv_freq: torch.Tensor, s: RopeScaling) -> torch.Tensor:
     return torch.where((wavelen >= short_edge) & (wavelen <= long_edge), blended, scaled)
 
 
-def _yarn(inv_freq: torch.Tensor, head_dim: int, theta: float,
-          s: RopeScaling) -> tuple[torch.Tensor, float]:
+def _yarn(inv_freq: torch.Tensor, head_dim: int, theta: float, s: RopeScaling) -> torch.Tensor:
     def dimension(rotations: float) -> float:
         """The dimension that turns `rotations` times over the original context."""
         return (head_dim * math.log(s.original_max_position / (rotations * 2 * math.pi))
@@ -121,6 +130,4 @@ def _yarn(inv_freq: torch.Tensor, head_dim: int, theta: float,
         high += 0.001  # the ramp needs a width
     ramp = ((torch.arange(head_dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
     # ramp 0: the high frequencies, extrapolated (kept); ramp 1: the low ones, interpolated
-    blended = inv_freq / s.factor * ramp + inv_freq * (1 - ramp)
-    attention = _yarn_mscale(s.factor, 1.0) if s.attention_factor is None else s.attention_factor
-    return blended, attention
+    return inv_freq / s.factor * ramp + inv_freq * (1 - ramp)

@@ -362,8 +362,9 @@ def calibrate_or_load(loaded, eps: float = 0.10,
                       force: bool = False) -> Calibration:
     """The cached calibration for (device, model, dtype), measuring and caching it if absent."""
     device, dtype = str(loaded.model.device), dtype_name(loaded.model.dtype)
+    key = model_key(loaded)
     if not force:
-        cached = load_cached(device, model_key(loaded), dtype, eps)
+        cached = load_cached(device, key, dtype, eps)
         if cached is not None:
             return cached
     # Room for every shape: 16 lanes x 8 blocks of 16 tokens hold one lane of 64 context + 128
@@ -375,7 +376,7 @@ def calibrate_or_load(loaded, eps: float = 0.10,
     with torch.inference_mode():
         result = measure(runner, loaded.config.vocab_size, device=device, model=loaded.name,
                                dtype=dtype, eps=eps, progress=progress)
-    path = save(result, model_key(loaded))
+    path = save(result, key)
     if progress:
         progress(f"budget T = {result.budget} (t(1) = {result.t_ms(1):.2f} ms); cached in {path}")
     return result
