@@ -18,7 +18,15 @@ from app.views.plot_factory import dashed, make_plot
 REFERENCE_BATCHES = (1, 2, 4, 8, 16)
 LIVE_Y = len(REFERENCE_BATCHES) + 0.6   # the live bar sits above the reference bars
 BAR_HEIGHT = 0.62
-RANGE_STEPS = 32    # the x axis covers the widest pass of this many recent steps
+# "budget full" sits in the gap between the live bar and the B=1 bar (as a share of the y range),
+# clear of the bars' own labels
+BUDGET_LABEL_AT = (len(REFERENCE_BATCHES) - 0.2 + 0.6) / (LIVE_Y + 1.2)
+RANGE_STEPS = 32    # the x axis covers the widest pass of this many recent steps ...
+# ... up to this many times the wider of T and the largest reference batch. The chart is about
+# the budget's scale: a tool output's prefill (hundreds of tokens) or fixed K=16 at many lanes
+# would squeeze T and the reference bars into a sliver, so a wider pass is cut at the axis end
+# and its label gives the numbers.
+MOST_ZOOMED_OUT = 2
 
 
 def per_agent_draft(budget: int, batch: int) -> float:
@@ -48,7 +56,8 @@ class BudgetView(QWidget):
                                         brush=theme.qcolor("overflow", 70),
                                         pen=pg.mkPen(theme.overflow, width=2))
         self.budget_line = pg.InfiniteLine(angle=90, pen=dashed(theme, "text"), label="budget full",
-                                           labelOpts={"color": theme.text, "position": 0.04})
+                                           labelOpts={"color": theme.text,
+                                                      "position": BUDGET_LABEL_AT})
         for item in (self.bars, self.overflow, self.budget_line):
             self.plot.addItem(item)
         self.budget_line.hide()  # until a step says what the budget is
@@ -66,7 +75,7 @@ class BudgetView(QWidget):
         self.plot.getAxis("left").setStyle(hideOverlappingLabels=False)
         self.legend = QLabel(self._legend_html())
         self.legend.setWordWrap(True)
-        self.detail = LiveLabel(role="muted")
+        self.detail = LiveLabel(role="muted", lines=2)
 
         self.table = QTableWidget(0, 4)
         # two-line headers: the table shares its row with the chart and must fit without
@@ -103,13 +112,19 @@ class BudgetView(QWidget):
         segments = [("committed", rec.batch), ("accepted", rec.accepted),
                     ("rejected", rec.drafted - rec.accepted), ("prefill", rec.prefill),
                     ("padding", rec.padding)]
+        # The axis fits the widest pass of recent steps, in steps of 8 tokens, and its live label
+        # right of it: a range that followed every step would redraw the axes, grid and every
+        # bar each frame (~10 ms), not just the bars that changed.
+        recent = int(history.column("pass_tokens", max(0, stop - RANGE_STEPS), stop).max())
+        most = MOST_ZOOMED_OUT * max(budget, REFERENCE_BATCHES[-1])
+        widest = -(-min(max(budget, recent, REFERENCE_BATCHES[-1]), most) // 8) * 8
         x0, widths, ys, brushes = [], [], [], []
         start = 0
         for field, count in segments:
-            if count:
-                x0.append(start), widths.append(count), ys.append(LIVE_Y)
+            if count and start < widest:
+                x0.append(start), widths.append(min(count, widest - start)), ys.append(LIVE_Y)
                 brushes.append(th.qcolor(field))
-                start += count
+            start += count
         if start < budget:
             x0.append(start), widths.append(budget - start), ys.append(LIVE_Y)
             brushes.append(th.qcolor("unused"))
@@ -122,18 +137,15 @@ class BudgetView(QWidget):
         self.bars.setOpts(x0=x0, width=widths, y=ys, height=BAR_HEIGHT, brushes=brushes,
                           pen=pg.mkPen(th.background, width=1))
         over = rec.pass_tokens - budget
-        self.overflow.setOpts(x0=[budget] if over > 0 else [], width=[over] if over > 0 else [],
+        self.overflow.setOpts(x0=[budget] if over > 0 else [],
+                              width=[min(over, widest - budget)] if over > 0 else [],
                               y=[LIVE_Y] if over > 0 else [], height=BAR_HEIGHT + 0.2)
         self.budget_line.setValue(budget)
         self.budget_line.show()
-        # The axis fits the widest pass of recent steps, in steps of 8 tokens, and its live label
-        # right of it: a range that followed every step would redraw the axes, grid and every
-        # bar each frame (~10 ms), not just the bars that changed.
-        recent = history.column("pass_tokens", max(0, stop - RANGE_STEPS), stop).max()
-        widest = -(-max(budget, int(recent), REFERENCE_BATCHES[-1]) // 8) * 8
-        self.plot.setXRange(0, widest / (1 - self._label_share(widest, budget)) + 1, padding=0)
+        label_share = self._label_share(max(widest, recent), budget)
+        self.plot.setXRange(0, widest / (1 - label_share) + 1, padding=0)
         self.plot.setYRange(-0.6, LIVE_Y + 0.6, padding=0)
-        self._place_labels(rec, budget)
+        self._place_labels(rec, budget, widest)
         self.detail.setText(
             f"step {rec.step}: B={rec.batch}, {rec.drafted} drafted ({rec.accepted} accepted), "
             f"prefill {rec.prefill}, padding {rec.padding} → {rec.pass_tokens} of T={budget}"
@@ -144,7 +156,7 @@ class BudgetView(QWidget):
     def _label_share(self, widest: int, budget: int) -> float:
         """The share of the axis that the live label of a pass of `widest` tokens needs right of
         its bar. Its width is in pixels, so the share grows as the plot narrows. Measured for the
-        widest pass, not the live one, so that the range holds while the text changes."""
+        widest recent pass, not the live one, so that the range holds while the text changes."""
         view_px = self.plot.getViewBox().width()
         if view_px <= 0:  # not laid out yet
             return 0.25
@@ -152,11 +164,12 @@ class BudgetView(QWidget):
         label_px = self._label_metrics.horizontalAdvance(_live_text(widest, budget)) + 12
         return min(math.ceil(20 * label_px / view_px) / 20, 0.7)
 
-    def _place_labels(self, rec, budget: int) -> None:
-        texts = [(LIVE_Y, _live_text(rec.pass_tokens, budget), max(rec.pass_tokens, budget))]
+    def _place_labels(self, rec, budget: int, widest: int) -> None:
+        texts = [(LIVE_Y, _live_text(rec.pass_tokens, budget),
+                  min(max(rec.pass_tokens, budget), widest))]
         for row, b in enumerate(REFERENCE_BATCHES):
             texts.append((len(REFERENCE_BATCHES) - 1 - row,
-                           f"{_fmt(per_agent_draft(budget, b))} per agent", max(b, 1)))
+                           f"{_fmt(per_agent_draft(budget, b))} per agent", max(b, budget)))
         for label, (y, text, x) in zip(self._labels, texts):
             if label.toPlainText() != text:  # setText re-renders the text even when unchanged
                 label.setText(text)

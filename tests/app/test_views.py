@@ -77,9 +77,10 @@ def test_budget_table_highlights_live_batch_and_shows_overflow(qtbot):
     assert list(view.overflow.opts["x0"]) == [12] and list(view.overflow.opts["width"]) == [9]
 
 
-def test_the_live_label_fits_right_of_the_widest_bar(qtbot):
-    """The live bar's label sits right of its bar, inside the plot, even when that bar is far
-    the widest (a step drafting 300 past T = 3)."""
+def test_a_pass_far_past_the_budget_is_cut_at_the_axis_end_with_its_label_inside(qtbot):
+    """A step drafting 300 past T = 3 does not zoom the chart out to 300 tokens, which would
+    squeeze T and the reference bars into a sliver: its bar is cut at twice the widest
+    reference batch, and its label, which gives the numbers, sits right of it in the plot."""
     view = BudgetView(Theme.load("dark"))
     qtbot.addWidget(view)
     view.resize(700, 380)
@@ -94,6 +95,9 @@ def test_the_live_label_fits_right_of_the_widest_bar(qtbot):
     label, box = view._labels[0].sceneBoundingRect(), view.plot.getViewBox().sceneBoundingRect()
     assert view._labels[0].toPlainText() == "303 of T=3, +300 over"
     assert box.left() < label.left() and label.right() <= box.right()
+    assert list(view.overflow.opts["x0"]) == [3] and list(view.overflow.opts["width"]) == [29]
+    assert max(x + w for x, w in zip(view.bars.opts["x0"], view.bars.opts["width"])) == 32
+    assert view.plot.getViewBox().viewRange()[0][1] < 2 * 32
 
 
 def test_lane_strip_colours_accepted_rejected_and_padding(qtbot):
