@@ -53,7 +53,8 @@ class Controls:
             raise ValueError(f"tool_latency_s must be >= 0, got {self.tool_latency_s}")
         unknown = set(self.mix) - set(CATEGORIES)
         if unknown or not self.mix or min(self.mix.values()) < 0 or sum(self.mix.values()) <= 0:
-            raise ValueError(f"mix must weigh {CATEGORIES} with non-negative weights, got {self.mix}")
+            raise ValueError(f"mix must weigh {', '.join(CATEGORIES)} with non-negative weights, "
+                             f"not all 0: got {self.mix}")
 
     def updated(self, changes: dict) -> "Controls":
         """A validated copy with `changes` applied; unknown names are an error."""
@@ -65,6 +66,60 @@ class Controls:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def parse_mix(text: str) -> dict[str, float]:
+    """`code-edit=2,chat=1`: workload weights by category; a category not named weighs 0."""
+    mix = dict.fromkeys(CATEGORIES, 0.0)
+    for part in text.split(","):
+        name, sep, weight = part.strip().partition("=")
+        if not sep or name not in CATEGORIES:
+            raise ValueError(f"mix: {part.strip()!r} is not CATEGORY=WEIGHT, the category one of "
+                             f"{', '.join(CATEGORIES)}")
+        try:
+            mix[name] = float(weight)
+        except ValueError:
+            raise ValueError(f"mix: the weight of {name}, {weight!r}, is not a number") from None
+    return mix
+
+
+def _budget(text: str) -> int | None:
+    return None if text in ("calibrated", "none") else int(text)
+
+
+def _flag(text: str) -> bool:
+    if text.lower() not in ("true", "false", "1", "0", "on", "off"):
+        raise ValueError(f"{text!r} is not true or false")
+    return text.lower() in ("true", "1", "on")
+
+
+# Each control's value from its command-line spelling.
+_PARSERS = {"policy": str, "k": int, "batch_ceiling": int, "spec_ceiling": int,
+            "budget_override": _budget, "ragged": str, "drafter": str, "min_acceptance": float,
+            "swarm_size": int, "tool_latency_s": float, "mix": parse_mix, "paused": _flag}
+
+
+def parse_change(text: str) -> tuple[float, dict]:
+    """`30:policy=off`: at session second 30, set a control, named as in Controls and the
+    trace (dashes for underscores allowed). The change is checked against the controls when
+    applied; here only its spelling and its value's type."""
+    when, sep, assignment = text.partition(":")
+    name, eq, value = assignment.partition("=")
+    name = name.strip().replace("-", "_")
+    if not sep or not eq:
+        raise ValueError(f"{text!r} is not SECONDS:NAME=VALUE (e.g. 30:policy=off)")
+    try:
+        at = float(when)
+    except ValueError:
+        raise ValueError(f"{text!r}: the time {when!r} is not a number of seconds") from None
+    if at < 0:
+        raise ValueError(f"{text!r}: the time must be >= 0")
+    if name not in _PARSERS:
+        raise ValueError(f"{text!r}: no control {name!r}; use one of {', '.join(_PARSERS)}")
+    try:
+        return at, {name: _PARSERS[name](value.strip())}
+    except ValueError as exc:
+        raise ValueError(f"{text!r}: {exc}") from None
 
 
 class ControlMailbox:

@@ -1,11 +1,13 @@
 """`swarmscope run --headless`: a swarm session without a window; progress, then a summary."""
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
 
-from engine.controls import ADAPTIVE_CAP, FIXED_K, Controls
+from engine.controls import (ADAPTIVE_CAP, DEFAULT_K, FIXED_K, Controls, parse_change,
+                             parse_mix)
 from engine.errors import SwarmscopeError
 from engine.telemetry.records import LAYOUTS, POLICIES
 from engine.telemetry.summary import format_summary, summarize
@@ -30,8 +32,25 @@ def register(subparsers) -> None:
                         f"uniform and goodput (default {ADAPTIVE_CAP})")
     p.add_argument("--drafter", default="lookup", help="lookup | self | a draft model folder")
     p.add_argument("--ragged", choices=LAYOUTS, default="packed")
-    p.add_argument("--batch-ceiling", type=int, default=16)
+    p.add_argument("--batch-ceiling", type=int, default=16,
+                   help="most lanes decoding at once; the rest wait (default 16)")
+    p.add_argument("--spec-ceiling", type=int, default=64,
+                   help="no drafting while more lanes than this decode (default 64)")
+    p.add_argument("--budget", type=int, default=None,
+                   help="budget T to plan with instead of the calibrated one")
+    p.add_argument("--min-acceptance", type=float, default=0.1,
+                   help="a lane or category accepting less stops drafting, re-probed "
+                        "(default 0.1)")
+    p.add_argument("--mix", type=_checked(parse_mix), default=None,
+                   help="workload weights, e.g. code-edit=2,chat=1 (a category not named: 0; "
+                        "default all 1)")
     p.add_argument("--tool-latency", type=float, default=1.0, help="median tool call seconds")
+    p.add_argument("--change", type=_checked(parse_change), action="append", default=[],
+                   metavar="SECONDS:NAME=VALUE",
+                   help="set a control at that session second, as the window's controls do, "
+                        "e.g. 30:policy=off or 60:mix=chat=1 (repeatable; names as in the "
+                        "trace: policy, k, batch_ceiling, spec_ceiling, budget_override, ragged, "
+                        "drafter, min_acceptance, swarm_size, tool_latency_s, mix, paused)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--clock", choices=("wall", "virtual", "measured"), default="wall",
                    help="wall: real tool waits; virtual: reproducible step for step; "
@@ -43,6 +62,16 @@ def register(subparsers) -> None:
                         "the window's --trace-out none")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run)
+
+
+def _checked(parse):
+    """An argparse type that reports parse's ValueError as the option's error message."""
+    def checked(text: str):
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return checked
 
 
 def run(args) -> int:
@@ -69,8 +98,11 @@ def _run(args) -> int:
                                                         and args.duration <= 0):
         raise SwarmscopeError("--steps must be >= 1 and --duration > 0")
     controls = Controls(policy=args.policy, k=args.k, drafter=args.drafter, ragged=args.ragged,
-                        batch_ceiling=args.batch_ceiling, swarm_size=args.agents,
-                        tool_latency_s=args.tool_latency)
+                        batch_ceiling=args.batch_ceiling, spec_ceiling=args.spec_ceiling,
+                        budget_override=args.budget, min_acceptance=args.min_acceptance,
+                        swarm_size=args.agents, tool_latency_s=args.tool_latency,
+                        **({"mix": args.mix} if args.mix else {}))
+    changes = _timed_changes(controls, args.change)
     config = SwarmConfig(seed=args.seed, clock=args.clock, temperature=args.temperature,
                          max_context=args.max_context)
     loaded = load_model(args.model, dtype=args.dtype, device=args.device,
@@ -86,6 +118,8 @@ def _run(args) -> int:
     try:
         done, deadline = 0, None if duration is None else engine.now() + duration
         while (steps is None or done < steps) and (deadline is None or engine.now() < deadline):
+            while changes and engine.now() >= changes[0][0]:
+                engine.mailbox.post(**changes.pop(0)[1])
             if engine.step() is not None:
                 done += 1
             if time.perf_counter() - last_report >= PROGRESS_EVERY_S:
@@ -113,6 +147,29 @@ def _run(args) -> int:
         if args.trace:
             print(f"{'trace':<22}  {args.trace}")
     return 0
+
+
+def _timed_changes(controls: Controls,
+                   changes: list[tuple[float, dict]]) -> list[tuple[float, dict]]:
+    """--change's changes in time order, those at one time merged, each checked against the
+    controls in force then, so that a bad value is an error now, not minutes into the run. As in
+    the window, K belongs to its policy: a change of policy without a K brings back the K that
+    policy last had (its default at first)."""
+    merged: dict[float, dict] = {}
+    for at, change in sorted(changes, key=lambda timed: timed[0]):
+        merged.setdefault(at, {}).update(change)
+    k_by_policy = {**DEFAULT_K, controls.policy: controls.k}
+    timed = []
+    for at, change in merged.items():
+        if "policy" in change and "k" not in change and change["policy"] in k_by_policy:
+            change["k"] = k_by_policy[change["policy"]]
+        try:
+            controls = controls.updated(change)
+        except ValueError as exc:
+            raise SwarmscopeError(f"--change at {at:g} s: {exc}") from None
+        k_by_policy[controls.policy] = controls.k
+        timed.append((at, change))
+    return timed
 
 
 def _progress(engine, done: int) -> None:

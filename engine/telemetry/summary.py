@@ -9,6 +9,15 @@ from engine.telemetry.records import StepRecord
 
 
 @dataclass(slots=True)
+class PolicyShare:
+    """The steps a session ran under one policy (the user may switch policies live)."""
+    steps: int
+    busy_tokens_per_s: float       # emitted / time spent inside these steps
+    mean_batch: float
+    acceptance: float | None
+
+
+@dataclass(slots=True)
 class Summary:
     steps: int
     span_s: float                  # session time covered by the steps
@@ -29,6 +38,7 @@ class Summary:
     step_ms_p50: float = 0.0
     step_ms_p95: float = 0.0
     tokens_by_agent: dict[int, int] = field(default_factory=dict)
+    by_policy: dict[str, PolicyShare] = field(default_factory=dict)  # in order of first use
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -51,6 +61,9 @@ def summarize(steps: list[StepRecord]) -> Summary:
             cat_k[lane.cat] += lane.k
             cat_acc[lane.cat] += lane.acc
             by_agent[lane.agent] += 1 + lane.acc
+    by_policy: dict[str, list[StepRecord]] = defaultdict(list)
+    for s in steps:
+        by_policy[s.policy].append(s)
     times = sorted(s.dt_ms for s in steps)
     batches = [s.batch for s in steps]
     pass_tokens = sum(s.pass_tokens for s in steps)
@@ -64,7 +77,17 @@ def summarize(steps: list[StepRecord]) -> Summary:
         acceptance_by_cat={c: (cat_acc[c] / cat_k[c] if cat_k[c] else None) for c in sorted(cat_k)},
         padding_waste=sum(s.padding for s in steps) / pass_tokens if pass_tokens else 0.0,
         step_ms_mean=sum(times) / len(times), step_ms_p50=_quantile(times, 0.5),
-        step_ms_p95=_quantile(times, 0.95), tokens_by_agent=dict(sorted(by_agent.items())))
+        step_ms_p95=_quantile(times, 0.95), tokens_by_agent=dict(sorted(by_agent.items())),
+        by_policy={policy: _share(ran) for policy, ran in by_policy.items()})
+
+
+def _share(steps: list[StepRecord]) -> PolicyShare:
+    drafted = sum(s.drafted for s in steps)
+    return PolicyShare(steps=len(steps),
+                       busy_tokens_per_s=sum(s.emitted for s in steps)
+                       / max(sum(s.dt_ms for s in steps) / 1000, 1e-9),
+                       mean_batch=sum(s.batch for s in steps) / len(steps),
+                       acceptance=sum(s.accepted for s in steps) / drafted if drafted else None)
 
 
 def format_summary(summary: Summary) -> str:
@@ -92,6 +115,11 @@ def format_summary(summary: Summary) -> str:
                           f"p95 {summary.step_ms_p95:.1f}"),
         ("tokens per agent", ", ".join(f"{a}:{n}" for a, n in summary.tokens_by_agent.items())),
     ]
+    if len(summary.by_policy) > 1:  # switched live: each policy's steps on their own
+        rows += [(f"  under {policy}", f"{share.steps} steps, {share.busy_tokens_per_s:.1f} tok/s "
+                                       f"inside steps, mean batch {share.mean_batch:.2f}, "
+                                       f"acceptance {pct(share.acceptance)}")
+                 for policy, share in summary.by_policy.items()]
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 

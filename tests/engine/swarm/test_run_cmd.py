@@ -2,7 +2,12 @@
 import argparse
 import json
 
+import pytest
+
 from engine.cli import run_cmd, trace_cmd
+from engine.controls import ADAPTIVE_CAP, Controls
+from engine.errors import SwarmscopeError
+from engine.telemetry.trace_reader import read_trace
 
 
 def cli(argv):
@@ -30,6 +35,45 @@ def test_headless_run_writes_a_trace_and_prints_a_summary(tmp_path, capsys, monk
     assert len((tmp_path / "s.csv").read_text().splitlines()) == 13
     assert cli(["trace", "export", str(trace), "--perfetto", str(tmp_path / "p.json")]) == 0
     assert json.loads((tmp_path / "p.json").read_text())["traceEvents"]
+
+
+def test_controls_set_at_the_start_and_changed_at_a_session_second(tmp_path, capsys,
+                                                                    monkeypatch):
+    """The headless run's controls: set from options, then changed at session seconds as the
+    window's controls change them, each change a control event in the trace and the summary
+    split by the policies the run switched between."""
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "cache"))
+    trace = tmp_path / "run.jsonl"
+    assert cli(["run", "--headless", "--model", "tiny-test", "--dtype", "fp32", "--agents", "3",
+                "--steps", "20", "--clock", "virtual", "--max-context", "512",
+                "--mix", "chat=1", "--spec-ceiling", "2", "--budget", "7",
+                "--min-acceptance", "0.2", "--change", "0.000001:policy=off",
+                "--trace", str(trace), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    recorded = read_trace(trace)
+    assert recorded.session["controls"]["mix"] == {"code-edit": 0.0, "chat": 1.0, "json": 0.0}
+    assert {k: recorded.session["controls"][k] for k in
+            ("spec_ceiling", "budget_override", "min_acceptance")} == {
+        "spec_ceiling": 2, "budget_override": 7, "min_acceptance": 0.2}
+    [change] = recorded.controls
+    assert change["changes"] == {"policy": "off", "k": 4} and change["t"] >= 0.000001
+    before = [s for s in recorded.steps if s.t < change["t"]]
+    after = [s for s in recorded.steps if s.t >= change["t"]]
+    assert before and after
+    assert {s.policy for s in before} == {"goodput"} and {s.policy for s in after} == {"off"}
+    assert all(lane.cat == "chat" and s.budget == 7 for s in recorded.steps for lane in s.lanes)
+    assert summary["by_policy"]["goodput"]["steps"] == len(before)
+    assert summary["by_policy"]["off"]["steps"] == len(after)
+
+
+def test_a_change_of_policy_brings_back_the_k_that_policy_had():
+    timed = run_cmd._timed_changes(Controls(policy="fixed", k=2),
+                                   [(9.0, {"policy": "fixed"}), (3.0, {"policy": "goodput"}),
+                                    (5.0, {"k": 8}), (5.0, {"swarm_size": 4})])
+    assert timed == [(3.0, {"policy": "goodput", "k": ADAPTIVE_CAP}),
+                     (5.0, {"k": 8, "swarm_size": 4}), (9.0, {"policy": "fixed", "k": 2})]
+    with pytest.raises(SwarmscopeError, match="--change at 5 s: k must be in 0..64"):
+        run_cmd._timed_changes(Controls(), [(5.0, {"k": 99})])
 
 
 def test_trace_none_writes_no_trace(tmp_path, capsys, monkeypatch):

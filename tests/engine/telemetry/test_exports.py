@@ -3,7 +3,7 @@ import json
 
 from engine.telemetry.csv_export import COLUMNS, write_csv
 from engine.telemetry.perfetto_export import write_perfetto
-from engine.telemetry.records import StepRecord
+from engine.telemetry.records import LaneRecord, StepRecord
 from engine.telemetry.summary import format_summary, summarize
 from engine.telemetry.trace_reader import Trace
 
@@ -64,3 +64,22 @@ def test_summary_aggregates_records():
     assert summary.acceptance == (sum(s.accepted for s in steps) / drafted if drafted else None)
     table = format_summary(summary)
     assert "tokens/s" in table and "acceptance" in table and "tokens per agent" in table
+    assert "under " not in table  # one policy: no breakdown
+
+
+def test_summary_splits_a_session_by_the_policies_it_switched_between():
+    lanes = [LaneRecord(0, "chat", 2, 1, 0, 10), LaneRecord(1, "chat", 2, 0, 0, 10)]
+    steps = [StepRecord(0, 0.0, 10.0, 2, 0, 8, "goodput", "packed", lanes, ""),
+             StepRecord(1, 0.1, 30.0, 2, 0, 8, "goodput", "packed", lanes, ""),
+             StepRecord(2, 0.2, 20.0, 1, 0, 8, "off", "packed", [LaneRecord(0, "chat", 0, 0, 0, 12)],
+                        "")]
+    summary = summarize(steps)
+    assert list(summary.by_policy) == ["goodput", "off"]
+    goodput, off = summary.by_policy["goodput"], summary.by_policy["off"]
+    assert goodput.steps == 2 and goodput.busy_tokens_per_s == 6 / 0.040  # 2 steps of 2 + 1
+    assert goodput.acceptance == 2 / 8 and goodput.mean_batch == 2
+    assert off.steps == 1 and off.busy_tokens_per_s == 1 / 0.020 and off.acceptance is None
+    table = format_summary(summary)
+    assert "under goodput  " in table and "2 steps, 150.0 tok/s" in table
+    assert "under off" in table and "acceptance -" in table
+
