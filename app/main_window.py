@@ -20,7 +20,7 @@ from app.engine_factory import EngineSpec
 from app.exporting import FILTERS, export
 from app.frame_pacer import ENGINE_FIRST_SHARE, SMOOTH_SHARE, FramePacer
 from app.history import History
-from app.replay import ReplayPanel
+from app.replay import ControlsTimeline, ReplayPanel
 from app.views.agents_view import TRANSCRIPT_CHARS
 from app.theme import RESOURCES, Theme, apply_theme
 from app.worker import EngineBuilder, EngineHost
@@ -43,6 +43,8 @@ class MainWindow(QMainWindow):
         self.trace_path: str | None = None
         self.calibration = None   # the t(N) curve of the live engine or of the replayed trace
         self.replaying = False
+        self._replay_controls: ControlsTimeline | None = None  # of the trace replayed
+        self._replay_shown: Controls | None = None  # the controls its panel shows
         self._record_seq = self._event_seq = 0
         self.pacer = FramePacer()
         self._undrawn = False  # records pulled but not drawn yet (the pacer held the frame)
@@ -271,11 +273,12 @@ class MainWindow(QMainWindow):
         self.dashboard.set_calibration(self.calibration)
         self.dashboard.batch.set_replay(True)
         self.dashboard.batch.follow = False
-        try:  # the controls the session started with: ceilings drawn, panel shown (read-only)
-            self.controls.set_controls(Controls(**trace.session.get("controls", {})))
+        try:  # the panel (read-only) and the ceilings follow the scrubbed step's controls
+            start = Controls(**trace.session.get("controls", {}))
         except (TypeError, ValueError):
+            start = Controls()
             self.statusBar().showMessage(f"{path}: session controls unreadable; showing defaults")
-        self._sync_ceilings()
+        self._replay_controls, self._replay_shown = ControlsTimeline(start, trace.controls), None
         self.replay.load(self.history)
         self.replay.show()
         if len(self.history):
@@ -285,6 +288,11 @@ class MainWindow(QMainWindow):
         return True
 
     def _show_replay_step(self, stop: int) -> None:
+        controls = self._replay_controls.at(self.history.records[stop - 1].t)
+        if controls is not self._replay_shown:
+            self._replay_shown = controls
+            self.controls.set_controls(controls)
+            self._sync_ceilings()
         self.dashboard.show_history(self.history, stop, force=True)
 
     def _leave_replay(self) -> None:

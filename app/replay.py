@@ -2,12 +2,14 @@
 of a selected range. Playback follows the trace's own clock (session time `t`) times the speed."""
 from __future__ import annotations
 
+import bisect
 import time
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QSlider, QWidget
 
 from app.history import History
+from engine.controls import Controls
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 50.0)
 TICK_MS = 40
@@ -90,3 +92,24 @@ class ReplayPanel(QWidget):
         rec = self._history.records[stop - 1]
         self.position.setText(f"step {rec.step} · {rec.t:.1f} s")
         self.position_changed.emit(stop)
+
+
+class ControlsTimeline:
+    """The controls in force at each moment of a recorded session: those it started with, then
+    each control event's changes applied in order (a change the engine rejected is recorded
+    without changes, so it changes nothing here either)."""
+
+    def __init__(self, start: Controls, events: list[dict]) -> None:
+        self._times, self._controls = [float("-inf")], [start]
+        for event in sorted(events, key=lambda e: e["t"]):
+            try:
+                self._controls.append(self._controls[-1].updated(event["changes"]))
+            except (TypeError, ValueError):
+                continue  # a trace's event the reader let through but Controls refuses
+            self._times.append(event["t"])
+
+    def at(self, t: float) -> Controls:
+        """In force at a step that started at session time t: changes apply at step boundaries,
+        so one logged at t is in force for the step starting then."""
+        return self._controls[bisect.bisect_right(self._times, t) - 1]
+

@@ -1,10 +1,9 @@
 """What the speculation policy decided and why (recent reasons, repeats folded), and whether it
-paid: goodput over the recent window against the spec-off estimate from the calibrated step
-costs."""
+paid: the tokens emitted a second of step time over the recent window against an estimate of the
+same steps with speculation off."""
 from __future__ import annotations
 
-from collections import Counter
-
+import numpy as np
 from PySide6.QtWidgets import QListWidget, QVBoxLayout, QWidget
 
 from app.history import History
@@ -19,7 +18,7 @@ class DecisionsView(QWidget):
     def __init__(self, theme: Theme, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._calibration = None
-        self.goodput = LiveLabel("goodput –", role="headline", lines=2)
+        self.goodput = LiveLabel("emitted –", role="headline", lines=2)
         self.reasons = QListWidget()
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -36,24 +35,35 @@ class DecisionsView(QWidget):
         lo = max(0, stop - WINDOW_STEPS)
         emitted = history.column("emitted", lo, stop).sum()
         busy_ms = history.column("dt_ms", lo, stop).sum()
-        text = f"goodput {1000 * emitted / max(busy_ms, 1e-9):.1f} tok/s of step time"
+        rate = 1000 * emitted / max(busy_ms, 1e-9)
+        text = f"emitted {rate:.1f} tok/s of step time"
         if self._calibration is not None:
-            # With speculation off the same steps would emit B tokens each, at the calibrated
-            # cost of B lanes without drafts and their prefill.
-            batch = history.column("batch", lo, stop)
-            prefill = history.column("prefill", lo, stop)
-            shapes = Counter(zip(batch.astype(int).tolist(), prefill.astype(int).tolist()))
-            off_ms = sum(count * self._calibration.step_ms(b, 0, p)
-                         for (b, p), count in shapes.items())
-            off_rate = 1000 * batch.sum() / max(off_ms, 1e-9)
-            text += (f" · spec-off estimate {off_rate:.1f} tok/s · "
-                     f"×{1000 * emitted / max(busy_ms, 1e-9) / max(off_rate, 1e-9):.2f}")
+            off_rate = self._spec_off_rate(history, lo, stop)
+            text += f" · spec-off estimate {off_rate:.1f} tok/s · ×{rate / max(off_rate, 1e-9):.2f}"
         self.goodput.setText(text)
         lines = _folded_reasons(history, max(0, stop - 4 * WINDOW_STEPS), stop)[-SHOWN_REASONS:]
         if lines != self._shown:
             self._shown = lines
             self.reasons.clear()
             self.reasons.addItems(list(reversed(lines)))
+
+
+    def _spec_off_rate(self, history: History, lo: int, stop: int) -> float:
+        """Tokens a second the window's steps would have emitted with speculation off: B each, at
+        the calibrated cost of B lanes without drafts and their prefill, scaled by what the
+        window's steps without drafts took against that cost. The calibration times short
+        contexts on an idle machine; a swarm's lanes grow to thousands of tokens, and the
+        window's own drawing shares the CPU, so unscaled it ran up to 3x too fast (a session
+        with speculation off read x0.33 against itself)."""
+        batch = history.column("batch", lo, stop).astype(int).tolist()
+        prefill = history.column("prefill", lo, stop).astype(int).tolist()
+        costs = {(b, p): self._calibration.step_ms(b, 0, p) for b, p in set(zip(batch, prefill))}
+        off_ms = np.array([costs[shape] for shape in zip(batch, prefill)])
+        plain = history.column("drafted", lo, stop) == 0
+        if plain.any():
+            off_ms *= history.column("dt_ms", lo, stop)[plain].sum() / max(off_ms[plain].sum(),
+                                                                           1e-9)
+        return 1000 * sum(batch) / max(off_ms.sum(), 1e-9)
 
 
 def _folded_reasons(history: History, lo: int, stop: int) -> list[str]:

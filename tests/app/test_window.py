@@ -94,9 +94,12 @@ def test_replay_of_a_recorded_trace(window, qtbot, tmp_path):
     engine.close()
     assert window.open_trace(str(trace))
     assert len(window.history) == 140 and window.replay.isVisible()
+    assert window.controls.policy.currentText() == "off"  # the last step's controls
     window.replay.scrubber.setValue(60)
     assert window.dashboard.batch.headline.text().startswith(
         f"B = {window.history.records[59].batch}")
+    assert window.controls.policy.currentText() == "goodput"  # before the change, as recorded
+    assert not window.controls.isEnabled()  # a replay is not steered
     window.replay.show_range(0, 120)
     assert window.replay.stats.text().startswith("range: 120 steps")
     window.replay.speed.setCurrentIndex(window.replay.speed.count() - 1)  # fastest
