@@ -39,6 +39,7 @@ class ControlsPanel(QWidget):
         self.k = QSpinBox()
         self.k.setRange(0, 64)
         self._k_by_policy = dict(DEFAULT_K)
+        self._drafting_policy = "goodput"  # what toggle_speculation turns back on
         self.batch_ceiling, batch_value, batch_row = _slider(1, MAX_LANES)
         self.spec_ceiling, spec_value, spec_row = _slider(0, MAX_LANES)
         self._slider_values = ((self.batch_ceiling, batch_value), (self.spec_ceiling, spec_value))
@@ -114,6 +115,8 @@ class ControlsPanel(QWidget):
         for widget in widgets:
             widget.blockSignals(True)
         self.policy.setCurrentText(controls.policy)
+        if controls.policy != "off":
+            self._drafting_policy = controls.policy
         self.k.setValue(controls.k)
         self._k_by_policy[controls.policy] = controls.k
         self.batch_ceiling.setValue(min(controls.batch_ceiling, MAX_LANES))
@@ -136,7 +139,14 @@ class ControlsPanel(QWidget):
         for slider, value in self._slider_values:
             value.setText(str(slider.value()))
 
+    def toggle_speculation(self) -> None:
+        """Speculation off, or back on with the policy (and its K) it had before."""
+        policy = self.policy.currentText()
+        self.policy.setCurrentText("off" if policy != "off" else self._drafting_policy)
+
     def _on_policy(self, policy: str) -> None:
+        if policy != "off":
+            self._drafting_policy = policy
         k = self._k_by_policy[policy]
         self.k.blockSignals(True)
         self.k.setValue(k)

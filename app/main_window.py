@@ -106,6 +106,7 @@ class MainWindow(QMainWindow):
         action(file, "Quit", self.close, "Ctrl+Q")
         session = self.menuBar().addMenu("&Session")
         action(session, "Pause / resume  (replay: play / pause)", self.toggle_pause, "Space")
+        action(session, "Speculation on / off", self.toggle_speculation, "S")
         action(session, "Load model…", self._load_model_dialog, "Ctrl+M")
         action(session, "Re-run calibration", self._recalibrate)
         view = self.menuBar().addMenu("&View")
@@ -226,6 +227,10 @@ class MainWindow(QMainWindow):
             self.replay.toggle()
         elif self.engine is not None:
             self.controls.pause.toggle()
+
+    def toggle_speculation(self) -> None:
+        if self.engine is not None and not self.replaying:
+            self.controls.toggle_speculation()
 
     def stop_engine(self) -> None:
         """Stop the worker and wait for it; the history (and the trace file) stay."""

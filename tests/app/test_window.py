@@ -2,6 +2,7 @@
 shown in the banner, screenshots and clean shutdown."""
 import numpy as np
 import pytest
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage
 
 from app.main import main
@@ -63,10 +64,26 @@ def test_live_controls_reach_the_engine(window, qtbot):
     qtbot.waitUntil(lambda: engine.controls.paused, timeout=5000)
 
 
+def test_s_turns_speculation_off_and_back_on_with_its_policy_and_k(window, qtbot):
+    engine = FakeEngine()
+    window.start_live(build=lambda progress: engine)
+    qtbot.waitUntil(lambda: window.engine is not None, timeout=5000)
+    window.controls.policy.setCurrentText("fixed")
+    window.controls.k.setValue(6)
+    qtbot.waitUntil(lambda: (engine.controls.policy, engine.controls.k) == ("fixed", 6),
+                    timeout=5000)
+    qtbot.keyClick(window, Qt.Key.Key_S)
+    qtbot.waitUntil(lambda: engine.controls.policy == "off", timeout=5000)
+    qtbot.keyClick(window, Qt.Key.Key_S)
+    qtbot.waitUntil(lambda: (engine.controls.policy, engine.controls.k) == ("fixed", 6),
+                    timeout=5000)
+
+
 def test_help_lists_every_shortcut_and_says_what_runs(window, qtbot):
     lines = window.shortcuts_text().splitlines()
     for key, name in (("Ctrl+O", "Open trace"), ("Ctrl+E", "Export"), ("Space", "Pause"),
-                      ("F", "Follow live"), ("F1", "Keyboard shortcuts"), ("Ctrl+M", "Load")):
+                      ("F", "Follow live"), ("F1", "Keyboard shortcuts"), ("Ctrl+M", "Load"),
+                      ("S", "Speculation on / off")):
         assert any(line.startswith(key + "\t") and name in line for line in lines), lines
     assert "PyTorch" in window.about_text() and "T = " not in window.about_text()
     window.start_live(build=lambda progress: FakeEngine())
