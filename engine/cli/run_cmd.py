@@ -102,7 +102,7 @@ def _run(args) -> int:
                         budget_override=args.budget, min_acceptance=args.min_acceptance,
                         swarm_size=args.agents, tool_latency_s=args.tool_latency,
                         **({"mix": args.mix} if args.mix else {}))
-    changes = _timed_changes(controls, args.change)
+    changes = _timed_changes(controls, args.change, args.clock, ends_by_time=args.steps is None)
     config = SwarmConfig(seed=args.seed, clock=args.clock, temperature=args.temperature,
                          max_context=args.max_context)
     loaded = load_model(args.model, dtype=args.dtype, device=args.device,
@@ -149,12 +149,14 @@ def _run(args) -> int:
     return 0
 
 
-def _timed_changes(controls: Controls,
-                   changes: list[tuple[float, dict]]) -> list[tuple[float, dict]]:
+def _timed_changes(controls: Controls, changes: list[tuple[float, dict]], clock: str = "wall",
+                   ends_by_time: bool = True) -> list[tuple[float, dict]]:
     """--change's changes in time order, those at one time merged, each checked against the
     controls in force then, so that a bad value is an error now, not minutes into the run. As in
     the window, K belongs to its policy: a change of policy without a K brings back the K that
-    policy last had (its default at first)."""
+    policy last had (its default at first). A pause must let the run end: on the virtual and
+    measured clocks session time stands still while paused, and a run of --steps left paused
+    would wait for good."""
     merged: dict[float, dict] = {}
     for at, change in sorted(changes, key=lambda timed: timed[0]):
         merged.setdefault(at, {}).update(change)
@@ -169,6 +171,14 @@ def _timed_changes(controls: Controls,
             raise SwarmscopeError(f"--change at {at:g} s: {exc}") from None
         k_by_policy[controls.policy] = controls.k
         timed.append((at, change))
+        if change.get("paused") and clock != "wall":
+            raise SwarmscopeError(f"--change at {at:g} s pauses the run, but on the {clock} "
+                                  "clock session time stands still while paused, so it would "
+                                  "never resume or end: pause with --clock wall")
+    if controls.paused and not ends_by_time:
+        raise SwarmscopeError("--change leaves the run paused before it reaches --steps, so it "
+                              "would never end: resume it with a later --change "
+                              "SECONDS:paused=false, or give --duration")
     return timed
 
 

@@ -76,6 +76,16 @@ def test_a_change_of_policy_brings_back_the_k_that_policy_had():
         run_cmd._timed_changes(Controls(), [(5.0, {"k": 99})])
 
 
+def test_a_pause_must_let_the_run_end():
+    pause, resume = (1.0, {"paused": True}), (2.0, {"paused": False})
+    with pytest.raises(SwarmscopeError, match="on the virtual clock session time stands still"):
+        run_cmd._timed_changes(Controls(), [pause, resume], "virtual")
+    with pytest.raises(SwarmscopeError, match="paused before it reaches --steps"):
+        run_cmd._timed_changes(Controls(), [pause], "wall", ends_by_time=False)
+    assert run_cmd._timed_changes(Controls(), [pause, resume], "wall", ends_by_time=False)
+    assert run_cmd._timed_changes(Controls(), [pause], "wall", ends_by_time=True)
+
+
 def test_trace_none_writes_no_trace(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
