@@ -49,21 +49,22 @@ class DecisionsView(QWidget):
 
 
     def _spec_off_rate(self, history: History, lo: int, stop: int) -> float:
-        """Tokens a second the window's steps would have emitted with speculation off: B each, at
-        the calibrated cost of B lanes without drafts and their prefill, scaled by what the
-        window's steps without drafts took against that cost. The calibration times short
-        contexts on an idle machine; a swarm's lanes grow to thousands of tokens, and the
-        window's own drawing shares the CPU, so unscaled it ran up to 3x too fast (a session
-        with speculation off read x0.33 against itself)."""
-        batch = history.column("batch", lo, stop).astype(int).tolist()
-        prefill = history.column("prefill", lo, stop).astype(int).tolist()
-        costs = {(b, p): self._calibration.step_ms(b, 0, p) for b, p in set(zip(batch, prefill))}
-        off_ms = np.array([costs[shape] for shape in zip(batch, prefill)])
-        plain = history.column("drafted", lo, stop) == 0
-        if plain.any():
-            off_ms *= history.column("dt_ms", lo, stop)[plain].sum() / max(off_ms[plain].sum(),
-                                                                           1e-9)
-        return 1000 * sum(batch) / max(off_ms.sum(), 1e-9)
+        """Tokens a second the window's steps would have emitted with speculation off: B each,
+        in what each step took times the calibrated share of it that is B lanes without drafts
+        (and its prefill). The step's own time carries what the calibration cannot see: a
+        swarm's lanes at thousands of tokens of context, the window's drawing on the same CPU.
+        On the calibrated costs alone a session with speculation off read x0.33 against itself,
+        and scaling them by the draft-free steps alone overstated a swarm's speed-up by a
+        quarter, as its drafting lanes had the longer contexts."""
+        batch = history.column("batch", lo, stop).astype(int)
+        prefill = history.column("prefill", lo, stop).astype(int)
+        computed = (history.column("pass_tokens", lo, stop).astype(int) - batch - prefill)
+        calibrated = self._calibration.step_ms
+        share = np.array([1.0 if not extra else calibrated(b, 0, p) / calibrated(b, extra, p)
+                          for b, p, extra in zip(batch.tolist(), prefill.tolist(),
+                                                 computed.tolist())])
+        off_ms = (history.column("dt_ms", lo, stop) * share).sum()
+        return 1000 * batch.sum() / max(off_ms, 1e-9)
 
 
 def _folded_reasons(history: History, lo: int, stop: int) -> list[str]:

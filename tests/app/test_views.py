@@ -54,26 +54,29 @@ def test_dashboard_draws_every_view(qtbot, history):
     assert (live_x[0], live_y[0]) == (last.pass_tokens, pytest.approx(last.dt_ms))
 
 
-def test_the_spec_off_estimate_is_scaled_by_what_steps_without_drafts_took(qtbot):
+def test_the_spec_off_estimate_is_each_steps_own_time_less_its_drafts_share(qtbot):
     """Steps 3x slower than calibrated (long contexts, a busy CPU): a session with speculation
-    off reads x1.00 against itself, not x0.33 against the idle machine's curve, and then as
-    many drafting steps, each emitting twice the tokens in the same time, x1.50 over both."""
+    off reads x1.00 against itself, not x0.33 against the idle machine's curve; drafting steps
+    as slow read what their extra tokens bought over their calibrated share without drafts."""
     view = DecisionsView(Theme.load("dark"))
     qtbot.addWidget(view)
     calibration = Calibration.make_dummy()
     view.set_calibration(calibration)
-    slow = 3 * calibration.step_ms(4)
     plain = [LaneRecord(i, "chat", 0, 0, 0, 900) for i in range(4)]
-    copying = [LaneRecord(i, "code-edit", 2, 1, 0, 900) for i in range(4)]
+    copying = [LaneRecord(i, "code-edit", 4, 3, 0, 900) for i in range(4)]
+    off_ms, drafting_ms = 3 * calibration.step_ms(4), 3 * calibration.step_ms(4, 16)
     history = History()
-    history.extend([StepRecord(i, i * 0.1, slow, 4, 0, 8, "off", "packed", plain, "off")
+    history.extend([StepRecord(i, i * 0.1, off_ms, 4, 0, 8, "off", "packed", plain, "off")
                     for i in range(10)])
     view.show_history(history, 10)
     assert view.goodput.text().endswith("×1.00")
-    history.extend([StepRecord(i, i * 0.1, slow, 4, 0, 8, "fixed", "packed", copying, "k=2")
-                    for i in range(10, 20)])
-    view.show_history(history, 20)
-    assert view.goodput.text().endswith("×1.50")  # 80 + 40 tokens against 80, same time
+    history = History()
+    history.extend([StepRecord(i, i * 0.1, drafting_ms, 4, 0, 8, "fixed", "packed", copying,
+                               "k=4") for i in range(10)])
+    view.show_history(history, 10)
+    # 16 tokens a step in drafting_ms against 4 in off_ms
+    assert view.goodput.text().endswith(f"×{(16 / drafting_ms) / (4 / off_ms):.2f}")
+    assert 1.5 < (16 / drafting_ms) / (4 / off_ms) < 4
 
 
 def test_cost_curve_draws_the_fit_over_the_points_as_measured(qtbot):
