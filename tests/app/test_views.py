@@ -54,10 +54,10 @@ def test_dashboard_draws_every_view(qtbot, history):
     assert (live_x[0], live_y[0]) == (last.pass_tokens, pytest.approx(last.dt_ms))
 
 
-def test_the_spec_off_estimate_is_each_steps_own_time_less_its_drafts_share(qtbot):
+def test_the_spec_off_estimate_is_the_same_work_at_the_steps_own_pace(qtbot):
     """Steps 3x slower than calibrated (long contexts, a busy CPU): a session with speculation
     off reads x1.00 against itself, not x0.33 against the idle machine's curve; drafting steps
-    as slow read what their extra tokens bought over their calibrated share without drafts."""
+    as slow read what the same work takes without drafts, scaled alike."""
     view = DecisionsView(Theme.load("dark"))
     qtbot.addWidget(view)
     calibration = Calibration.make_dummy()
@@ -66,7 +66,8 @@ def test_the_spec_off_estimate_is_each_steps_own_time_less_its_drafts_share(qtbo
     copying = [LaneRecord(i, "code-edit", 4, 3, 0, 900) for i in range(4)]
     off_ms, drafting_ms = 3 * calibration.step_ms(4), 3 * calibration.step_ms(4, 16)
     history = History()
-    history.extend([StepRecord(i, i * 0.1, off_ms, 4, 0, 8, "off", "packed", plain, "off")
+    history.extend([StepRecord(i, i * 0.1, 3 * calibration.step_ms(4, 0, 50 * (i % 2)), 4,
+                               50 * (i % 2), 8, "off", "packed", plain, "off")
                     for i in range(10)])
     view.show_history(history, 10)
     assert view.goodput.text().endswith("×1.00")
@@ -77,6 +78,17 @@ def test_the_spec_off_estimate_is_each_steps_own_time_less_its_drafts_share(qtbo
     # 16 tokens a step in drafting_ms against 4 in off_ms
     assert view.goodput.text().endswith(f"×{(16 / drafting_ms) / (4 / off_ms):.2f}")
     assert 1.5 < (16 / drafting_ms) / (4 / off_ms) < 4
+    # A tool output's prefill rides in each step: off does it once too, then decodes the 16
+    # tokens in 4 steps, not in the one step drafting took (which would price only 4 tokens
+    # against the whole prefill).
+    slow = 3 * calibration.step_ms(4, 16, 100)
+    history = History()
+    history.extend([StepRecord(i, i * 0.1, slow, 4, 100, 8, "fixed", "packed", copying, "k=4")
+                    for i in range(10)])
+    view.show_history(history, 10)
+    prefill_ms = 3 * (calibration.step_ms(4, 0, 100) - calibration.step_ms(4))
+    same_work_off_ms = prefill_ms + 4 * 3 * calibration.step_ms(4)
+    assert view.goodput.text().endswith(f"×{same_work_off_ms / slow:.2f}")
 
 
 def test_cost_curve_draws_the_fit_over_the_points_as_measured(qtbot):
