@@ -112,4 +112,3 @@ class ControlsTimeline:
         """In force at a step that started at session time t: changes apply at step boundaries,
         so one logged at t is in force for the step starting then."""
         return self._controls[bisect.bisect_right(self._times, t) - 1]
-

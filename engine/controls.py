@@ -4,6 +4,7 @@ The window (or a CLI) posts changes from any thread; the engine drains them befo
 change takes effect at the next step and is logged once as a control event."""
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import asdict, dataclass, field, fields, replace
 
@@ -112,8 +113,8 @@ def parse_change(text: str) -> tuple[float, dict]:
         at = float(when)
     except ValueError:
         raise ValueError(f"{text!r}: the time {when!r} is not a number of seconds") from None
-    if at < 0:
-        raise ValueError(f"{text!r}: the time must be >= 0")
+    if not 0 <= at < math.inf:
+        raise ValueError(f"{text!r}: the time must be a finite number >= 0")
     if name not in _PARSERS:
         raise ValueError(f"{text!r}: no control {name!r}; use one of {', '.join(_PARSERS)}")
     try:

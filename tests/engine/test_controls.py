@@ -34,8 +34,8 @@ def test_a_timed_change_is_parsed_by_its_controls_type():
     assert parse_change("3:min_acceptance=0.25") == (3.0, {"min_acceptance": 0.25})
     for bad, words in (("policy=off", "SECONDS:NAME=VALUE"), ("30:policy", "SECONDS:NAME=VALUE"),
                        ("soon:k=2", "not a number of seconds"), ("-1:k=2", ">= 0"),
+                       ("nan:k=2", "finite"), ("inf:k=2", "finite"),
                        ("5:speed=9", "no control 'speed'"), ("5:k=two", "'5:k=two'"),
                        ("5:paused=maybe", "not true or false")):
         with pytest.raises(ValueError, match=words):
             parse_change(bad)
-

@@ -71,8 +71,8 @@ def test_summary_splits_a_session_by_the_policies_it_switched_between():
     lanes = [LaneRecord(0, "chat", 2, 1, 0, 10), LaneRecord(1, "chat", 2, 0, 0, 10)]
     steps = [StepRecord(0, 0.0, 10.0, 2, 0, 8, "goodput", "packed", lanes, ""),
              StepRecord(1, 0.1, 30.0, 2, 0, 8, "goodput", "packed", lanes, ""),
-             StepRecord(2, 0.2, 20.0, 1, 0, 8, "off", "packed", [LaneRecord(0, "chat", 0, 0, 0, 12)],
-                        "")]
+             StepRecord(2, 0.2, 20.0, 1, 0, 8, "off", "packed",
+                        [LaneRecord(0, "chat", 0, 0, 0, 12)], "")]
     summary = summarize(steps)
     assert list(summary.by_policy) == ["goodput", "off"]
     goodput, off = summary.by_policy["goodput"], summary.by_policy["off"]
@@ -82,4 +82,3 @@ def test_summary_splits_a_session_by_the_policies_it_switched_between():
     table = format_summary(summary)
     assert "under goodput  " in table and "2 steps, 150.0 tok/s" in table
     assert "under off" in table and "acceptance -" in table
-
