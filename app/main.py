@@ -17,11 +17,30 @@ from app.main_window import MainWindow
 from app.theme import THEMES, Theme, apply_theme
 
 
+DEFAULT_SIZE = (1600, 1000)
+
+
 def default_trace_path() -> str:
     """Sessions are recorded by default, one file per start, in the user data dir."""
     folder = Path(platformdirs.user_data_dir("swarmscope")) / "traces"
     folder.mkdir(parents=True, exist_ok=True)
     return str(folder / time.strftime("session-%Y%m%d-%H%M%S.jsonl"))
+
+
+def _default_size(app: QApplication) -> tuple[int, int]:
+    """DEFAULT_SIZE, or less on a smaller screen (a laptop's), so the window does not run past
+    its edges. Offscreen (screenshots, tests) there is no screen to fit."""
+    if app.platformName() == "offscreen":
+        return DEFAULT_SIZE
+    screen = app.primaryScreen().availableGeometry()
+    return min(DEFAULT_SIZE[0], screen.width()), min(DEFAULT_SIZE[1], screen.height())
+
+
+def _size(text: str) -> tuple[int, int]:
+    width, x, height = text.lower().partition("x")
+    if not (x and width.isdigit() and height.isdigit() and int(width) > 0 and int(height) > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not WIDTHxHEIGHT in pixels, e.g. 1280x800")
+    return int(width), int(height)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,7 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quit-after", type=float, metavar="SECONDS",
                         help="close the window after this many seconds")
     parser.add_argument("--theme", choices=THEMES, default="dark")
-    parser.add_argument("--size", default="1600x1000", help="window size WxH")
+    parser.add_argument("--size", type=_size, default=None,
+                        help=f"window size WxH (default {DEFAULT_SIZE[0]}x{DEFAULT_SIZE[1]}, "
+                             "or the screen's size where that is smaller)")
     return parser
 
 
@@ -54,8 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     theme = Theme.load(args.theme)
     apply_theme(app, theme)
     window = MainWindow(theme)
-    width, height = (int(v) for v in args.size.lower().split("x"))
-    window.resize(width, height)
+    window.resize(*(args.size or _default_size(app)))
     window.show()
     if args.replay:
         window.open_trace(args.replay)

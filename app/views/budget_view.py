@@ -6,9 +6,10 @@ from __future__ import annotations
 import math
 
 import pyqtgraph as pg
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QBrush, QFontMetricsF
-from PySide6.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QTableWidget, QTableWidgetItem,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QSizePolicy, QTableWidget,
+                               QTableWidgetItem, QVBoxLayout, QWidget)
 
 from app.history import History
 from app.theme import Theme
@@ -27,6 +28,7 @@ RANGE_STEPS = 32    # the x axis covers the widest pass of this many recent step
 # would squeeze T and the reference bars into a sliver, so a wider pass is cut at the axis end
 # and its label gives the numbers.
 MOST_ZOOMED_OUT = 2
+NARROW_PX = 700     # below this width the chart alone, without the table beside it
 
 
 def per_agent_draft(budget: int, batch: int) -> float:
@@ -77,30 +79,35 @@ class BudgetView(QWidget):
         self.legend.setWordWrap(True)
         self.detail = LiveLabel(role="muted", lines=2)
 
-        self.table = QTableWidget(0, 4)
-        # two-line headers: the table shares its row with the chart and must fit without
-        # scrolling at the window's default width
-        self.table.setHorizontalHeaderLabels(["agents", "committed", "free to\nspeculate",
-                                              "draft /\nagent"])
-        self.table.verticalHeader().setVisible(False)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-        self.table.setMinimumWidth(300)
-
-        left = QVBoxLayout()
-        left.addWidget(self.plot, 1)
-        left.addWidget(self.legend)
-        left.addWidget(self.detail)
+        self.table = _SeedTable()
+        self._left = QVBoxLayout()
+        self._left.addWidget(self.plot, 1)
+        self._left.addWidget(self.detail)
+        self._right = QVBoxLayout()  # the legend under the table, where the chart's height is not
+        self._right.addWidget(self.table, 1)
+        self._right.addWidget(self.legend)
+        self._narrow = False
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addLayout(left, 3)
-        layout.addWidget(self.table, 2)
+        layout.addLayout(self._left, 1)
+        layout.addLayout(self._right)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        """Too narrow for both, the chart keeps the row: the table's numbers are the reference
+        bars' own, and their labels say them. The legend then sits under the chart."""
+        super().resizeEvent(event)
+        narrow = self.width() < NARROW_PX
+        if narrow != self._narrow:
+            self._narrow = narrow
+            self.table.setVisible(not narrow)
+            (self._left if narrow else self._right).insertWidget(1, self.legend)
 
     def _legend_html(self) -> str:
         th = self._theme
-        parts = [("committed", "committed (1 per lane)"), ("accepted", "drafts accepted"),
-                 ("rejected", "drafts rejected"), ("prefill", "prefill"), ("padding", "padding"),
-                 ("free", "free to speculate"), ("overflow", "over budget")]
+        # short names: the legend must stay on a line or two where the window is small
+        parts = [("committed", "committed"), ("accepted", "accepted"), ("rejected", "rejected"),
+                 ("prefill", "prefill"), ("padding", "padding"), ("free", "free"),
+                 ("overflow", "over T")]
         return " ".join(f"<span style='color:{getattr(th, f)}'>■</span> {text}" for f, text in parts)
 
     def show_history(self, history: History, stop: int) -> None:
@@ -192,3 +199,29 @@ class BudgetView(QWidget):
                 item.setText(text)
                 item.setBackground(th.qcolor("highlight") if b == live else QBrush())
                 item.setForeground(th.qcolor("committed") if b == live else th.qcolor("text"))
+
+
+class _SeedTable(QTableWidget):
+    """Seed 000's table, as wide as its columns and no wider, so that the chart beside it gets
+    the rest of the row. Two-line headers keep the columns narrow; the first column has room
+    for any live B, so the table's width never changes as B does (a changed width would lay out
+    and repaint the whole row)."""
+
+    def __init__(self) -> None:
+        super().__init__(0, 4)
+        self.setHorizontalHeaderLabels(["agents", "committed", "free to\nspeculate",
+                                        "draft /\nagent"])
+        self.verticalHeader().setVisible(False)
+        self.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 8)
+        header = self.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Fixed)
+        header.resizeSection(0, self.fontMetrics().horizontalAdvance("64  ◀ live") + 16)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Expanding)
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+        scrollbar = self.verticalScrollBar().sizeHint().width()
+        width = self.horizontalHeader().length() + 2 * self.frameWidth() + scrollbar
+        return QSize(width, super().sizeHint().height())

@@ -138,6 +138,29 @@ def test_a_pass_far_past_the_budget_is_cut_at_the_axis_end_with_its_label_inside
     assert view.plot.getViewBox().viewRange()[0][1] < 2 * 32
 
 
+def test_the_seed_table_fits_its_columns_and_gives_way_to_the_chart_when_narrow(qtbot):
+    view = BudgetView(Theme.load("dark"))
+    qtbot.addWidget(view)
+    history = History()
+    lanes = [LaneRecord(i, "chat", 1, 1, 0, 10) for i in range(12)]
+    history.extend([StepRecord(0, 0.0, 30.0, 12, 0, 5, "goodput", "packed", lanes, "")])
+    view.resize(1000, 380)
+    view.show()
+    qtbot.waitExposed(view)
+    view.show_history(history, 1)
+    qtbot.wait(20)
+    table = view.table
+    assert table.isVisible() and table.horizontalHeader().length() <= table.viewport().width()
+    assert view.plot.width() > table.width()  # the chart has the larger share of the row
+    view.resize(500, 380)
+    qtbot.waitUntil(lambda: not table.isVisible(), timeout=2000)
+    qtbot.wait(20)  # the layout places the legend once events run
+    assert view.legend.isVisible()
+    assert view.plot.y() < view.legend.y() < view.detail.y()  # under the chart
+    view.resize(1000, 380)
+    qtbot.waitUntil(table.isVisible, timeout=2000)
+
+
 def test_lane_strip_colours_accepted_rejected_and_padding(qtbot):
     theme = Theme.load("dark")
     view = LaneStripView(theme)

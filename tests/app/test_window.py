@@ -154,6 +154,13 @@ def test_main_replays_saves_a_non_blank_screenshot_and_exits_0(qtbot, tmp_path):
     code = main(["--replay", str(trace), "--screenshot", str(shot), "--quit-after", "0.5",
                  "--size", "1200x800"])
     assert code == 0 and _non_blank(shot)
+    assert QImage(str(shot)).size().toTuple() == (1200, 800)
+
+
+def test_a_bad_window_size_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--size", "wide", "--replay", "x"])
+    assert exit_.value.code == 2 and "'wide' is not WIDTHxHEIGHT" in capsys.readouterr().err
 
 
 def test_recalibration_runs_on_the_worker_and_redraws_the_curve(window, qtbot):
