@@ -69,6 +69,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    from engine.bench.spec_targets import judge
     from engine.errors import SwarmscopeError
     from engine.spec.calibration import calibrate_or_load
     from engine.loading import load_model
@@ -97,6 +98,12 @@ def run(args) -> int:
                 say(f"done {workload} B={batch}")
     if not args.json:
         _print_table(rows, calibration, policies)
+    verdicts = judge(rows)
+    out = sys.stderr if args.json else sys.stdout  # beside JSON Lines on stdout, on stderr
+    if verdicts:
+        print("issue #3's targets (set for the default model in bf16 on a 2-core CPU):", file=out)
+    for line in verdicts:
+        print(f"  {line}", file=out)
     return 0
 
 

@@ -3,6 +3,7 @@ import json
 
 import pytest
 
+from engine.bench.spec_targets import judge
 from engine.bench.spec import POLICIES, parse_policies, ratio_spread, rounds_for
 from engine.bench.spec_workloads import CHATS, CODE_EDITS
 from engine.cli.main import main
@@ -44,6 +45,11 @@ def test_bench_spec_smoke_table(tmp_path, monkeypatch, capsys):
                                                    ["chat", "1"], ["chat", "2"]]
     assert "goodput/best" in lines[header]
     assert all(line.count("±") == 2 for line in body)  # rounds enough to decode 16 prompts
+    verdicts = lines[lines.index("issue #3's targets (set for the default model in bf16 on a "
+                                 "2-core CPU):") + 1:]
+    assert [line.split(":")[0] for line in verdicts] == [
+        "  goodput >= 0.97x the best other policy at every B",
+        "  goodput >= 1x off at every B", "  goodput >= 1.5x off on code edits at B=1"]
 
 
 def test_bench_spec_runs_the_chosen_policies_and_workloads(tmp_path, monkeypatch, capsys):
@@ -144,3 +150,25 @@ def test_agreement_counts_tokens_up_to_the_first_difference():
 
     assert agreement([[1, 2, 3, 4]], [[1, 2, 3]]) == [3, 3]  # up to the shorter
     assert agreement([[1, 9, 3], [5]], [[1, 2, 3], [6]]) == [1, 4]
+
+
+def _row(workload, batch, policy, rounds):
+    return {"workload": workload, "B": batch, "policy": policy,
+            "tokens_per_s": sum(rounds) / len(rounds), "round_tokens_per_s": rounds}
+
+
+def test_targets_are_judged_with_the_cell_and_its_noise():
+    rows = [_row("code-edit", 1, "off", [50, 50]), _row("code-edit", 1, "fixed-2", [90, 94]),
+            _row("code-edit", 1, "goodput", [120, 130]),
+            _row("chat", 16, "off", [500, 510]), _row("chat", 16, "fixed-2", [495, 505]),
+            _row("chat", 16, "goodput", [497, 507])]
+    best, off, copying = judge(rows)
+    assert best == ("goodput >= 0.97x the best other policy at every B: met (lowest "
+                    "chat B=16 against off 0.994 ± 0.000)")
+    assert off == "goodput >= 1x off at every B: missed at chat B=16 0.994 ± 0.000"
+    assert copying == ("goodput >= 1.5x off on code edits at B=1: met (lowest code-edit "
+                       "B=1 2.500 ± 0.100)")
+    assert judge([row for row in rows if row["policy"] != "fixed-2"])[0].startswith(
+        "goodput >= 1x off")  # no third policy: nothing to be best of
+    assert judge([row for row in rows if row["policy"] != "goodput"]) == []
+
