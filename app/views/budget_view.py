@@ -84,8 +84,9 @@ class BudgetView(QWidget):
         self._left.addWidget(self.plot, 1)
         self._left.addWidget(self.detail)
         self._right = QVBoxLayout()  # the legend under the table, where the chart's height is not
-        self._right.addWidget(self.table, 1)
+        self._right.addWidget(self.table)
         self._right.addWidget(self.legend)
+        self._right.addStretch(1)
         self._narrow = False
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -219,9 +220,14 @@ class _SeedTable(QTableWidget):
         header.resizeSection(0, self.fontMetrics().horizontalAdvance("64  ◀ live") + 16)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-        self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Expanding)
+        self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Maximum)
 
     def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+        """As wide as the columns; as tall as the most rows it shows (the five reference
+        batches and a live B between them), so the legend sits right under them."""
         scrollbar = self.verticalScrollBar().sizeHint().width()
         width = self.horizontalHeader().length() + 2 * self.frameWidth() + scrollbar
-        return QSize(width, super().sizeHint().height())
+        rows = len(REFERENCE_BATCHES) + 1
+        height = (self.horizontalHeader().sizeHint().height()
+                  + rows * self.verticalHeader().defaultSectionSize() + 2 * self.frameWidth())
+        return QSize(width, height)
