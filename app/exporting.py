@@ -1,5 +1,6 @@
-"""Session exports from the window: the trace itself, Perfetto, CSV (the engine's exporters) and
-PNG. The format follows the chosen file name, so one dialog serves them all."""
+"""Session exports from the window: the trace itself, Perfetto, CSV, the summary a headless run
+prints (the engine's exporters) and PNG. The format follows the chosen file name, so one dialog
+serves them all."""
 from __future__ import annotations
 
 import shutil
@@ -10,7 +11,7 @@ from PySide6.QtWidgets import QWidget
 from engine.errors import SwarmscopeError
 
 FILTERS = ("Trace (*.jsonl *.jsonl.gz)", "Perfetto / Chrome trace (*.json)", "Steps CSV (*.csv)",
-           "PNG of the window (*.png)")
+           "Summary (*.txt)", "PNG of the window (*.png)")
 
 
 def export(trace_path: str | None, out: str, window: QWidget) -> str:
@@ -28,10 +29,11 @@ def export(trace_path: str | None, out: str, window: QWidget) -> str:
         if Path(trace_path).suffix != target.suffix:
             raise SwarmscopeError(f"{target}: the session trace is {Path(trace_path).name}; "
                                   f"export it with the same suffix")
-        shutil.copyfile(trace_path, target)
+        _writing(target, lambda: shutil.copyfile(trace_path, target))
         return f"copied trace to {target}"
     from engine.telemetry.csv_export import write_csv
     from engine.telemetry.perfetto_export import write_perfetto
+    from engine.telemetry.summary import format_summary, summarize
     from engine.telemetry.trace_reader import read_trace
 
     # lenient: a live trace may end mid-line at the last flush
@@ -42,4 +44,18 @@ def export(trace_path: str | None, out: str, window: QWidget) -> str:
     if name.endswith(".csv"):
         write_csv(trace.steps, target)
         return f"wrote {len(trace.steps)} steps to {target}"
-    raise SwarmscopeError(f"{target}: unknown export format (use .jsonl, .json, .csv or .png)")
+    if name.endswith(".txt"):
+        if not trace.steps:
+            raise SwarmscopeError(f"{target}: no step recorded yet, nothing to summarise")
+        text = format_summary(summarize(trace.steps)) + "\n"
+        _writing(target, lambda: target.write_text(text))
+        return f"wrote the summary of {len(trace.steps)} steps to {target}"
+    raise SwarmscopeError(f"{target}: unknown export format (use .jsonl, .json, .csv, .txt or "
+                          ".png)")
+
+
+def _writing(target: Path, write) -> None:
+    try:
+        write()
+    except OSError as exc:
+        raise SwarmscopeError(f"{target}: cannot write ({exc.strerror or exc})") from None
