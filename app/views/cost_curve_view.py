@@ -7,16 +7,17 @@ from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from app.history import History
 from app.theme import Theme
-from app.views.plot_factory import dashed, make_plot
+from app.views.plot_factory import TITLE_SIZE, dashed, make_plot
 
 TRAIL_STEPS = 64  # recent operating points drawn faintly behind the live one
+TITLE = "t(N) calibrated · live point"
 
 
 class CostCurveView(QWidget):
     def __init__(self, theme: Theme, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.plot = make_plot(theme, "t(N) calibrated · live point",
-                              left="ms", bottom="query tokens per pass (N)")
+        self._theme = theme
+        self.plot = make_plot(theme, TITLE, left="ms", bottom="query tokens per pass (N)")
         # the fit the policies plan with, over the points as measured
         self.curve = self.plot.plot(pen=pg.mkPen(theme.committed, width=2))
         self.measured = pg.ScatterPlotItem(size=5, brush=theme.committed, pen=None)
@@ -45,7 +46,12 @@ class CostCurveView(QWidget):
             self.curve.setData([], [])
             self.measured.setData([], [])
             self.budget_line.setVisible(False)
+            self._title(TITLE)
             return
+        # Live steps at longer contexts (a swarm's lanes hold thousands of tokens) sit above the
+        # curve: say what it was measured at.
+        self._title(TITLE if calibration.context is None else
+                    f"t(N) calibrated at context {calibration.context} · live point")
         ns, ms = zip(*calibration.points)
         self.curve.setData(list(ns), [calibration.t_ms(n) for n in ns])
         self.measured.setData(list(ns), list(ms))
@@ -54,6 +60,9 @@ class CostCurveView(QWidget):
         self.budget_line.setValue(calibration.budget)
         self.budget_line.label.setFormat(f"T = {calibration.budget}")
         self.budget_line.setVisible(True)
+
+    def _title(self, text: str) -> None:
+        self.plot.getPlotItem().setTitle(text, color=self._theme.text, size=TITLE_SIZE)
 
     def show_history(self, history: History, stop: int) -> None:
         if stop == 0:

@@ -9,13 +9,14 @@ from app.theme import Theme
 
 pg.setConfigOptions(imageAxisOrder="row-major", antialias=False)
 LEFT_AXIS_PX = 52
+TITLE_SIZE = "10pt"
 
 
 def make_plot(theme: Theme, title: str = "", left: str = "", bottom: str = "") -> pg.PlotWidget:
     plot = pg.PlotWidget(background=theme.background)
     item = plot.getPlotItem()
     if title:
-        item.setTitle(title, color=theme.text, size="10pt")
+        item.setTitle(title, color=theme.text, size=TITLE_SIZE)
     for side, label in (("left", left), ("bottom", bottom)):
         axis = item.getAxis(side)
         # Axes replay a QPicture of their text on every viewport repaint (~2 ms each); a pixmap

@@ -42,5 +42,5 @@ def run(args) -> int:
             print(f"B={b:<3d}" + " " * 42 + "  ".join(
                 f"{result.step_ms(b, d) - result.step_ms(b, 0):+5.2f}" for d in ds))
     print(f"budget T = {result.budget} (eps {result.eps:g}, {result.device}, {result.model}, "
-          f"{result.dtype})")
+          f"{result.dtype}; lanes at context {result.context})")
     return 0

@@ -77,6 +77,7 @@ class Calibration:
     device: str = "cpu"
     model: str = ""
     dtype: str = ""
+    context: int | None = None  # tokens each timed lane had cached (None: not recorded)
     version: int = VERSION  # how the points were measured; caches of another version are stale
     # The fitted curve, as the query sizes and their times. Derived once: goodput reads t(N)
     # dozens of times a step.
@@ -195,7 +196,7 @@ class Calibration:
     def from_dict(cls, data: dict) -> "Calibration":
         """Also reads calibrations embedded in older traces, which carry no version (1)."""
         fields = {k: data[k] for k in ("points", "eps", "batch_points", "decode_points", "device",
-                                       "model", "dtype") if k in data}
+                                       "model", "dtype", "context") if k in data}
         return cls(**fields, version=int(data.get("version", 1)))
 
     @classmethod
@@ -331,7 +332,7 @@ def measure(runner, vocab_size: int, *, device: str, model: str, dtype: str, eps
                        eps=eps, batch_points=list(batches.items()),
                        decode_points=[(b, d, batches[b] * ratio["D", (b, d)])
                                       for b in batch_shapes for d in decode_drafts],
-                       device=device, model=model, dtype=dtype)
+                       device=device, model=model, dtype=dtype, context=context)
 
 
 def median_error(values: list[float]) -> float:

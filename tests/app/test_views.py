@@ -97,8 +97,12 @@ def test_cost_curve_draws_the_fit_over_the_points_as_measured(qtbot):
     view.set_calibration(Calibration(points=[(1, 10.0), (2, 12.0), (4, 11.0), (8, 16.0)]))
     assert list(view.curve.getData()[1]) == [10.0, 11.5, 11.5, 16.0]
     assert list(view.measured.getData()[1]) == [10.0, 12.0, 11.0, 16.0]
+    title = view.plot.getPlotItem().titleLabel
+    assert "context" not in title.text  # an older cache's curve does not say
+    view.set_calibration(Calibration(points=[(1, 10.0), (2, 12.0)], context=64))
+    assert "calibrated at context 64" in title.text  # live steps at longer contexts sit above
     view.set_calibration(None)
-    assert len(view.measured.getData()[0]) == 0
+    assert len(view.measured.getData()[0]) == 0 and "context" not in title.text
 
 
 def test_budget_table_highlights_live_batch_and_shows_overflow(qtbot):

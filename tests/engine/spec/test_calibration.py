@@ -129,7 +129,8 @@ def test_measure_pairs_each_shape_with_a_reference_pass(monkeypatch):
     assert [(n, round(ms, 6)) for n, ms in result.points] == [(1, 10.0), (2, 18.0), (4, 17.0)]
     assert [(b, round(ms, 6)) for b, ms in result.batch_points] == [(2, 14.0)]
     assert [(b, d, round(ms, 6)) for b, d, ms in result.decode_points] == [(2, 1, 16.0)]
-    assert result.version == cal.VERSION
+    assert result.version == cal.VERSION and result.context == 64  # what the curve is at
+    assert Calibration.from_dict(result.to_dict()).context == 64
     assert passes.count(0) == 4 * 2  # two lanes' 64 tokens of context, a block at a time
     assert passes.count(1) == 3 * 6  # a reference before each shape but the drafts, 6 rounds
     assert passes.count(3) == 6      # the drafts' shape, each time after its batch (n = 2)
