@@ -51,7 +51,7 @@ class CostCurveView(QWidget):
         # Live steps at longer contexts (a swarm's lanes hold thousands of tokens) sit above the
         # curve: say what it was measured at.
         self._title(TITLE if calibration.context is None else
-                    f"t(N) calibrated at context {calibration.context} · live point")
+                    f"t(N) calibrated (ctx {calibration.context}) · live point")
         ns, ms = zip(*calibration.points)
         self.curve.setData(list(ns), [calibration.t_ms(n) for n in ns])
         self.measured.setData(list(ns), list(ms))

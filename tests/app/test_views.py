@@ -100,7 +100,7 @@ def test_cost_curve_draws_the_fit_over_the_points_as_measured(qtbot):
     title = view.plot.getPlotItem().titleLabel
     assert "context" not in title.text  # an older cache's curve does not say
     view.set_calibration(Calibration(points=[(1, 10.0), (2, 12.0)], context=64))
-    assert "calibrated at context 64" in title.text  # live steps at longer contexts sit above
+    assert "calibrated (ctx 64)" in title.text  # live steps at longer contexts sit above
     view.set_calibration(None)
     assert len(view.measured.getData()[0]) == 0 and "context" not in title.text
 
