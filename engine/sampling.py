@@ -15,8 +15,13 @@ class SamplingParams:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.temperature < 0 or self.top_k < 0 or not 0 < self.top_p <= 1:
-            raise ValueError(f"bad sampling params: {self}")
+        problems = [name for name, bad in (("temperature must be >= 0", not self.temperature >= 0),
+                                           ("top_k must be >= 0", self.top_k < 0),
+                                           ("top_p must be in (0, 1]", not 0 < self.top_p <= 1))
+                    if bad]
+        if problems:
+            raise ValueError(f"bad sampling params: {'; '.join(problems)} (got temperature="
+                             f"{self.temperature:g}, top_k={self.top_k}, top_p={self.top_p:g})")
 
     @property
     def greedy(self) -> bool:

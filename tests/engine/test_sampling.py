@@ -81,7 +81,11 @@ def test_temperature_sharpens_and_sampling_follows_probs():
     torch.testing.assert_close(freq, logits.softmax(-1)[0], atol=0.015, rtol=0)
 
 
-@pytest.mark.parametrize("bad", [dict(temperature=-1), dict(top_k=-1), dict(top_p=0.0)])
-def test_bad_params_rejected(bad):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize("bad, says", [
+    (dict(temperature=-1), "temperature must be >= 0"),
+    (dict(temperature=float("nan")), "temperature must be >= 0"),  # NaN passed `< 0` once
+    (dict(top_k=-1), "top_k must be >= 0"), (dict(top_p=0.0), r"top_p must be in \(0, 1\]"),
+    (dict(top_p=float("nan")), "top_p must be in")])
+def test_bad_params_rejected(bad, says):
+    with pytest.raises(ValueError, match=says):
         SamplingParams(**bad)
