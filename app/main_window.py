@@ -273,23 +273,29 @@ class MainWindow(QMainWindow):
                                      key=lambda e: e["t"])
         self.trace_path = path
         self.replaying = True
-        calibration = trace.session.get("calibration")
-        self.calibration = Calibration.from_dict(calibration) if calibration else None
+        unreadable = []  # parts of the session that do not read: the steps replay anyway
+        try:
+            calibration = trace.session.get("calibration")
+            self.calibration = Calibration.from_dict(calibration) if calibration else None
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            self.calibration = None
+            unreadable.append(f"its calibration ({exc}), so no t(N) curve")
         self.dashboard.set_calibration(self.calibration)
         self.dashboard.batch.set_replay(True)
         self.dashboard.batch.follow = False
         try:  # the panel (read-only) and the ceilings follow the scrubbed step's controls
             start = Controls(**trace.session.get("controls", {}))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError) as exc:
             start = Controls()
-            self.statusBar().showMessage(f"{path}: session controls unreadable; showing defaults")
+            unreadable.append(f"its controls ({exc}), so the defaults are shown")
         self._replay_controls, self._replay_shown = ControlsTimeline(start, trace.controls), None
         self.replay.load(self.history)
         self.replay.show()
         if len(self.history):
             t = self.history.column("t")
             self.dashboard.batch.batch_plot.setXRange(t[0], t[-1], padding=0.02)
-        self.statusBar().showMessage(f"replaying {path}: {len(trace.steps)} steps")
+        self.statusBar().showMessage(f"replaying {path}: {len(trace.steps)} steps" + "".join(
+            f"; unreadable: {part}" for part in unreadable))
         return True
 
     def _show_replay_step(self, stop: int) -> None:

@@ -50,12 +50,13 @@ class Controls:
             raise ValueError(f"budget_override must be >= 1, got {self.budget_override}")
         if not 0.0 <= self.min_acceptance <= 1.0:
             raise ValueError(f"min_acceptance must be in [0, 1], got {self.min_acceptance}")
-        if self.tool_latency_s < 0:
-            raise ValueError(f"tool_latency_s must be >= 0, got {self.tool_latency_s}")
+        if not 0 <= self.tool_latency_s < math.inf:
+            raise ValueError(f"tool_latency_s must be finite and >= 0, got {self.tool_latency_s}")
         unknown = set(self.mix) - set(CATEGORIES)
-        if unknown or not self.mix or min(self.mix.values()) < 0 or sum(self.mix.values()) <= 0:
-            raise ValueError(f"mix must weigh {', '.join(CATEGORIES)} with non-negative weights, "
-                             f"not all 0: got {self.mix}")
+        if (unknown or not self.mix or not all(0 <= w < math.inf for w in self.mix.values())
+                or sum(self.mix.values()) <= 0):
+            raise ValueError(f"mix must weigh {', '.join(CATEGORIES)} with finite non-negative "
+                             f"weights, not all 0: got {self.mix}")
 
     def updated(self, changes: dict) -> "Controls":
         """A validated copy with `changes` applied; unknown names are an error."""

@@ -11,6 +11,7 @@ Reports aggregate tokens/s, mean per-agent turn latency, mean live batch and acc
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 from engine.bench import in_turn
@@ -37,7 +38,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from engine.errors import SwarmscopeError
     try:
-        if args.duration <= 0:
+        if not 0 < args.duration < math.inf:
             raise ValueError(f"--duration must be > 0, got {args.duration:g}")
         rows = measure(args)
     except (SwarmscopeError, ValueError) as exc:  # ValueError: an option a config refused

@@ -1,6 +1,7 @@
 """`swarmscope calibrate`: measure the step-time curve t(N) and the budget T, and cache them."""
 from __future__ import annotations
 
+import math
 import sys
 
 from engine.errors import SwarmscopeError
@@ -20,8 +21,8 @@ def run(args) -> int:
     from engine.loading import load_model
     say = lambda message, *_: print(message, file=sys.stderr)  # noqa: E731
     try:
-        if args.eps < 0:
-            raise SwarmscopeError("--eps must be >= 0")
+        if not 0 <= args.eps < math.inf:
+            raise SwarmscopeError("--eps must be a finite number >= 0")
         loaded = load_model(args.model, args.dtype, args.device, progress=say)
         result = calibrate_or_load(loaded, eps=args.eps, progress=say, force=True)
     except SwarmscopeError as exc:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 
@@ -95,7 +96,7 @@ def _run(args) -> int:
     from engine.swarm.config import SwarmConfig
 
     if (args.steps is not None and args.steps < 1) or (args.duration is not None
-                                                        and args.duration <= 0):
+                                                        and not 0 < args.duration < math.inf):
         raise SwarmscopeError("--steps must be >= 1 and --duration > 0")
     controls = Controls(policy=args.policy, k=args.k, drafter=args.drafter, ragged=args.ragged,
                         batch_ceiling=args.batch_ceiling, spec_ceiling=args.spec_ceiling,

@@ -27,6 +27,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
+import math
 import re
 import statistics
 import time
@@ -99,8 +100,9 @@ class Calibration:
         self.batch_points = [(int(b), float(ms)) for b, ms in self.batch_points]
         if not self.points or self.points[0][0] != 1:
             raise ValueError(f"a calibration needs a point at N=1, got {self.points}")
-        if any(ms <= 0 for _, ms in self.points) or self.eps < 0:
-            raise ValueError(f"calibration times must be positive and eps >= 0: {self.points}")
+        if not all(0 < ms < math.inf for _, ms in self.points) or not 0 <= self.eps < math.inf:
+            raise ValueError("calibration times must be positive and finite, and eps finite "
+                             "and >= 0")
         self.decode_points = sorted((int(b), int(d), float(ms)) for b, d, ms in self.decode_points)
         self._ns = [n for n, _ in self.points]
         self._ms = nondecreasing([ms for _, ms in self.points])

@@ -1,6 +1,7 @@
 """SwarmConfig: how the engine builds and runs a swarm session (the live knobs are Controls)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 CLOCKS = ("wall", "virtual", "measured")
@@ -28,8 +29,8 @@ class SwarmConfig:
     def __post_init__(self) -> None:
         if self.clock not in CLOCKS:
             raise ValueError(f"clock must be one of {CLOCKS}, got {self.clock!r}")
-        if self.temperature < 0 or self.tool_latency_sigma < 0:
-            raise ValueError("temperature and tool_latency_sigma must be >= 0")
+        if not (0 <= self.temperature < math.inf and 0 <= self.tool_latency_sigma < math.inf):
+            raise ValueError("temperature and tool_latency_sigma must be finite and >= 0")
         for name in ("max_context", "max_step_tokens", "rotate_after_steps", "block_size",
                      "record_capacity"):
             if getattr(self, name) < 1:

@@ -1,5 +1,7 @@
 """The window over a live (fake) engine on the worker thread, replay of a recorded trace, errors
 shown in the banner, screenshots and clean shutdown."""
+import json
+
 import numpy as np
 import pytest
 from PySide6.QtCore import Qt
@@ -124,6 +126,24 @@ def test_replay_of_a_recorded_trace(window, qtbot, tmp_path):
     window.toggle_pause()  # Space plays in replay
     qtbot.waitUntil(lambda: window.replay.stop_index() == 140, timeout=10000)
     assert not window.replay.play.isChecked()
+
+
+def test_a_trace_whose_calibration_and_controls_do_not_read_still_replays(window, tmp_path):
+    trace = tmp_path / "session.jsonl"
+    engine = FakeEngine(trace_path=str(trace))
+    for _ in range(20):
+        engine.step()
+    engine.close()
+    lines = trace.read_text().splitlines()
+    session = json.loads(lines[0])
+    session["calibration"]["points"][0][1] = float("nan")  # json writes NaN, and reads it
+    session["controls"]["k"] = 999
+    trace.write_text("\n".join([json.dumps(session)] + lines[1:]) + "\n")
+    assert window.open_trace(str(trace))
+    assert len(window.history) == 20 and window.calibration is None
+    message = window.statusBar().currentMessage()
+    assert "unreadable: its calibration (calibration times must be positive" in message
+    assert "unreadable: its controls (k must be in 0..64" in message
 
 
 def test_malformed_trace_shows_a_message_with_the_line(window, tmp_path):

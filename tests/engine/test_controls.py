@@ -1,4 +1,6 @@
 """Live controls: K defaults by policy; their command-line spelling."""
+import math
+
 import pytest
 
 from engine.controls import ADAPTIVE_CAP, FIXED_K, Controls, parse_change, parse_mix
@@ -39,3 +41,13 @@ def test_a_timed_change_is_parsed_by_its_controls_type():
                        ("5:paused=maybe", "not true or false")):
         with pytest.raises(ValueError, match=words):
             parse_change(bad)
+
+
+@pytest.mark.parametrize("bad", [dict(tool_latency_s=float("nan")), dict(tool_latency_s=math.inf),
+                                 dict(mix={"code-edit": float("nan"), "chat": 1.0, "json": 1.0}),
+                                 dict(min_acceptance=float("nan"))])
+def test_numbers_that_are_not_finite_are_refused(bad):
+    """NaN passed every `x < 0` check: a NaN tool latency left agents in their tool for good."""
+    with pytest.raises(ValueError):
+        Controls(**bad)
+

@@ -1,4 +1,5 @@
 import json
+import math
 import random
 from types import SimpleNamespace
 
@@ -87,6 +88,16 @@ def test_cache_is_kept_apart_for_models_of_one_name():
 def test_needs_a_point_at_one():
     with pytest.raises(ValueError):
         Calibration(points=[(2, 1.0)])
+
+
+@pytest.mark.parametrize("points, eps", [([(1, float("nan"))], 0.1),
+                                         ([(1, 1.0), (2, math.inf)], 0.1),
+                                         ([(1, 1.0)], float("nan"))])
+def test_times_and_eps_must_be_finite(points, eps):
+    """A NaN in a cache file or a trace passed `<= 0` and `< 0`, and T came out of comparisons
+    with NaN."""
+    with pytest.raises(ValueError, match="positive"):
+        Calibration(points=points, eps=eps)
 
 
 def test_stale_cache_version_is_ignored(tmp_path, monkeypatch):

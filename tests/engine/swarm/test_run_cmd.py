@@ -99,7 +99,7 @@ def test_errors_are_messages_not_tracebacks(tmp_path, capsys):
     assert "--headless" in capsys.readouterr().err
     assert cli(["run", "--headless", "--model", str(tmp_path / "nope"), "--steps", "1"]) == 2
     assert "nope" in capsys.readouterr().err
-    for option in (["--steps", "0"], ["--duration", "-5"]):
+    for option in (["--steps", "0"], ["--duration", "-5"], ["--duration", "nan"]):
         assert cli(["run", "--headless", "--model", "tiny-test", *option]) == 2
         assert "--steps must be >= 1 and --duration > 0" in capsys.readouterr().err
     bad = tmp_path / "bad.jsonl"
