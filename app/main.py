@@ -80,8 +80,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.replay:
         window.open_trace(args.replay)
     else:
-        trace = None if args.trace_out == "none" else args.trace_out or default_trace_path()
-        window.start_live(EngineSpec(args.model, args.dtype, args.device, args.agents, trace))
+        trace, unrecorded = args.trace_out, None
+        if trace is None:
+            try:
+                trace = default_trace_path()
+            except OSError as exc:  # a read-only or misplaced data dir: run, unrecorded
+                unrecorded = (f"this session is not recorded: no folder for traces "
+                              f"({exc.filename}: {exc.strerror}); --trace-out FILE records "
+                              "elsewhere")
+        window.start_live(EngineSpec(args.model, args.dtype, args.device, args.agents,
+                                     None if trace == "none" else trace))
+        if unrecorded:
+            window.show_error(unrecorded, records_kept=False)
     if args.quit_after is not None:
         def finish() -> None:
             if args.screenshot:

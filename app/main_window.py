@@ -251,8 +251,10 @@ class MainWindow(QMainWindow):
         self._stuck_hosts = [h for h in self._stuck_hosts if not h.thread.wait(timeout_ms)]
         return not self._stuck_hosts
 
-    def show_error(self, message: str) -> None:
-        self.banner.setText(f"⚠ {message}   (the session's records so far are kept)")
+    def show_error(self, message: str, records_kept: bool = True) -> None:
+        """The banner over the views; `records_kept`: say that the session's records stay."""
+        self.banner.setText(f"⚠ {message}" + ("   (the session's records so far are kept)"
+                                              if records_kept else ""))
         self.banner.show()
         self.progress.hide()
         self.statusBar().showMessage(message)

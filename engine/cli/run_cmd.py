@@ -93,6 +93,7 @@ def run(args) -> int:
 def _run(args) -> int:
     from engine.engine import Engine
     from engine.loading import load_model
+    from engine.spec.calibration import calibrate_or_load
     from engine.swarm.config import SwarmConfig
 
     if (args.steps is not None and args.steps < 1) or (args.duration is not None
@@ -106,11 +107,13 @@ def _run(args) -> int:
     changes = _timed_changes(controls, args.change, args.clock, ends_by_time=args.steps is None)
     config = SwarmConfig(seed=args.seed, clock=args.clock, temperature=args.temperature,
                          max_context=args.max_context)
-    loaded = load_model(args.model, dtype=args.dtype, device=args.device,
-                        progress=lambda msg, frac: print(f"  {msg}", file=sys.stderr))
-    print(f"model {loaded.name} ({loaded.dtype}, {loaded.device}); calibrating if not cached...",
-          file=sys.stderr)
-    engine = Engine(loaded, config, controls, trace_path=args.trace)
+    def say(message: str, *_) -> None:
+        print(f"  {message}", file=sys.stderr)
+
+    loaded = load_model(args.model, dtype=args.dtype, device=args.device, progress=say)
+    print(f"model {loaded.name} ({loaded.dtype}, {loaded.device})", file=sys.stderr)
+    engine = Engine(loaded, config, controls, calibration=calibrate_or_load(loaded, progress=say),
+                    trace_path=args.trace)
     print(f"budget T = {engine.calibration.budget}; {args.agents} agents, policy {args.policy}",
           file=sys.stderr)
     steps = args.steps

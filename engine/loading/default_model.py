@@ -66,6 +66,17 @@ def ensure_default_model(progress: Progress | None = None) -> Path:
     if is_cached(folder):
         return folder
     progress = progress or _stderr_progress
+    try:
+        _fetch_and_convert(folder, progress)
+    except OSError as exc:  # a read-only cache, a full disk
+        raise ModelLoadError(folder, f"cannot write the model cache ({exc.strerror or exc}); set "
+                                     "SWARMSCOPE_CACHE to a writable folder with ~0.6 GB free"
+                             ) from None
+    progress(f"default model ready in {folder}", 1.0)
+    return folder
+
+
+def _fetch_and_convert(folder: Path, progress: Progress) -> None:
     folder.parent.mkdir(parents=True, exist_ok=True)
     # Work in a sibling folder and rename at the end, so an interrupted run never leaves a
     # folder that looks complete.
@@ -85,8 +96,6 @@ def ensure_default_model(progress: Progress | None = None) -> Path:
         if folder.exists():
             shutil.rmtree(folder)
         staged.rename(folder)
-    progress(f"default model ready in {folder}", 1.0)
-    return folder
 
 
 def _stderr_progress(message: str, fraction: float) -> None:

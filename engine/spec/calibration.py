@@ -234,7 +234,7 @@ def load_cached(device: str, model: str, dtype: str, eps: float) -> Calibration 
         return None
     try:
         calibration = Calibration.from_dict(json.loads(path.read_text()))
-    except (ValueError, TypeError, KeyError) as exc:
+    except (ValueError, TypeError, KeyError, OSError) as exc:
         raise SwarmscopeError(f"{path}: unreadable calibration ({exc}); delete it to re-measure")
     if calibration.version != VERSION:
         return None
@@ -379,7 +379,11 @@ def calibrate_or_load(loaded, eps: float = 0.10,
     with torch.inference_mode():
         result = measure(runner, loaded.config.vocab_size, device=device, model=loaded.name,
                                dtype=dtype, eps=eps, progress=progress)
-    path = save(result, key)
+    try:
+        where = f"cached in {save(result, key)}"
+    except OSError as exc:  # a read-only or full cache: the curve still serves this session
+        where = (f"NOT cached ({cache_path(device, key, dtype)}: {exc.strerror or exc}), so it "
+                 "is measured again next time")
     if progress:
-        progress(f"budget T = {result.budget} (t(1) = {result.t_ms(1):.2f} ms); cached in {path}")
+        progress(f"budget T = {result.budget} (t(1) = {result.t_ms(1):.2f} ms); {where}")
     return result

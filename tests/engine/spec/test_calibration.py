@@ -6,6 +6,8 @@ from types import SimpleNamespace
 import pytest
 
 from engine.config import PRESETS
+from engine.errors import SwarmscopeError
+from engine.loading import load_model
 from engine.spec import calibration as cal
 from engine.spec.calibration import Calibration
 
@@ -71,6 +73,22 @@ def test_cache_path_honours_env(tmp_path, monkeypatch):
     path = cal.save(c, "dummy")
     assert path.parent == tmp_path / "calibration"
     assert cal.load_cached("dummy", "dummy", "none", eps=0.2).points == c.points
+
+
+def test_a_cache_that_cannot_be_written_or_read_is_said_not_a_crash(tmp_path, monkeypatch):
+    """A cache under a file (read-only or full alike): the measured curve still serves the
+    session, and the progress says it was not cached; an unreadable cache file is a message."""
+    (tmp_path / "a-file").write_text("x")
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "a-file" / "cache"))
+    loaded = load_model("tiny-test", dtype="fp32")
+    heard = []
+    monkeypatch.setattr(cal, "measure", lambda *a, **k: Calibration.make_dummy())
+    assert cal.calibrate_or_load(loaded, progress=heard.append) == Calibration.make_dummy()
+    assert "NOT cached" in heard[-1] and "Not a directory" in heard[-1]
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path))
+    cal.cache_path("cpu", cal.model_key(loaded), "fp32").mkdir(parents=True)  # a folder there
+    with pytest.raises(SwarmscopeError, match="unreadable calibration"):
+        cal.calibrate_or_load(loaded)
 
 
 def test_cache_is_kept_apart_for_models_of_one_name():
