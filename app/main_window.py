@@ -43,6 +43,7 @@ class MainWindow(QMainWindow):
         self.trace_path: str | None = None
         self.calibration = None   # the t(N) curve of the live engine or of the replayed trace
         self.replaying = False
+        self._trace_error_shown = False  # the live engine's trace stopped, and the user was told
         self._replay_controls: ControlsTimeline | None = None  # of the trace replayed
         self._replay_shown: Controls | None = None  # the controls its panel shows
         self._record_seq = self._event_seq = 0
@@ -168,6 +169,7 @@ class MainWindow(QMainWindow):
     def _on_ready(self, engine) -> None:
         self.engine = engine
         self._record_seq = self._event_seq = 0
+        self._trace_error_shown = False
         self.calibration = engine.calibration
         self.dashboard.set_calibration(self.calibration)
         self.controls.set_controls(engine.controls)
@@ -182,6 +184,9 @@ class MainWindow(QMainWindow):
         engine = self.engine
         if engine is None:
             return
+        if engine.trace_error and not self._trace_error_shown:  # once: the session runs on
+            self._trace_error_shown = True
+            self.show_error(engine.trace_error)
         records, self._record_seq = engine.records.since(self._record_seq)
         events, self._event_seq = engine.events.since(self._event_seq)
         self.history.extend(records)

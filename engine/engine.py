@@ -146,6 +146,11 @@ class Engine:
             return [agent.view(self._state(agent), transcript_of is None or agent.id in transcript_of,
                                tail_chars) for agent in self._agents.values()]
 
+    @property
+    def trace_error(self) -> str | None:
+        """Why the trace stopped being written (a full disk), while the session runs on."""
+        return self.trace.error if self.trace else None
+
     def close(self) -> None:
         if self.trace:
             with self._lock:  # the text since each agent's last state change

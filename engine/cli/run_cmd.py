@@ -133,6 +133,8 @@ def _run(args) -> int:
         print("\ninterrupted; summarising what ran", file=sys.stderr)
     finally:
         engine.close()
+    if engine.trace_error:
+        print(f"warning: {engine.trace_error}", file=sys.stderr)
     wall_s = time.perf_counter() - wall_start
     records = engine.records.snapshot()
     if not records:

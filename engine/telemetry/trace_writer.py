@@ -34,8 +34,14 @@ class TraceWriter:
         self._pending: list[str] = []
         self._lock = threading.Lock()
         self._closed = threading.Event()
+        # Why writing stopped (a full disk, a vanished drive); later lines are dropped, and the
+        # session runs on: its records are in memory, and the file keeps what came before.
+        self.error: str | None = None
         self._write_line({"type": "session", "version": TRACE_VERSION, **session})
         self.flush()
+        if self.error:
+            os.close(self._fd)
+            raise TraceError(self.path, None, f"cannot write trace: {self._reason}")
         self._flusher = threading.Thread(target=self._flush_loop, args=(flush_interval_s,),
                                          name="trace-flush", daemon=True)
         self._flusher.start()
@@ -66,23 +72,29 @@ class TraceWriter:
         with self._lock:
             if self._closed.is_set():
                 raise TraceError(self.path, None, "trace writer is closed")
-            self._pending.append(line)
+            if self.error is None:
+                self._pending.append(line)
 
     def flush(self) -> None:
         with self._lock:
             self._flush_locked(final=False)
 
     def _flush_locked(self, final: bool) -> None:
-        if not self._pending and not final:
+        if self.error or (not self._pending and not final):
             return
         data = "".join(self._pending).encode()
         self._pending.clear()
         if self._deflate is not None:
             data = self._deflate.compress(data) + \
                 self._deflate.flush(zlib.Z_FINISH if final else zlib.Z_SYNC_FLUSH)
-        while data:
-            written = os.write(self._fd, data)
-            data = data[written:]
+        try:
+            while data:
+                written = os.write(self._fd, data)
+                data = data[written:]
+        except OSError as exc:
+            self._reason = exc.strerror or str(exc)
+            self.error = (f"{self.path}: trace writing stopped ({self._reason}); the file keeps "
+                          "the steps before")
 
     def _flush_loop(self, interval_s: float) -> None:
         while not self._closed.wait(interval_s):

@@ -99,6 +99,10 @@ class FakeEngine:
         self.calibration = Calibration.make_dummy(knee=10)
         return self.calibration
 
+    @property
+    def trace_error(self) -> str | None:
+        return self._writer.error if self._writer else None
+
     def close(self) -> None:
         self.closed = True
         if self._writer:

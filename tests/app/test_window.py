@@ -102,6 +102,18 @@ def test_engine_failure_keeps_the_window_and_the_records(window, qtbot):
     assert len(window.history) == 30 and engine.closed
 
 
+def test_a_trace_that_stops_being_written_is_shown_once_and_the_session_runs_on(
+        window, qtbot, tmp_path):
+    engine = FakeEngine(trace_path=str(tmp_path / "session.jsonl"))
+    window.start_live(build=lambda progress: engine)
+    qtbot.waitUntil(lambda: len(window.history) > 5, timeout=5000)
+    engine._writer.error = "session.jsonl: trace writing stopped (No space left on device)"
+    qtbot.waitUntil(window.banner.isVisible, timeout=5000)
+    assert "No space left on device" in window.banner.text()
+    steps = len(window.history)
+    qtbot.waitUntil(lambda: len(window.history) > steps + 5, timeout=5000)  # still stepping
+
+
 def test_replay_of_a_recorded_trace(window, qtbot, tmp_path):
     trace = tmp_path / "session.jsonl"
     engine = FakeEngine(trace_path=str(trace))

@@ -156,3 +156,36 @@ def test_a_writer_killed_mid_run_leaves_a_readable_file(tmp_path, name):
     assert [s.step for s in trace.steps] == list(range(len(trace.steps)))
     if name.endswith(".gz"):
         assert "no end" in trace.warnings[0]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_a_trace_that_cannot_take_even_its_first_line_is_a_clear_error():
+    with pytest.raises(TraceError, match="cannot write trace: No space left on device"):
+        TraceWriter("/dev/full", {"model": "m"})
+
+
+@pytest.mark.parametrize("name", ["s.jsonl", "s.jsonl.gz"])
+def test_a_disk_that_fills_mid_session_stops_the_trace_not_the_session(tmp_path, monkeypatch,
+                                                                       name):
+    """Writing stops with the reason kept (the engine shows it); later lines are dropped rather
+    than held in memory, and closing does not raise. The file keeps what came before."""
+    import engine.telemetry.trace_writer as trace_writer
+
+    path = tmp_path / name
+    writer = TraceWriter(path, {"model": "m"}, flush_interval_s=60)
+    writer.write_step(StepRecord.make_dummy(0))
+    writer.flush()
+
+    def full(fd, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(trace_writer.os, "write", full)
+    writer.write_step(StepRecord.make_dummy(1))
+    writer.flush()
+    assert writer.error == (f"{path}: trace writing stopped (No space left on device); the file "
+                            "keeps the steps before")
+    writer.write_step(StepRecord.make_dummy(2))
+    assert writer._pending == []  # dropped, not piling up for the rest of the session
+    writer.close()
+    monkeypatch.undo()
+    assert [s.step for s in read_trace(path, lenient=True).steps] == [0]
