@@ -3,6 +3,7 @@ torch.cuda, so "rocm" and "cuda" both mean torch.cuda here."""
 from __future__ import annotations
 
 import platform
+from pathlib import Path
 
 import torch
 
@@ -54,3 +55,18 @@ def resolve_dtype(name: str, device: torch.device | str) -> torch.dtype:
         # CPU fp16 matmuls fall back to slow paths and overflow where bf16 does not.
         raise SwarmscopeError("fp16 is for GPUs; on CPU use bf16 or fp32")
     return _DTYPES[name]
+
+
+def free_memory_bytes(device: torch.device) -> int | None:
+    """Memory a model could still take on `device`: the GPU's free memory, or on Linux the
+    kernel's MemAvailable (page cache it would give back included); None where unknown."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+

@@ -1,6 +1,7 @@
 """Turn a model name or folder into weights + config + tokenizer: `load_model`."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -8,7 +9,7 @@ from typing import Callable
 import torch
 
 from engine.config import PRESETS, ModelConfig
-from engine.devices import resolve_device, resolve_dtype
+from engine.devices import dtype_name, free_memory_bytes, resolve_device, resolve_dtype
 from engine.errors import ModelLoadError
 from engine.loading import default_model
 from engine.loading.hf_folder import Weights, read_config, read_tokenizer
@@ -55,7 +56,9 @@ def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
     config = read_config(folder)
     tokenizer = read_tokenizer(folder, config)
     report(f"loading weights from {folder}", 0.1)
-    model = _build(folder, config, Weights(folder), torch_dtype, torch_device)
+    weights = Weights(folder)
+    _check_room(folder, weights.shapes, torch_dtype, torch_device)
+    model = _build(folder, config, weights, torch_dtype, torch_device)
     if model.builds_kernels_per_row_count:
         def warmed(rows: int) -> None:  # a few reports: each is a chance to cancel
             if rows % 32 == 0:
@@ -66,6 +69,23 @@ def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
         model.warm_up(done=warmed)
     report(f"loaded {name}", 1.0)
     return LoadedModel(name, str(folder), config, model, tokenizer, torch_dtype, torch_device)
+
+
+def _check_room(folder: Path, shapes: dict[str, tuple[int, ...]], dtype: torch.dtype,
+                device: torch.device) -> None:
+    """Refuse a model whose weights alone outgrow the memory free for them, before reading any:
+    past it the load swaps the machine to a crawl or is killed, with no message at all."""
+    free = free_memory_bytes(device)
+    needed = sum(math.prod(shape) for shape in shapes.values()) * dtype.itemsize
+    if free is not None and needed > free:
+        smaller = " or --dtype bf16" if dtype == torch.float32 else ""
+        raise ModelLoadError(folder, f"its weights need {_size(needed)} in {dtype_name(dtype)}, "
+                                     f"and {_size(free)} of {device} memory is free; use a "
+                                     f"smaller model{smaller}")
+
+
+def _size(num_bytes: int) -> str:
+    return f"{num_bytes / 1e9:.1f} GB" if num_bytes >= 1e8 else f"{num_bytes / 1e6:.1f} MB"
 
 
 def _build(folder: Path, config: ModelConfig, weights: Weights, dtype: torch.dtype,

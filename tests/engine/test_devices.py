@@ -1,3 +1,4 @@
+import os
 import platform
 from pathlib import Path
 
@@ -30,3 +31,11 @@ def test_auto_dtype_on_cpu_is_bf16_only_with_bf16_dot_instructions(monkeypatch, 
 def test_bad_dtypes_are_clear_errors(name, message):
     with pytest.raises(SwarmscopeError, match=message):
         devices.resolve_dtype(name, "cpu")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/meminfo"), reason="reads Linux's /proc/meminfo")
+def test_free_cpu_memory_is_the_kernels_available_memory():
+    available_kb = next(int(line.split()[1]) for line in open("/proc/meminfo")
+                        if line.startswith("MemAvailable:"))
+    free = devices.free_memory_bytes(torch.device("cpu"))
+    assert abs(free - available_kb * 1024) < 2**30  # read a moment apart

@@ -71,6 +71,26 @@ def test_sharded_folder_loads(tmp_path):
                                reference_logits(hf, PROMPT), atol=1e-4, rtol=0)
 
 
+def test_weights_that_outgrow_free_memory_are_refused_before_any_is_read(tiny_llama_folder,
+                                                                           monkeypatch):
+    """Past the machine's memory a load swaps it to a crawl or is killed without a word."""
+    import engine.loading as loading
+
+    folder, _ = tiny_llama_folder
+    read = []
+    monkeypatch.setattr(Weights, "__getitem__", lambda self, name: read.append(name))
+    monkeypatch.setattr(loading, "free_memory_bytes", lambda device: 100_000)
+    needed = sum(torch.Size(shape).numel() for shape in Weights(folder).shapes.values()) * 4
+    with pytest.raises(ModelLoadError, match=rf"its weights need {needed / 1e6:.1f} MB in fp32, "
+                                             r"and 0\.1 MB of cpu memory is free; use a smaller "
+                                             r"model or --dtype bf16"):
+        load_model(str(folder), dtype="fp32", device="cpu")
+    assert read == []
+    monkeypatch.undo()
+    monkeypatch.setattr(loading, "free_memory_bytes", lambda device: None)  # unknown: no check
+    assert load_model(str(folder), dtype="fp32", device="cpu").config.num_layers == 2
+
+
 def test_bf16_load_casts_weights(tiny_llama_folder):
     folder, _ = tiny_llama_folder
     loaded = load_model(str(folder), dtype="bf16", device="cpu")
