@@ -13,7 +13,8 @@ import time
 from typing import Callable
 
 from engine.controls import CATEGORIES, ControlMailbox, Controls
-from engine.devices import dtype_name
+from engine.devices import dtype_name, free_memory_bytes
+from engine.errors import SwarmscopeError
 from engine.kv_cache import PagedKVCache
 from engine.runner import ModelRunner
 from engine.sequence import Sequence
@@ -27,6 +28,9 @@ from engine.telemetry.records import StepRecord
 from engine.telemetry.ring_buffer import RingBuffer
 from engine.telemetry.trace_writer import TraceWriter
 
+# Most of the memory free beside the model that the KV cache may take: activations, the window
+# and the rest of the machine need the remainder.
+KV_SHARE = 0.5
 IDLE_SLEEP_S = 0.02  # longest nap while every agent is in a tool call (wall clock)
 
 
@@ -39,9 +43,8 @@ class Engine:
         self.records = RingBuffer(config.record_capacity)
         self.events = RingBuffer(config.record_capacity)
         max_context = min(config.max_context, loaded.config.max_position)
-        kv_tokens = config.kv_tokens or max_context * self.controls.swarm_size
-        kv = PagedKVCache(loaded.config, -(-kv_tokens // config.block_size), config.block_size,
-                          loaded.dtype, loaded.device)
+        kv = PagedKVCache(loaded.config, self._kv_blocks(loaded, config, max_context),
+                          config.block_size, loaded.dtype, loaded.device)
         self.runner = ModelRunner(loaded.model, kv)
         self.calibration = calibration or calibrate_or_load(loaded)
         self.executor = StepExecutor(self.runner, self.calibration, target=loaded,
@@ -61,6 +64,25 @@ class Engine:
         self.trace = TraceWriter(trace_path, self._session()) if trace_path else None
         with self._lock:
             self._resize(self.controls.swarm_size, 0.0)
+
+    def _kv_blocks(self, loaded, config: SwarmConfig, max_context: int) -> int:
+        """KV blocks for every agent's full context (or config.kv_tokens), but no more than
+        KV_SHARE of the memory left free beside the model: a large model's swarm on a small
+        machine then preempts more, where a cache past the memory would swap the machine or get
+        the process killed. Fewer than one agent's full context is an error."""
+        per_block = PagedKVCache.bytes_per_block(loaded.config, config.block_size, loaded.dtype)
+        tokens = config.kv_tokens or max_context * self.controls.swarm_size
+        blocks = -(-tokens // config.block_size)
+        free = free_memory_bytes(loaded.device)
+        if config.kv_tokens is None and free is not None and blocks * per_block > KV_SHARE * free:
+            blocks = int(KV_SHARE * free) // per_block
+            if blocks * config.block_size < max_context:
+                raise SwarmscopeError(
+                    f"no room for the KV cache: one agent's context of {max_context} tokens "
+                    f"needs {max_context * per_block / config.block_size / 1e6:.0f} MB, and "
+                    f"{free / 1e6:.0f} MB is free beside the model; a smaller --max-context or "
+                    "model")
+        return blocks
 
     # -- clock --
     def now(self) -> float:
@@ -262,4 +284,5 @@ class Engine:
         return {"model": self.loaded.name, "device": str(self.loaded.device),
                 "dtype": dtype_name(self.loaded.dtype), "calibration": self.calibration.to_dict(),
                 "controls": self.controls.to_dict(), "seed": self.config.seed,
-                "clock": self.config.clock}
+                "clock": self.config.clock,
+                "kv_tokens": self.runner.kv.blocks.num_blocks * self.runner.kv.block_size}

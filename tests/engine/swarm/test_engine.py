@@ -3,6 +3,8 @@ import pytest
 
 from engine.controls import Controls
 from engine.engine import Engine
+from engine.errors import SwarmscopeError
+from engine.kv_cache import PagedKVCache
 from engine.swarm.config import SwarmConfig
 
 SHORT = {"chat": 1.0, "json": 1.0}  # short prompts keep prefill (and the test) small
@@ -168,3 +170,25 @@ def test_a_cancelled_recalibration_keeps_the_old_curve(tiny, calibration, tmp_pa
         engine.recalibrate(progress=cancel)
     assert engine.calibration is calibration and engine.executor.calibration is calibration
     assert engine.step() is not None and engine.records.snapshot()[-1].budget == calibration.budget
+
+
+def test_the_kv_cache_takes_at_most_half_the_free_memory_and_one_context_at_least(
+        tiny, calibration, monkeypatch):
+    """A large model's swarm on a small machine preempts more, rather than allocating a cache
+    past the memory; with no room for even one agent's context it says so."""
+    import engine.engine as engine_module
+
+    per_block = PagedKVCache.bytes_per_block(tiny.config, 16, tiny.dtype)
+    monkeypatch.setattr(engine_module, "free_memory_bytes", lambda device: 200 * per_block)
+    engine = make_engine(tiny, calibration, agents=8, max_context=1024)
+    assert engine.runner.kv.blocks.num_blocks == 100  # not 8 x 1024 / 16 = 512
+    assert engine._session()["kv_tokens"] == 1600
+    for _ in range(40):  # it runs, preempting as the cache fills
+        engine.step()
+    assert engine.records.total > 0
+    explicit = make_engine(tiny, calibration, agents=8, max_context=1024, kv_tokens=4096)
+    assert explicit.runner.kv.blocks.num_blocks == 256  # asked for: as asked
+    monkeypatch.setattr(engine_module, "free_memory_bytes", lambda device: 100 * per_block)
+    with pytest.raises(SwarmscopeError, match="no room for the KV cache: one agent's context of "
+                                              "1024 tokens needs"):
+        make_engine(tiny, calibration, agents=8, max_context=1024)
