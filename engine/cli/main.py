@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from engine.errors import SwarmscopeError
@@ -45,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
         name = " ".join(part for part in (args.command, getattr(args, "bench", None)) if part)
         print(f"swarmscope {name}: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `swarmscope trace check t.jsonl | head`: the reader had enough
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 0
 
 
 if __name__ == "__main__":
