@@ -119,6 +119,7 @@ def _run(args) -> int:
     steps = args.steps
     duration = args.duration if args.duration is not None or steps is not None else 30.0
     wall_start = last_report = time.perf_counter()
+    failure = None
     try:
         done, deadline = 0, None if duration is None else engine.now() + duration
         while (steps is None or done < steps) and (deadline is None or engine.now() < deadline):
@@ -131,6 +132,10 @@ def _run(args) -> int:
                 _progress(engine, done)
     except KeyboardInterrupt:
         print("\ninterrupted; summarising what ran", file=sys.stderr)
+    except Exception as exc:  # an engine fault: what ran is summarised (and traced) all the same
+        failure = f"{type(exc).__name__}: {exc}"
+        print(f"engine error at step {engine.records.total}: {failure}; summarising what ran",
+              file=sys.stderr)
     finally:
         engine.close()
     if engine.trace_error:
@@ -140,11 +145,13 @@ def _run(args) -> int:
     if not records:
         print("no step ran", file=sys.stderr)
         return 1
+
     summary = summarize(records)
     overhead = engine.telemetry_s / engine.busy_s if engine.busy_s else 0.0
     if args.json:
         print(json.dumps({**summary.to_dict(), "wall_s": wall_s, "telemetry_share": overhead,
-                          "preemptions": engine.scheduler.num_preemptions}))
+                          "preemptions": engine.scheduler.num_preemptions,
+                          "engine_error": failure}))
     else:
         print(format_summary(summary))
         print(f"{'preemptions':<22}  {engine.scheduler.num_preemptions}")
@@ -152,7 +159,7 @@ def _run(args) -> int:
         print(f"{'wall time':<22}  {wall_s:.1f} s")
         if args.trace:
             print(f"{'trace':<22}  {args.trace}")
-    return 0
+    return 1 if failure else 0
 
 
 def _timed_changes(controls: Controls, changes: list[tuple[float, dict]], clock: str = "wall",

@@ -86,6 +86,29 @@ def test_a_pause_must_let_the_run_end():
     assert run_cmd._timed_changes(Controls(), [pause], "wall", ends_by_time=True)
 
 
+def test_an_engine_fault_mid_run_keeps_what_ran(tmp_path, capsys, monkeypatch):
+    """The summary of the steps before the fault, the trace closed and readable, exit 1."""
+    from engine.engine import Engine
+
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "cache"))
+    step = Engine.step
+
+    def failing(self):
+        if self.records.total == 6:
+            raise RuntimeError("injected fault")
+        return step(self)
+
+    monkeypatch.setattr(Engine, "step", failing)
+    trace = tmp_path / "run.jsonl"
+    assert cli(["run", "--headless", "--model", "tiny-test", "--dtype", "fp32", "--agents", "2",
+                "--steps", "20", "--clock", "virtual", "--trace", str(trace), "--json"]) == 1
+    out, err = capsys.readouterr()
+    assert "engine error at step 6: RuntimeError: injected fault; summarising what ran" in err
+    summary = json.loads(out)
+    assert summary["steps"] == 6 and summary["engine_error"] == "RuntimeError: injected fault"
+    assert len(read_trace(trace).steps) == 6
+
+
 def test_trace_none_writes_no_trace(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
