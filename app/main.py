@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -25,6 +26,18 @@ def default_trace_path() -> str:
     folder = Path(platformdirs.user_data_dir("swarmscope")) / "traces"
     folder.mkdir(parents=True, exist_ok=True)
     return str(folder / time.strftime("session-%Y%m%d-%H%M%S.jsonl"))
+
+
+def _close_on_signals(window: MainWindow) -> None:
+    """Ctrl+C in the terminal, or SIGTERM, closes the window as its close button does: the
+    engine stops and the trace is finished (a gzipped one needs its trailer). Qt's loop runs no
+    Python while idle, so a timer lets the interpreter see the signal; without this, Ctrl+C
+    printed a traceback from inside a slot and the window ran on."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: window.close())
+    wake = QTimer(window)
+    wake.timeout.connect(lambda: None)
+    wake.start(200)
 
 
 def _default_size(app: QApplication) -> tuple[int, int]:
@@ -76,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     apply_theme(app, theme)
     window = MainWindow(theme)
     window.resize(*(args.size or _default_size(app)))
+    _close_on_signals(window)
     window.show()
     if args.replay:
         window.open_trace(args.replay)

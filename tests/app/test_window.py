@@ -1,6 +1,11 @@
 """The window over a live (fake) engine on the worker thread, replay of a recorded trace, errors
 shown in the banner, screenshots and clean shutdown."""
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -9,6 +14,7 @@ from PySide6.QtGui import QImage
 
 from app.main import main
 from app.worker import EngineHost
+from engine.telemetry.trace_reader import read_trace
 from tests.app.fake_engine import FakeEngine
 
 
@@ -254,3 +260,24 @@ def test_live_redraws_are_paced_and_smooth_redraw_lifts_the_limit(window, qtbot)
     drawn.clear()
     qtbot.wait(1000)
     assert len(drawn) >= 10 and drawn[-1] >= len(window.history) - 5  # and catches up at once
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_closes_the_window_like_its_close_button(tmp_path, sig):
+    """The engine stops and the gzipped trace gets its trailer; before, Ctrl+C printed a
+    traceback from inside a slot and the window ran on."""
+    trace = tmp_path / "session.jsonl.gz"
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "SWARMSCOPE_CACHE": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "engine.cli.main", "--model", "tiny-test",
+                             "--dtype", "fp32", "--trace-out", str(trace)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (trace.exists() and trace.stat().st_size > 2000):
+            time.sleep(0.2)  # steps are being recorded
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and "Traceback" not in err
+    assert len(read_trace(trace).steps) > 0  # strict read: the gzip stream is complete
