@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import signal
 import sys
 import time
 
@@ -120,6 +121,7 @@ def _run(args) -> int:
     duration = args.duration if args.duration is not None or steps is not None else 30.0
     wall_start = last_report = time.perf_counter()
     failure = None
+    sigterm = signal.signal(signal.SIGTERM, _interrupted)  # as Ctrl+C: summarise, finish
     try:
         done, deadline = 0, None if duration is None else engine.now() + duration
         while (steps is None or done < steps) and (deadline is None or engine.now() < deadline):
@@ -137,6 +139,7 @@ def _run(args) -> int:
         print(f"engine error at step {engine.records.total}: {failure}; summarising what ran",
               file=sys.stderr)
     finally:
+        signal.signal(signal.SIGTERM, sigterm)
         engine.close()
     if engine.trace_error:
         print(f"warning: {engine.trace_error}", file=sys.stderr)
@@ -160,6 +163,10 @@ def _run(args) -> int:
         if args.trace:
             print(f"{'trace':<22}  {args.trace}")
     return 1 if failure else 0
+
+
+def _interrupted(*_) -> None:
+    raise KeyboardInterrupt
 
 
 def _timed_changes(controls: Controls, changes: list[tuple[float, dict]], clock: str = "wall",

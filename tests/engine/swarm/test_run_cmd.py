@@ -1,6 +1,11 @@
 """`swarmscope run --headless` and `swarmscope trace check/export` on the tiny model."""
 import argparse
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -129,3 +134,22 @@ def test_errors_are_messages_not_tracebacks(tmp_path, capsys):
     bad.write_text('{"type": "session", "version": 1}\n{"type": "step"\n')
     assert cli(["trace", "check", str(bad)]) == 2
     assert "bad.jsonl:2:" in capsys.readouterr().err
+
+
+def test_sigterm_summarises_what_ran_and_finishes_the_trace(tmp_path):
+    trace = tmp_path / "run.jsonl.gz"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli.main", "run", "--headless", "--model", "tiny-test",
+         "--dtype", "fp32", "--duration", "120", "--trace", str(trace), "--json"],
+        env={**os.environ, "SWARMSCOPE_CACHE": str(tmp_path)}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (trace.exists() and trace.stat().st_size > 2000):
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and "interrupted; summarising what ran" in err
+    assert json.loads(out)["steps"] == len(read_trace(trace).steps) > 0  # gzip stream complete
