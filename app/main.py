@@ -25,7 +25,12 @@ def default_trace_path() -> str:
     """Sessions are recorded by default, one file per start, in the user data dir."""
     folder = Path(platformdirs.user_data_dir("swarmscope")) / "traces"
     folder.mkdir(parents=True, exist_ok=True)
-    return str(folder / time.strftime("session-%Y%m%d-%H%M%S.jsonl"))
+    stamp = time.strftime("session-%Y%m%d-%H%M%S")
+    path, n = folder / f"{stamp}.jsonl", 1
+    while path.exists():  # two windows started within a second must not share a file
+        n += 1
+        path = folder / f"{stamp}-{n}.jsonl"
+    return str(path)
 
 
 def _close_on_signals(window: MainWindow) -> None:

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -281,3 +282,17 @@ def test_ctrl_c_or_sigterm_closes_the_window_like_its_close_button(tmp_path, sig
         proc.kill()
     assert proc.returncode == 0 and "Traceback" not in err
     assert len(read_trace(trace).steps) > 0  # strict read: the gzip stream is complete
+
+
+def test_sessions_started_within_a_second_get_a_trace_each(tmp_path, monkeypatch):
+    import app.main as app_main
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    monkeypatch.setattr(app_main.time, "strftime", lambda pattern: "session-20261205-120000")
+    paths = []
+    for _ in range(3):
+        paths.append(app_main.default_trace_path())
+        Path(paths[-1]).write_text("")  # the window's engine opens it
+    assert [Path(p).name for p in paths] == ["session-20261205-120000.jsonl",
+                                             "session-20261205-120000-2.jsonl",
+                                             "session-20261205-120000-3.jsonl"]
