@@ -26,10 +26,12 @@ def default_trace_path() -> str:
     folder = Path(platformdirs.user_data_dir("swarmscope")) / "traces"
     folder.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("session-%Y%m%d-%H%M%S")
-    path, n = folder / f"{stamp}.jsonl", 1
+    # gzipped: a session writes ~11 KB a second as text, a seventh of that gzipped, and a window
+    # killed mid-session still leaves a readable file (its sync-flushed stream)
+    path, n = folder / f"{stamp}.jsonl.gz", 1
     while path.exists():  # two windows started within a second must not share a file
         n += 1
-        path = folder / f"{stamp}-{n}.jsonl"
+        path = folder / f"{stamp}-{n}.jsonl.gz"
     return str(path)
 
 

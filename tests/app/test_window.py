@@ -293,6 +293,6 @@ def test_sessions_started_within_a_second_get_a_trace_each(tmp_path, monkeypatch
     for _ in range(3):
         paths.append(app_main.default_trace_path())
         Path(paths[-1]).write_text("")  # the window's engine opens it
-    assert [Path(p).name for p in paths] == ["session-20261205-120000.jsonl",
-                                             "session-20261205-120000-2.jsonl",
-                                             "session-20261205-120000-3.jsonl"]
+    assert [Path(p).name for p in paths] == ["session-20261205-120000.jsonl.gz",
+                                             "session-20261205-120000-2.jsonl.gz",
+                                             "session-20261205-120000-3.jsonl.gz"]
