@@ -3,6 +3,7 @@ prints (the engine's exporters) and PNG. The format follows the chosen file name
 serves them all."""
 from __future__ import annotations
 
+import gzip
 import shutil
 from pathlib import Path
 
@@ -26,11 +27,16 @@ def export(trace_path: str | None, out: str, window: QWidget) -> str:
         raise SwarmscopeError("this session records no trace (started with --trace-out none?), "
                               "so only PNG can be exported")
     if name.endswith(".jsonl") or name.endswith(".jsonl.gz"):
-        if Path(trace_path).suffix != target.suffix:
-            raise SwarmscopeError(f"{target}: the session trace is {Path(trace_path).name}; "
-                                  f"export it with the same suffix")
-        _writing(target, lambda: shutil.copyfile(trace_path, target))
-        return f"copied trace to {target}"
+        if Path(trace_path).suffix == target.suffix:
+            _writing(target, lambda: shutil.copyfile(trace_path, target))
+            return f"copied trace to {target}"
+        from engine.telemetry.trace_reader import complete_lines
+
+        text = "".join(line + "\n" for line in complete_lines(trace_path))
+        gzipped = name.endswith(".gz")
+        _writing(target, lambda: target.write_bytes(gzip.compress(text.encode()) if gzipped
+                                                    else text.encode()))
+        return f"wrote the trace {'gzipped ' if gzipped else ''}to {target}"
     from engine.telemetry.csv_export import write_csv
     from engine.telemetry.perfetto_export import write_perfetto
     from engine.telemetry.summary import format_summary, summarize

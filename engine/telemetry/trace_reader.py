@@ -44,6 +44,13 @@ def read_trace(path: str | Path, lenient: bool = False) -> Trace:
     return trace
 
 
+def complete_lines(path: str | Path) -> list[str]:
+    """The trace's lines as text up to its last complete one (a live or killed writer's last
+    line may be cut short), gzipped or not: what a copy in the other format holds."""
+    lines, _ = _read_lines(Path(path))
+    return [line for line in lines if not line.endswith("\0")]
+
+
 def _read_lines(path: Path) -> tuple[list[str], list[str]]:
     try:
         raw = path.read_bytes()

@@ -12,7 +12,7 @@ import pytest
 
 from engine.errors import TraceError
 from engine.telemetry.records import StepRecord
-from engine.telemetry.trace_reader import read_trace
+from engine.telemetry.trace_reader import complete_lines, read_trace
 from engine.telemetry.trace_writer import TraceWriter
 
 TEXT = [["<|im_start|>user\nFix it.", "prompt"], ["def f(x):", "committed"],
@@ -189,3 +189,16 @@ def test_a_disk_that_fills_mid_session_stops_the_trace_not_the_session(tmp_path,
     writer.close()
     monkeypatch.undo()
     assert [s.step for s in read_trace(path, lenient=True).steps] == [0]
+
+
+def test_complete_lines_of_a_live_trace_stop_at_its_last_whole_line(tmp_path):
+    writer = TraceWriter(tmp_path / "live.jsonl.gz", {"model": "m"}, flush_interval_s=60)
+    for step in range(3):
+        writer.write_step(StepRecord.make_dummy(step))
+    writer.flush()  # not closed: no gzip trailer yet, as while the window records
+    lines = complete_lines(tmp_path / "live.jsonl.gz")
+    assert [json.loads(line)["type"] for line in lines] == ["session", "step", "step", "step"]
+    writer.close()
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("\n".join(lines) + "\n" + lines[-1][:20])  # a line being written
+    assert complete_lines(cut) == lines
