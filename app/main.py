@@ -3,6 +3,7 @@ screenshot and exit 0: `swarmscope --screenshot out.png --quit-after 20` (also o
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import signal
 import sys
@@ -85,10 +86,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def display_problem() -> str | None:
+    """Why Qt could not open a window here, found before it tries: without a display, or on X11
+    without libxcb-cursor (Qt 6.5+ needs it), Qt aborts with a core dump and a hint to reinstall."""
+    if not sys.platform.startswith("linux") or os.environ.get("QT_QPA_PLATFORM"):
+        return None
+    x11, wayland = os.environ.get("DISPLAY"), os.environ.get("WAYLAND_DISPLAY")
+    if not x11 and not wayland:
+        return ("no display to open the window on (DISPLAY and WAYLAND_DISPLAY are unset); "
+                "`swarmscope run --headless` runs a session without one, and "
+                "QT_QPA_PLATFORM=offscreen takes screenshots")
+    if not wayland:
+        try:
+            ctypes.CDLL("libxcb-cursor.so.0")  # found as Qt's xcb plugin would find it
+        except OSError:
+            return ("the window needs the system library libxcb-cursor0 on X11 (Qt 6.5 and "
+                    "later): sudo apt install libxcb-cursor0")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     if args.agents < 1:
         print("swarmscope: --agents must be >= 1", file=sys.stderr)
+        return 2
+    problem = display_problem()
+    if problem:
+        print(f"swarmscope: {problem}", file=sys.stderr)
         return 2
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("swarmscope")

@@ -296,3 +296,24 @@ def test_sessions_started_within_a_second_get_a_trace_each(tmp_path, monkeypatch
     assert [Path(p).name for p in paths] == ["session-20261205-120000.jsonl.gz",
                                              "session-20261205-120000-2.jsonl.gz",
                                              "session-20261205-120000-3.jsonl.gz"]
+
+
+def test_no_display_is_a_message_before_qt_aborts(monkeypatch, capsys):
+    """Qt without a display (or, on X11, without libxcb-cursor) aborts with a core dump and a
+    hint to reinstall; the window says what is missing first."""
+    import app.main as app_main
+
+    monkeypatch.setattr(app_main.sys, "platform", "linux")
+    for name in ("QT_QPA_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["--model", "tiny-test"]) == 2
+    assert "no display to open the window on" in capsys.readouterr().err
+    monkeypatch.setenv("DISPLAY", ":0")
+
+    def missing(name):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(app_main.ctypes, "CDLL", missing)
+    assert "sudo apt install libxcb-cursor0" in app_main.display_problem()
+    monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")  # what the user chose, Qt is left to it
+    assert app_main.display_problem() is None
