@@ -49,6 +49,11 @@ def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
     else:
         folder = Path(spec).expanduser()
         name = folder.resolve().name
+        if folder.is_file():
+            raise ModelLoadError(folder, "a file, not a model folder: give the Hugging Face "
+                                         "folder (config.json, *.safetensors, tokenizer.json)"
+                                 + (" (GGUF files are read only for the embedded default "
+                                    "model)" if folder.suffix.lower() == ".gguf" else ""))
         if not folder.is_dir():
             raise ModelLoadError(folder, "no such model folder (expected 'default', "
                                          "'tiny-test' or a Hugging Face model folder)")

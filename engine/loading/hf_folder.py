@@ -119,8 +119,13 @@ def weight_files(folder: Path) -> dict[str, Path]:
         return {name: folder / file for name, file in weight_map.items()}
     files = sorted(folder.glob("*.safetensors"))
     if not files:
+        pickled = sorted(p.name for pattern in ("*.bin", "*.pt", "*.pth")
+                         for p in folder.glob(pattern))
+        hint = (f"; {pickled[0]} is a PyTorch pickle, which is not loaded (it can run code): "
+                "save the model again with transformers' save_pretrained (safetensors is its "
+                "default)") if pickled else ""
         raise ModelLoadError(folder, "no *.safetensors weights (and no "
-                                     "model.safetensors.index.json)")
+                                     "model.safetensors.index.json)" + hint)
     names: dict[str, Path] = {}
     for file in files:
         for name in _open(file).keys():

@@ -134,6 +134,9 @@ def _raises(spec, file_name, *words):
 
 def test_missing_folder(tmp_path):
     _raises(tmp_path / "nope", "nope", "no such model folder")
+    (tmp_path / "own.gguf").write_bytes(b"GGUF")
+    _raises(tmp_path / "own.gguf", "own.gguf", "a file, not a model folder",
+            "GGUF files are read only for the embedded default model")
 
 
 def test_missing_files(tiny_llama_folder):
@@ -148,6 +151,9 @@ def test_missing_weights(tiny_llama_folder):
     folder, _ = tiny_llama_folder
     (folder / "model.safetensors").unlink()
     _raises(folder, folder.name, "no *.safetensors")
+    (folder / "pytorch_model.bin").write_bytes(b"pickle")  # never unpickled: it can run code
+    _raises(folder, folder.name, "pytorch_model.bin is a PyTorch pickle, which is not loaded",
+            "save_pretrained")
 
 
 def test_truncated_safetensors(tiny_llama_folder):
