@@ -107,3 +107,13 @@ class FakeEngine:
         self.closed = True
         if self._writer:
             self._writer.close()
+
+
+def record_trace(path, steps: int) -> str:
+    """A trace of `steps` fake steps at `path`, closed; returns the path as text."""
+    engine = FakeEngine(trace_path=str(path))
+    for _ in range(steps):
+        engine.step()
+    engine.close()
+    return str(path)
+

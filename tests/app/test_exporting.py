@@ -8,17 +8,12 @@ from PySide6.QtWidgets import QLabel
 from app.exporting import export
 from engine.errors import SwarmscopeError
 from engine.telemetry.trace_reader import read_trace
-from tests.app.fake_engine import FakeEngine
+from tests.app.fake_engine import record_trace
 
 
 @pytest.fixture
 def trace(tmp_path):
-    path = tmp_path / "session.jsonl"
-    engine = FakeEngine(trace_path=str(path))
-    for _ in range(30):
-        engine.step()
-    engine.close()
-    return str(path)
+    return record_trace(tmp_path / "session.jsonl", 30)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from PySide6.QtGui import QImage
 from app.main import main
 from app.worker import EngineHost
 from engine.telemetry.trace_reader import read_trace
-from tests.app.fake_engine import FakeEngine
+from tests.app.fake_engine import FakeEngine, record_trace
 
 
 def _non_blank(path) -> bool:
@@ -149,10 +149,7 @@ def test_replay_of_a_recorded_trace(window, qtbot, tmp_path):
 
 def test_a_trace_whose_calibration_and_controls_do_not_read_still_replays(window, tmp_path):
     trace = tmp_path / "session.jsonl"
-    engine = FakeEngine(trace_path=str(trace))
-    for _ in range(20):
-        engine.step()
-    engine.close()
+    record_trace(trace, 20)
     lines = trace.read_text().splitlines()
     session = json.loads(lines[0])
     session["calibration"]["points"][0][1] = float("nan")  # json writes NaN, and reads it
@@ -184,13 +181,9 @@ def test_theme_switch_rebuilds_views(window, qtbot):
 
 
 def test_main_replays_saves_a_non_blank_screenshot_and_exits_0(qtbot, tmp_path):
-    trace = tmp_path / "s.jsonl"
-    engine = FakeEngine(trace_path=str(trace))
-    for _ in range(80):
-        engine.step()
-    engine.close()
+    trace = record_trace(tmp_path / "s.jsonl", 80)
     shot = tmp_path / "replay.png"
-    code = main(["--replay", str(trace), "--screenshot", str(shot), "--quit-after", "0.5",
+    code = main(["--replay", trace, "--screenshot", str(shot), "--quit-after", "0.5",
                  "--size", "1200x800"])
     assert code == 0 and _non_blank(shot)
     assert QImage(str(shot)).size().toTuple() == (1200, 800)
