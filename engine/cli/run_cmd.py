@@ -148,6 +148,10 @@ def _run(args) -> int:
     if not records:
         print("no step ran", file=sys.stderr)
         return 1
+    if engine.records.total > len(records):  # the engine keeps the newest record_capacity
+        print(f"the summary covers the last {len(records)} of {engine.records.total} steps"
+              + (f"; `swarmscope trace check {args.trace}` summarises them all" if args.trace
+                 else ""), file=sys.stderr)
 
     summary = summarize(records)
     overhead = engine.telemetry_s / engine.busy_s if engine.busy_s else 0.0

@@ -114,6 +114,24 @@ def test_an_engine_fault_mid_run_keeps_what_ran(tmp_path, capsys, monkeypatch):
     assert len(read_trace(trace).steps) == 6
 
 
+def test_a_summary_of_fewer_steps_than_ran_says_so(tmp_path, capsys, monkeypatch):
+    """The engine keeps its newest record_capacity records; a longer run's summary covers those."""
+    import functools
+
+    import engine.swarm.config as swarm_config
+
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(swarm_config, "SwarmConfig",
+                        functools.partial(swarm_config.SwarmConfig, record_capacity=5))
+    trace = tmp_path / "run.jsonl"
+    assert cli(["run", "--headless", "--model", "tiny-test", "--dtype", "fp32", "--agents", "2",
+                "--steps", "12", "--clock", "virtual", "--trace", str(trace), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["steps"] == 5
+    assert (f"the summary covers the last 5 of 12 steps; `swarmscope trace check {trace}` "
+            "summarises them all") in err
+
+
 def test_trace_none_writes_no_trace(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
