@@ -86,16 +86,21 @@ def run(args) -> int:
         print(f"swarmscope bench spec: {exc}", file=sys.stderr)
         return 2
     rows = []
-    for batch in batches:  # B outermost: an interrupted run still compares the workloads
-        for workload, prompts in workloads:
-            measured = _measure(loaded, calibration, workload, prompts, batch, args.max_tokens,
-                                args.repeats, policies)
-            rows += measured
-            if args.json:  # as they come: a long run interrupted still leaves its rows
-                for row in measured:
-                    print(json.dumps(row), flush=True)
-            else:
-                say(f"done {workload} B={batch}")
+    try:
+        for batch in batches:  # B outermost: an interrupted run still compares the workloads
+            for workload, prompts in workloads:
+                measured = _measure(loaded, calibration, workload, prompts, batch,
+                                    args.max_tokens, args.repeats, policies)
+                rows += measured
+                if args.json:  # as they come: a long run interrupted still leaves its rows
+                    for row in measured:
+                        print(json.dumps(row), flush=True)
+                else:
+                    say(f"done {workload} B={batch}")
+    except KeyboardInterrupt:  # a run of 20 minutes stopped early: the cells measured so far
+        say(f"interrupted; {len(rows) // len(policies)} cell(s) measured")
+        if not rows:
+            return 1
     if not args.json:
         _print_table(rows, calibration, policies)
     verdicts = judge(rows)

@@ -172,3 +172,27 @@ def test_targets_are_judged_with_the_cell_and_its_noise():
         "goodput >= 1x off")  # no third policy: nothing to be best of
     assert judge([row for row in rows if row["policy"] != "goodput"]) == []
 
+
+
+def test_an_interrupted_run_still_prints_the_cells_it_measured(tmp_path, monkeypatch, capsys):
+    import engine.bench.spec as spec
+
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path))
+    measure = spec._measure
+    calls = []
+
+    def stopped_after_one(*args):
+        calls.append(args[2])
+        if len(calls) > 1:
+            raise KeyboardInterrupt
+        return measure(*args)
+
+    monkeypatch.setattr(spec, "_measure", stopped_after_one)
+    assert main(["bench", "spec", "--max-tokens", "4", "--batches", "1,2", "--model", "tiny-test",
+                 "--repeats", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert "interrupted; 1 cell(s) measured" in err
+    lines = out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("workload"))
+    assert lines[header + 1].split()[:2] == ["code-edit", "1"]
+    assert "issue #3's targets" in out
