@@ -45,7 +45,7 @@ class AgentTally:
         if history is not self._history or stop < self._stop:
             self.__init__()
             self._history = history
-        for rec in history.records[self._stop:stop]:
+        for rec in history.records(self._stop, stop):
             for lane in rec.lanes:
                 row = self._rows.setdefault(lane.agent, AgentRow(lane.agent, "waiting", lane.cat,
                                                                  0, None))
@@ -69,7 +69,7 @@ class AgentTally:
         """Events before the next step started: what a viewer saw once step `stop - 1` was done
         (the text of a turn is recorded as the turn ends, after its last step began). At the
         end of the history, everything (the text recorded as the session closed, too)."""
-        bound = history.records[stop].t if stop < len(history) else math.inf
+        bound = float(history.column("t")[stop]) if stop < len(history) else math.inf
         events = history.events
         while self._events_read < len(events) and events[self._events_read]["t"] < bound:
             event = events[self._events_read]

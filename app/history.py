@@ -1,5 +1,7 @@
-"""Every step record of a session (live or replayed), kept as records plus numpy columns so the
-views can draw 10,000 steps with setData and aggregate any range without Python loops. Qt-free."""
+"""Every step of a session (live or replayed) as numpy columns, so the views can draw 10,000
+steps with setData and aggregate any range without Python loops, plus the step records
+themselves: all of them for a replay, the newest `keep_records` of a live session (a record with
+its lanes is ~1.5 KB, 50-100 MB an hour of a swarm; the trace keeps them all). Qt-free."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,18 +37,33 @@ class RangeStats:
 
 
 class History:
-    def __init__(self, capacity: int = 1024) -> None:
-        self.records: list[StepRecord] = []
+    def __init__(self, capacity: int = 1024, keep_records: int | None = None) -> None:
         self.events: list[dict] = []   # control and agent events, in arrival order
         self._cols = {name: np.zeros(capacity) for name in COLUMNS}
+        self._records: list[StepRecord] = []  # the kept ones, from step index _first on
+        self._first = 0
+        self._count = 0
+        self._keep = keep_records
 
     def __len__(self) -> int:
-        return len(self.records)
+        return self._count
+
+    def record(self, index: int) -> StepRecord | None:
+        """The record of step `index` (from 0), or None where it was not kept."""
+        if index < 0:
+            index += self._count
+        kept = index - self._first
+        return self._records[kept] if 0 <= kept < len(self._records) else None
+
+    def records(self, lo: int = 0, hi: int | None = None) -> list[StepRecord]:
+        """The kept records of steps lo..hi-1 (those of a live session's oldest steps are not)."""
+        hi = self._count if hi is None else hi
+        return self._records[max(lo - self._first, 0):max(hi - self._first, 0)]
 
     def extend(self, records: list[StepRecord]) -> None:
         if not records:
             return
-        start, stop = len(self.records), len(self.records) + len(records)
+        start, stop = self._count, self._count + len(records)
         capacity = len(self._cols["t"])
         if stop > capacity:
             grown = max(stop, 2 * capacity)
@@ -57,15 +74,20 @@ class History:
         rows = np.array([_row(r) for r in records], dtype=float)  # [n, len(COLUMNS)]
         for j, name in enumerate(COLUMNS):
             self._cols[name][start:stop] = rows[:, j]
-        self.records.extend(records)
+        self._records.extend(records)
+        self._count = stop
+        if self._keep is not None and len(self._records) >= 2 * self._keep:
+            dropped = len(self._records) - self._keep  # in chunks: a list shifts all it keeps
+            del self._records[:dropped]
+            self._first += dropped
 
     def column(self, name: str, lo: int = 0, hi: int | None = None) -> np.ndarray:
-        hi = len(self.records) if hi is None else hi
+        hi = self._count if hi is None else hi
         return self._cols[name][lo:hi]
 
     def tokens_per_s(self, lo: int = 0, hi: int | None = None, window: int = 32) -> np.ndarray:
         """Emitted tokens per wall second over the `window` steps ending at each step."""
-        hi = len(self.records) if hi is None else hi
+        hi = self._count if hi is None else hi
         first = max(0, lo - window)
         emitted = np.cumsum(self._cols["emitted"][first:hi])
         end_t = self._cols["t"][first:hi] + self._cols["dt_ms"][first:hi] / 1000.0
@@ -78,7 +100,7 @@ class History:
         return rate[lo - first:]
 
     def stats(self, lo: int, hi: int) -> RangeStats:
-        lo, hi = max(0, lo), min(len(self.records), hi)
+        lo, hi = max(0, lo), min(self._count, hi)
         if hi <= lo:
             return RangeStats(0, 0.0, 0, 0.0, 0.0, 0, None, None, 0.0)
         col = lambda name: self._cols[name][lo:hi]  # noqa: E731 - a local shorthand
@@ -97,7 +119,7 @@ class History:
 
     def index_at(self, t: float) -> int:
         """Number of steps that started at or before session time `t`."""
-        return int(np.searchsorted(self._cols["t"][:len(self.records)], t, side="right"))
+        return int(np.searchsorted(self._cols["t"][:self._count], t, side="right"))
 
 
 def _row(r: StepRecord) -> tuple:

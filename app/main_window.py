@@ -28,6 +28,9 @@ from engine.controls import Controls
 from engine.errors import SwarmscopeError
 
 FRAME_MS = 40  # 25 Hz: views redraw from the ring buffers on this timer, never once per step
+# Step records a live window keeps (its plots keep every step's numbers; the trace, all records):
+# the views read the newest few hundred, and a record is ~1.5 KB.
+LIVE_RECORDS = 20_000
 
 
 class MainWindow(QMainWindow):
@@ -36,7 +39,7 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("swarmscope")
         self.setWindowIcon(QIcon(str(RESOURCES / "icons" / "swarmscope.svg")))
         self.theme = theme
-        self.history = History()
+        self.history = History(keep_records=LIVE_RECORDS)
         self.engine = None
         self.host: EngineHost | None = None
         self._stuck_hosts: list[EngineHost] = []
@@ -306,7 +309,7 @@ class MainWindow(QMainWindow):
         return True
 
     def _show_replay_step(self, stop: int) -> None:
-        controls = self._replay_controls.at(self.history.records[stop - 1].t)
+        controls = self._replay_controls.at(self.history.record(stop - 1).t)
         if controls is not self._replay_shown:
             self._replay_shown = controls
             self.controls.set_controls(controls)
@@ -316,7 +319,7 @@ class MainWindow(QMainWindow):
     def _leave_replay(self) -> None:
         if self.replaying:
             self.replaying = False
-            self.history = History()
+            self.history = History(keep_records=LIVE_RECORDS)
             self.replay.hide()
             self.dashboard.batch.set_replay(False)
 

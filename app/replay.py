@@ -73,7 +73,7 @@ class ReplayPanel(QWidget):
             return
         if self.scrubber.value() >= len(history):
             self.scrubber.setValue(1)  # play from the start once the end was reached
-        self._wall, self._t = time.monotonic(), history.records[self.scrubber.value() - 1].t
+        self._wall, self._t = time.monotonic(), history.record(self.scrubber.value() - 1).t
         self._timer.start()
 
     def _advance(self) -> None:
@@ -89,7 +89,7 @@ class ReplayPanel(QWidget):
     def _on_scrub(self, stop: int) -> None:
         if self._history is None or not len(self._history):
             return
-        rec = self._history.records[stop - 1]
+        rec = self._history.record(stop - 1)
         self.position.setText(f"step {rec.step} · {rec.t:.1f} s")
         self.position_changed.emit(stop)
 

@@ -47,7 +47,7 @@ class AcceptanceView(QWidget):
     def show_history(self, history: History, stop: int) -> None:
         if stop == 0:
             return
-        stats = AcceptanceStats.from_records(history.records[max(0, stop - ROLLING_STEPS):stop])
+        stats = AcceptanceStats.from_records(history.records(max(0, stop - ROLLING_STEPS), stop))
         positions = list(range(1, len(stats.by_position) + 1))
         self.bars["position"].setOpts(x=positions, height=list(stats.by_position), width=0.7)
         self.position_plot.setXRange(0.4, max(len(positions), 4) + 0.6, padding=0)

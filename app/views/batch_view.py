@@ -128,7 +128,9 @@ class BatchView(QWidget):
             return
         point = self.batch_plot.getViewBox().mapSceneToView(event[0])
         i = min(max(history.index_at(point.x()) - 1, 0), self._stop - 1)
-        rec = history.records[i]
-        self.hover.setText(f"step {rec.step} · t {rec.t:.2f} s · B {rec.batch} · drafted "
-                           f"{rec.drafted} · accepted {rec.accepted} · {rec.dt_ms:.1f} ms · "
-                           f"{rec.policy}: {rec.reason}")
+        t, batch, drafted, accepted, dt_ms = (float(history.column(name, i, i + 1)[0]) for name
+                                              in ("t", "batch", "drafted", "accepted", "dt_ms"))
+        rec = history.record(i)  # None for a live session's old step: its reason is not kept
+        self.hover.setText(f"step {i} · t {t:.2f} s · B {batch:.0f} · drafted {drafted:.0f} · "
+                           f"accepted {accepted:.0f} · {dt_ms:.1f} ms"
+                           + (f" · {rec.policy}: {rec.reason}" if rec else ""))

@@ -114,7 +114,7 @@ class BudgetView(QWidget):
     def show_history(self, history: History, stop: int) -> None:
         if stop == 0:
             return
-        rec = history.records[stop - 1]
+        rec = history.record(stop - 1)
         th = self._theme
         budget = rec.budget
         segments = [("committed", rec.batch), ("accepted", rec.accepted),

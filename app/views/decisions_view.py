@@ -78,7 +78,7 @@ def _folded_reasons(history: History, lo: int, stop: int) -> list[str]:
     """Consecutive identical reasons folded into one line with a repeat count."""
     lines: list[str] = []
     last, first_step, count = None, 0, 0
-    for rec in history.records[lo:stop]:
+    for rec in history.records(lo, stop):
         key = (rec.policy, rec.reason)
         if key == last:
             count += 1

@@ -43,7 +43,7 @@ class LaneStripView(QWidget):
     def show_history(self, history: History, stop: int) -> None:
         if stop == 0:
             return
-        recent = history.records[max(0, stop - RECENT_STEPS):stop]
+        recent = history.records(max(0, stop - RECENT_STEPS), stop)
         agents = sorted({lane.agent for rec in recent for lane in rec.lanes})
         row_of = {agent: i for i, agent in enumerate(agents)}
         slots = min(MAX_SLOTS, 1 + max((lane.k + lane.pad for rec in recent for lane in rec.lanes),
@@ -73,7 +73,7 @@ class LaneStripView(QWidget):
         pad = history.column("padding", 0, stop).sum()
         would = history.column("pad_if_padded", 0, stop).sum()
         pass_tokens = history.column("pass_tokens", 0, stop).sum()
-        layout = history.records[stop - 1].ragged
+        layout = history.record(stop - 1).ragged
         text = f"padding waste ({layout}): {pad / max(pass_tokens, 1):.1%} of pass tokens"
         if layout == "packed":
             text += f" · padded layout would waste {would / max(pass_tokens + would, 1):.1%}"

@@ -23,6 +23,24 @@ def test_columns_grow_past_capacity_and_match_records():
     np.testing.assert_array_equal(history.column("emitted", 10, 20), [r.emitted for r in records[10:20]])
 
 
+def test_a_live_history_keeps_every_steps_numbers_and_its_newest_records():
+    history = History(keep_records=100)
+    records = [StepRecord.make_dummy(i, batch=1 + i % 5) for i in range(1000)]
+    for lo in range(0, 1000, 7):  # as a window polls: a few records at a time
+        history.extend(records[lo:lo + 7])
+    assert len(history) == 1000 and history.index_at(records[-1].t) == 1000
+    np.testing.assert_array_equal(history.column("batch"), [r.batch for r in records])
+    assert history.stats(0, 1000).tokens == sum(r.emitted for r in records)  # all steps
+    assert history.record(999) is records[999] and history.record(-1) is records[999]
+    assert history.record(0) is None  # dropped, in chunks: between 100 and 200 are kept
+    kept = history.records()
+    assert 100 <= len(kept) < 200 and kept == records[-len(kept):]
+    assert history.records(990) == records[990:] and history.records(0, 10) == []
+    everything = History()
+    everything.extend(records)
+    assert everything.records() == records  # a replay keeps them all
+
+
 def test_stats_follow_the_design_definitions():
     history = History()
     history.extend([_rec(0, [(2, 1), (0, 0)]), _rec(1, [(4, 4)])])

@@ -32,7 +32,7 @@ def test_controls_reach_the_real_engine(qtbot, tmp_path, monkeypatch):
                     timeout=30_000)
     mark = engine.records.total
     qtbot.waitUntil(lambda: len(window.history) > mark + 8, timeout=60_000)
-    later = window.history.records[mark:]
+    later = window.history.records(mark)
     assert all(lane.k == 0 for rec in later for lane in rec.lanes)
     assert all(rec.batch <= 2 for rec in later)
     assert any(e.get("type") == "control" for e in window.history.events)
@@ -48,7 +48,7 @@ def test_controls_reach_the_real_engine(qtbot, tmp_path, monkeypatch):
     assert list(ns) == [n for n, _ in engine.calibration.points]
     mark = engine.records.total
     qtbot.waitUntil(lambda: len(window.history) > mark + 2, timeout=60_000)
-    assert window.history.records[-1].budget == engine.calibration.budget
+    assert window.history.record(-1).budget == engine.calibration.budget
     window.close()
     assert window.host is None and (tmp_path / "live.jsonl").stat().st_size > 0
 

@@ -41,7 +41,7 @@ def test_replay_shows_the_text_recorded_up_to_the_scrubbed_time(window, trace_pa
     window.replay.scrubber.setValue(mid)
     rows = {row.id: row for row in agents._rows}
     for agent in range(3):
-        assert rows[agent].transcript == _recorded(trace, agent, history.records[mid].t)
+        assert rows[agent].transcript == _recorded(trace, agent, history.record(mid).t)
     assert rows[0].transcript != _recorded(trace, 0)  # more text came later
     # The end: each agent's whole recorded transcript, accepted drafts highlighted.
     window.replay.scrubber.setValue(len(history))

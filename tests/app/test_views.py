@@ -1,6 +1,7 @@
 """Every view built from make_dummy() records, checked for what it draws, not just that it runs."""
 import numpy as np
 import pytest
+from PySide6.QtCore import QPointF
 
 from app.dashboard import Dashboard
 from app.history import History
@@ -40,7 +41,7 @@ def test_dashboard_draws_every_view(qtbot, history):
     qtbot.addWidget(dashboard)
     dashboard.set_calibration(Calibration.make_dummy())
     dashboard.show_history(history, len(history), force=True)
-    last = history.records[-1]
+    last = history.record(-1)
     x, y = dashboard.batch.batch_curve.getData()
     assert len(x) > 0 and y[-1] == last.batch
     assert dashboard.batch.headline.text().startswith(f"B = {last.batch}")
@@ -52,6 +53,22 @@ def test_dashboard_draws_every_view(qtbot, history):
     assert dashboard.cost.budget_line.value() == Calibration.make_dummy().budget
     live_x, live_y = dashboard.cost.live.getData()
     assert (live_x[0], live_y[0]) == (last.pass_tokens, pytest.approx(last.dt_ms))
+
+
+def test_every_view_draws_a_live_history_whose_old_records_are_gone(qtbot):
+    dashboard = Dashboard(Theme.load("dark"))
+    qtbot.addWidget(dashboard)
+    dashboard.set_calibration(Calibration.make_dummy())
+    history = History(keep_records=300)
+    history.extend([StepRecord.make_dummy(i, batch=1 + i % 8) for i in range(2000)])
+    assert history.record(0) is None
+    dashboard.show_history(history, len(history), force=True)  # agents from the kept records
+    assert dashboard.batch.headline.text().startswith(f"B = {history.record(-1).batch}")
+    old = dashboard.batch.batch_plot.getViewBox().mapViewToScene(
+        QPointF(float(history.column("t")[5]), 1.0))
+    dashboard.batch._on_mouse([old])  # hovering an old step: its numbers, no reason
+    assert dashboard.batch.hover.text().startswith("step 5 · ") and "fixed" not in \
+        dashboard.batch.hover.text()
 
 
 def test_the_spec_off_estimate_is_the_same_work_at_the_steps_own_pace(qtbot):

@@ -65,7 +65,7 @@ def test_live_controls_reach_the_engine(window, qtbot):
                     timeout=5000)
     mark = engine.records.total  # every record from here on was stepped under the new controls
     qtbot.waitUntil(lambda: len(window.history) > mark + 10, timeout=5000)
-    later = window.history.records[mark:]
+    later = window.history.records(mark)
     assert all(lane.k == 0 for rec in later for lane in rec.lanes)
     assert all(rec.batch <= 2 for rec in later)
     assert window.dashboard.batch.batch_ceiling.value() == 2
@@ -135,7 +135,7 @@ def test_replay_of_a_recorded_trace(window, qtbot, tmp_path):
     assert window.controls.policy.currentText() == "off"  # the last step's controls
     window.replay.scrubber.setValue(60)
     assert window.dashboard.batch.headline.text().startswith(
-        f"B = {window.history.records[59].batch}")
+        f"B = {window.history.record(59).batch}")
     assert window.controls.policy.currentText() == "goodput"  # before the change, as recorded
     assert not window.controls.isEnabled()  # a replay is not steered
     window.replay.show_range(0, 120)
