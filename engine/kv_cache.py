@@ -2,10 +2,14 @@
 block ids. The model sees only slot mappings and block tables, never sequences."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from engine.block_manager import BlockManager
 from engine.config import ModelConfig
+from engine.devices import free_memory_bytes
+from engine.errors import SwarmscopeError
 
 
 class PagedKVCache:
@@ -15,10 +19,20 @@ class PagedKVCache:
         self.blocks = BlockManager(num_blocks, block_size)
         self.dtype, self.device = dtype, torch.device(device)
         shape = (config.num_layers, num_blocks, block_size, config.num_kv_heads, config.head_dim)
-        # Zeros, not empty: padding queries of the padded layout may read unwritten slots, and
-        # garbage there must at least be finite.
-        self.k = torch.zeros(shape, dtype=dtype, device=self.device)  # [layers, blocks, bs, kvh, hd]
-        self.v = torch.zeros(shape, dtype=dtype, device=self.device)
+        needed, free = 2 * math.prod(shape) * dtype.itemsize, free_memory_bytes(self.device)
+        too_large = SwarmscopeError(f"a KV cache of {num_blocks * block_size} tokens needs "
+                                    f"{needed / 1e9:.1f} GB"
+                                    + (f", and {free / 1e9:.1f} GB is free" if free else "")
+                                    + ": fewer lanes or a shorter context")
+        if free is not None and needed > free:  # past it the machine swaps, or is killed
+            raise too_large
+        try:
+            # [layers, blocks, bs, kvh, hd]. Zeros, not empty: padding queries of the padded
+            # layout may read unwritten slots, and garbage there must at least be finite.
+            self.k = torch.zeros(shape, dtype=dtype, device=self.device)
+            self.v = torch.zeros(shape, dtype=dtype, device=self.device)
+        except (RuntimeError, MemoryError) as exc:  # torch.OutOfMemoryError is a RuntimeError
+            raise too_large from exc
 
     @staticmethod
     def bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:

@@ -6,8 +6,10 @@ import pytest
 import torch
 
 from engine.attention import paged_attention, write_kv
-from engine.errors import KVCacheFull
+from engine.config import PRESETS
+from engine.errors import KVCacheFull, SwarmscopeError
 from engine.forward_batch import LaneInput
+from engine.kv_cache import PagedKVCache
 
 PROMPTS = {seq: [(seq * 37 + i * 11) % 300 + 1 for i in range(n)]
            for seq, n in ((0, 23), (1, 9), (2, 14), (3, 30))}
@@ -134,3 +136,24 @@ def test_paged_attention_matches_dense_reference():
         scores = scores.masked_fill(torch.arange(ctx[i]) > pos[:, None], float("-inf"))
         want = (scores.softmax(-1) @ vi).transpose(0, 1)
         torch.testing.assert_close(out[cu[i]:cu[i + 1]], want, atol=1e-12, rtol=0)
+
+
+def test_a_kv_cache_past_the_memory_is_a_message_not_an_allocator_traceback(monkeypatch):
+    """bench decode --ctx 1000000 asked torch for 737 GB and died in its allocator."""
+    import engine.kv_cache as kv_cache
+
+    config = PRESETS["tiny-test"]
+    per_block = PagedKVCache.bytes_per_block(config, 16, torch.float32)
+    monkeypatch.setattr(kv_cache, "free_memory_bytes", lambda device: 10 * per_block)
+    with pytest.raises(SwarmscopeError, match="a KV cache of 320 tokens needs .* GB, and .* GB "
+                                              "is free: fewer lanes or a shorter context"):
+        PagedKVCache(config, 20, 16)
+    assert PagedKVCache(config, 10, 16).num_bytes == 10 * per_block  # what fits is made
+    monkeypatch.setattr(kv_cache, "free_memory_bytes", lambda device: None)  # unknown: try
+
+    def refused(*args, **kwargs):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory")
+
+    monkeypatch.setattr(kv_cache.torch, "zeros", refused)
+    with pytest.raises(SwarmscopeError, match="a KV cache of 320 tokens needs"):
+        PagedKVCache(config, 20, 16)
