@@ -28,6 +28,7 @@ import bisect
 import hashlib
 import json
 import math
+import os
 import re
 import statistics
 import time
@@ -243,9 +244,16 @@ def load_cached(device: str, model: str, dtype: str, eps: float) -> Calibration 
 
 
 def save(calibration: Calibration, model: str) -> Path:
+    """Write the cache file whole or not at all (a file beside it, renamed over it): a second
+    window calibrating the same model must never read half of one."""
     path = cache_path(calibration.device, model, calibration.dtype)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(calibration.to_dict(), indent=1))
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        partial.write_text(json.dumps(calibration.to_dict(), indent=1))
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)  # a full disk's partial file, not left behind
     return path
 
 

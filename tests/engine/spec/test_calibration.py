@@ -75,6 +75,23 @@ def test_cache_path_honours_env(tmp_path, monkeypatch):
     assert cal.load_cached("dummy", "dummy", "none", eps=0.2).points == c.points
 
 
+def test_a_cache_file_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """Written beside and renamed over: a second window never reads half of one, and a full
+    disk leaves the old file and no partial one."""
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path))
+    path = cal.save(Calibration.make_dummy(), "dummy")
+    before = path.read_text()
+
+    def full(self, text):
+        self.open("w").write(text[:10])  # what a full disk leaves: a part
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cal.Path, "write_text", full)
+    with pytest.raises(OSError):
+        cal.save(Calibration.make_dummy(t1_ms=99.0), "dummy")
+    assert path.read_text() == before and [p.name for p in path.parent.iterdir()] == [path.name]
+
+
 def test_a_cache_that_cannot_be_written_or_read_is_said_not_a_crash(tmp_path, monkeypatch):
     """A cache under a file (read-only or full alike): the measured curve still serves the
     session, and the progress says it was not cached; an unreadable cache file is a message."""
