@@ -13,6 +13,8 @@ def register(subparsers) -> None:
                             "when it is there)")
     parser.add_argument("model", nargs="?", default="default", choices=["default"],
                         help="which model to fetch (only the embedded default)")
+    parser.add_argument("--force", action="store_true",
+                        help="fetch and convert it again, over a cached copy (a damaged one)")
     parser.set_defaults(func=run)
 
 
@@ -22,7 +24,7 @@ def _print_progress(message: str, fraction: float) -> None:
 
 def run(args) -> int:
     try:
-        folder = default_model.ensure_default_model(_print_progress)
+        folder = default_model.ensure_default_model(_print_progress, force=args.force)
     except SwarmscopeError as exc:
         print(f"swarmscope fetch-model: {exc}", file=sys.stderr)
         return 1

@@ -1,6 +1,7 @@
 """Turn a model name or folder into weights + config + tokenizer: `load_model`."""
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,12 +59,14 @@ def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
             raise ModelLoadError(folder, "no such model folder (expected 'default', "
                                          "'tiny-test' or a Hugging Face model folder)")
     report(f"reading {folder / 'config.json'}", 0.0)
-    config = read_config(folder)
-    tokenizer = read_tokenizer(folder, config)
-    report(f"loading weights from {folder}", 0.1)
-    weights = Weights(folder)
+    with _damage_hint(spec == "default"):
+        config = read_config(folder)
+        tokenizer = read_tokenizer(folder, config)
+        report(f"loading weights from {folder}", 0.1)
+        weights = Weights(folder)
     _check_room(folder, weights.shapes, torch_dtype, torch_device)
-    model = _build(folder, config, weights, torch_dtype, torch_device)
+    with _damage_hint(spec == "default"):
+        model = _build(folder, config, weights, torch_dtype, torch_device)
     if model.builds_kernels_per_row_count:
         def warmed(rows: int) -> None:  # a few reports: each is a chance to cancel
             if rows % 32 == 0:
@@ -74,6 +77,20 @@ def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
         model.warm_up(done=warmed)
     report(f"loaded {name}", 1.0)
     return LoadedModel(name, str(folder), config, model, tokenizer, torch_dtype, torch_device)
+
+
+@contextlib.contextmanager
+def _damage_hint(cached_default: bool):
+    """A broken file in the converted default model (a disk error, a hand-edited cache) is the
+    cache's fault, not the user's input: say how to convert it again."""
+    try:
+        yield
+    except ModelLoadError as exc:
+        if not cached_default:
+            raise
+        raise ModelLoadError(exc.path, f"{exc.problem}; the default model's converted copy in "
+                                       "the cache is damaged: `swarmscope fetch-model --force` "
+                                       "fetches and converts it again") from None
 
 
 def _check_room(folder: Path, shapes: dict[str, tuple[int, ...]], dtype: torch.dtype,

