@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,7 @@ from app.main import main
 from app.worker import EngineHost
 from engine.telemetry.trace_reader import read_trace
 from tests.app.fake_engine import FakeEngine, record_trace
+from tests.recording import wait_for_steps
 
 
 def _non_blank(path) -> bool:
@@ -266,9 +266,7 @@ def test_ctrl_c_or_sigterm_closes_the_window_like_its_close_button(tmp_path, sig
                              "--dtype", "fp32", "--trace-out", str(trace)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (trace.exists() and trace.stat().st_size > 2000):
-            time.sleep(0.2)  # steps are being recorded
+        assert wait_for_steps(trace)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=30)
     finally:

@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -13,6 +12,7 @@ from engine.cli import run_cmd, trace_cmd
 from engine.controls import ADAPTIVE_CAP, Controls
 from engine.errors import SwarmscopeError
 from engine.telemetry.trace_reader import read_trace
+from tests.recording import wait_for_steps
 
 
 def cli(argv):
@@ -162,9 +162,7 @@ def test_sigterm_summarises_what_ran_and_finishes_the_trace(tmp_path):
         env={**os.environ, "SWARMSCOPE_CACHE": str(tmp_path)}, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (trace.exists() and trace.stat().st_size > 2000):
-            time.sleep(0.2)
+        assert wait_for_steps(trace)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
     finally:
