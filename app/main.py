@@ -9,6 +9,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import platformdirs
 from PySide6.QtCore import QTimer
@@ -36,16 +37,23 @@ def default_trace_path() -> str:
     return str(path)
 
 
-def _close_on_signals(window: MainWindow) -> None:
+def _close_on_signals(window: MainWindow) -> Callable[[], None]:
     """Ctrl+C in the terminal, or SIGTERM, closes the window as its close button does: the
     engine stops and the trace is finished (a gzipped one needs its trailer). Qt's loop runs no
     Python while idle, so a timer lets the interpreter see the signal; without this, Ctrl+C
-    printed a traceback from inside a slot and the window ran on."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: window.close())
-    wake = QTimer(window)
+    printed a traceback from inside a slot and the window ran on. Returns the undoing of it, for
+    when the window is gone (a timer left calling Python as the process ends can crash it)."""
+    previous = {sig: signal.signal(sig, lambda *_: window.close())
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    wake = QTimer()
     wake.timeout.connect(lambda: None)
     wake.start(200)
+
+    def undo() -> None:
+        wake.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return undo
 
 
 def _default_size(app: QApplication) -> tuple[int, int]:
@@ -120,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     apply_theme(app, theme)
     window = MainWindow(theme)
     window.resize(*(args.size or _default_size(app)))
-    _close_on_signals(window)
+    stop_closing_on_signals = _close_on_signals(window)
     window.show()
     if args.replay:
         window.open_trace(args.replay)
@@ -145,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             window.close()
         QTimer.singleShot(int(args.quit_after * 1000), finish)
     app.exec()
+    stop_closing_on_signals()
     # Join the engine thread before Python tears down Qt objects (avoids crashes at exit).
     window.stop_engine()
     if not window.join_threads():
