@@ -69,4 +69,3 @@ def free_memory_bytes(device: torch.device) -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
-

@@ -108,6 +108,7 @@ def _run(args) -> int:
     changes = _timed_changes(controls, args.change, args.clock, ends_by_time=args.steps is None)
     config = SwarmConfig(seed=args.seed, clock=args.clock, temperature=args.temperature,
                          max_context=args.max_context)
+
     def say(message: str, *_) -> None:
         print(f"  {message}", file=sys.stderr)
 
@@ -152,7 +153,6 @@ def _run(args) -> int:
         print(f"the summary covers the last {len(records)} of {engine.records.total} steps"
               + (f"; `swarmscope trace check {args.trace}` summarises them all" if args.trace
                  else ""), file=sys.stderr)
-
     summary = summarize(records)
     overhead = engine.telemetry_s / engine.busy_s if engine.busy_s else 0.0
     if args.json:

@@ -173,7 +173,6 @@ def test_targets_are_judged_with_the_cell_and_its_noise():
     assert judge([row for row in rows if row["policy"] != "goodput"]) == []
 
 
-
 def test_an_interrupted_run_still_prints_the_cells_it_measured(tmp_path, monkeypatch, capsys):
     import engine.bench.spec as spec
 
