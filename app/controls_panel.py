@@ -69,6 +69,9 @@ class ControlsPanel(QWidget):
         self.pause.setCheckable(True)
         self.pause.setToolTip("Pause or resume the engine (Space)")
         self.recalibrate_button = QPushButton("Re-run calibration")
+        self.recalibrate_button.setToolTip(
+            "Measure t(N) and T again, with lanes at the swarm's median context: a swarm's long "
+            "contexts cost more than the short one a first calibration times")
 
         form = QFormLayout()
         form.addRow("policy", self.policy)

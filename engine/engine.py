@@ -8,6 +8,7 @@ pass, so agents() waits at most for bookkeeping, not for a step."""
 from __future__ import annotations
 
 import random
+import statistics
 import threading
 import time
 from typing import Callable
@@ -18,7 +19,7 @@ from engine.errors import SwarmscopeError
 from engine.kv_cache import PagedKVCache
 from engine.runner import ModelRunner
 from engine.sequence import Sequence
-from engine.spec.calibration import calibrate_or_load
+from engine.spec.calibration import DEFAULT_CONTEXT, QUERY_SIZES, calibrate_or_load
 from engine.step import StepExecutor
 from engine.swarm.agent import Agent, AgentView
 from engine.swarm.config import SwarmConfig
@@ -143,13 +144,15 @@ class Engine:
                 done += 1
 
     def recalibrate(self, progress: Callable[[str], None] | None = None):
-        """Measure t(N) again on this device, model and dtype (replacing the cached curve) and put
-        it in force from the next step; logged as a control change carrying the new curve.
+        """Measure t(N) again on this device, model and dtype, with lanes at the swarm's context
+        (`swarm_context`), replacing the cached curve, and put it in force from the next step;
+        logged as a control change carrying the new curve.
 
         Call it from the thread that steps the engine, between steps: it times forward passes of
         the same model (on a KV cache of its own, so the agents' cache is untouched). An exception
         raised by `progress` (a cancelled window, say) aborts it and keeps the old curve."""
-        measured = calibrate_or_load(self.loaded, self.calibration.eps, progress, force=True)
+        measured = calibrate_or_load(self.loaded, self.calibration.eps, progress, force=True,
+                                     context=self.swarm_context())
         with self._lock:
             self.calibration = self.executor.calibration = measured
             t = self.now()
@@ -158,6 +161,18 @@ class Engine:
             if self.trace:
                 self.trace.write_control(t, changes)
         return measured
+
+    def swarm_context(self, steps: int = 200) -> int:
+        """The median context of the lanes decoded in the newest `steps` steps, rounded up to a
+        block and within what calibration can time; the curve's own context (or the default)
+        before any lane decoded. Calibrated there, the curve is what the swarm's steps cost."""
+        contexts = [lane.ctx for record in self.records.snapshot()[-steps:]
+                    for lane in record.lanes]
+        if not contexts:
+            return self.calibration.context or DEFAULT_CONTEXT
+        block = self.config.block_size
+        median = -(-statistics.median_low(contexts) // block) * block
+        return max(1, min(median, self.loaded.config.max_position - max(QUERY_SIZES)))
 
     def agents(self, transcript_of: set[int] | None = None,
                tail_chars: int | None = None) -> list[AgentView]:

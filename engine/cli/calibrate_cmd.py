@@ -5,6 +5,7 @@ import math
 import sys
 
 from engine.errors import SwarmscopeError
+from engine.spec.calibration import DEFAULT_CONTEXT
 
 
 def register(subparsers) -> None:
@@ -13,6 +14,9 @@ def register(subparsers) -> None:
     p.add_argument("--dtype", default="auto", help="fp32 | bf16 | fp16 (GPU) | auto")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | rocm")
     p.add_argument("--eps", type=float, default=0.10, help="T = largest N with t(N) <= (1+eps) t(1)")
+    p.add_argument("--context", type=int, default=DEFAULT_CONTEXT, metavar="TOKENS",
+                   help="tokens each timed lane has cached (default %(default)s); attention "
+                        "reads them all, so time at your swarm's contexts to see its T")
     p.set_defaults(func=run)
 
 
@@ -24,7 +28,8 @@ def run(args) -> int:
         if not 0 <= args.eps < math.inf:
             raise SwarmscopeError("--eps must be a finite number >= 0")
         loaded = load_model(args.model, args.dtype, args.device, progress=say)
-        result = calibrate_or_load(loaded, eps=args.eps, progress=say, force=True)
+        result = calibrate_or_load(loaded, eps=args.eps, progress=say, force=True,
+                                   context=args.context)
     except SwarmscopeError as exc:
         print(f"swarmscope calibrate: {exc}", file=sys.stderr)
         return 2

@@ -67,6 +67,11 @@ VERSION = 9
 # first rounds, so its calibration takes no longer.
 MAX_MEDIAN_ERROR = 0.02
 EXTRA_ROUNDS = 3
+# Tokens each timed lane has cached unless asked otherwise. Attention reads them all, so a swarm's
+# steps at hundreds or thousands of tokens run above this curve: `calibrate --context` and the
+# window's re-run measure at a longer one.
+DEFAULT_CONTEXT = 64
+FILL_PASSES = 8  # most passes a lane takes to fill its context before the timing
 
 
 @dataclass(slots=True)
@@ -258,7 +263,7 @@ def save(calibration: Calibration, model: str) -> Path:
 
 
 def measure(runner, vocab_size: int, *, device: str, model: str, dtype: str, eps: float = 0.10,
-            context: int = 64, repeats: int = 5, query_sizes=QUERY_SIZES,
+            context: int = DEFAULT_CONTEXT, repeats: int = 5, query_sizes=QUERY_SIZES,
             batch_shapes=BATCH_SHAPES, decode_drafts=DECODE_DRAFTS,
             progress: Callable[[str], None] | None = None) -> Calibration:
     """Time real forward passes on `runner` (a ModelRunner with room for max(batch_shapes)
@@ -302,11 +307,13 @@ def measure(runner, vocab_size: int, *, device: str, model: str, dtype: str, eps
     try:
         # A realistic context for attention to read, the lanes' blocks interleaved as a running
         # engine leaves them: gathered, not read as one view of consecutive blocks (which made a
-        # 16-lane step 4 ms faster than live ones at ctx 250).
-        for start in range(0, context, block):
+        # 16-lane step 4 ms faster than live ones at ctx 250). A long context goes in runs of
+        # blocks, so that filling it takes a few passes a lane, not one a block.
+        chunk = block * -(-context // (block * FILL_PASSES))
+        for start in range(0, context, chunk):
             for lane in range(lanes_needed):
-                chunk = tokens[start:min(start + block, context)]
-                runner.forward([LaneInput(base + lane, chunk, start, 0)])
+                runner.forward([LaneInput(base + lane, tokens[start:min(start + chunk, context)],
+                                          start, 0)])
 
         def time_round(indexes, keep: bool) -> None:
             for index in indexes:
@@ -370,23 +377,32 @@ def nondecreasing(values: list[float]) -> list[float]:
 
 def calibrate_or_load(loaded, eps: float = 0.10,
                       progress: Callable[[str], None] | None = None,
-                      force: bool = False) -> Calibration:
-    """The cached calibration for (device, model, dtype), measuring and caching it if absent."""
+                      force: bool = False, context: int = DEFAULT_CONTEXT) -> Calibration:
+    """The cached calibration for (device, model, dtype), whatever its context, or one measured
+    with lanes at `context` and cached when there is none or `force`."""
     device, dtype = str(loaded.model.device), dtype_name(loaded.model.dtype)
     key = model_key(loaded)
     if not force:
         cached = load_cached(device, key, dtype, eps)
         if cached is not None:
             return cached
-    # Room for every shape: 16 lanes x 8 blocks of 16 tokens hold one lane of 64 context + 128
-    # query tokens beside 15 lanes of 64 + 1.
-    kv = PagedKVCache(loaded.config, 16 * 8 + 8, 16, loaded.model.dtype, loaded.model.device)
+    longest = max(QUERY_SIZES)
+    if not 1 <= context <= loaded.config.max_position - longest:
+        raise SwarmscopeError(f"calibration context must be 1..{loaded.config.max_position - longest}"
+                              f" tokens for {loaded.name} (its {loaded.config.max_position} "
+                              f"positions less the {longest} query tokens timed), got {context}")
+    # Room for every shape: one lane of context + the longest query beside 15 lanes of context
+    # + 1, in blocks of 16 tokens.
+    block, lanes = 16, max(BATCH_SHAPES)
+    blocks = -(-(context + longest) // block) + (lanes - 1) * -(-(context + 1) // block)
+    kv = PagedKVCache(loaded.config, blocks, block, loaded.model.dtype, loaded.model.device)
     runner = ModelRunner(loaded.model, kv)
     if progress:
-        progress(f"calibrating {loaded.name} ({dtype}, {device}): timing forward passes")
+        progress(f"calibrating {loaded.name} ({dtype}, {device}): timing forward passes, lanes "
+                 f"at context {context}")
     with torch.inference_mode():
         result = measure(runner, loaded.config.vocab_size, device=device, model=loaded.name,
-                               dtype=dtype, eps=eps, progress=progress)
+                         dtype=dtype, eps=eps, context=context, progress=progress)
     try:
         where = f"cached in {save(result, key)}"
     except OSError as exc:  # a read-only or full cache: the curve still serves this session

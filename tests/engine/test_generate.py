@@ -60,7 +60,17 @@ def test_bad_model_exits_2_with_a_message(tmp_path, capsys):
 def test_calibrate_prints_the_curve_and_budget(capsys):
     assert main(["calibrate", "--model", "tiny-test", "--dtype", "fp32", "--eps", "0.2"]) == 0
     out = capsys.readouterr().out
-    assert "budget T =" in out and "\n  64 " in out
+    assert "budget T =" in out and "\n  64 " in out and "lanes at context 64)" in out
+
+
+def test_calibrate_times_lanes_at_the_context_asked_for(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path))
+    assert main(["calibrate", "--model", "tiny-test", "--dtype", "fp32", "--context", "700"]) == 0
+    assert "lanes at context 700)" in capsys.readouterr().out
+    cached = json.loads(next((tmp_path / "calibration").iterdir()).read_text())
+    assert cached["context"] == 700  # what the engine then plans with
+    assert main(["calibrate", "--model", "tiny-test", "--context", "5000"]) == 2
+    assert "got 5000" in capsys.readouterr().err
 
 
 def test_an_empty_prompt_is_refused(capsys):

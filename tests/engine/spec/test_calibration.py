@@ -108,6 +108,41 @@ def test_a_cache_that_cannot_be_written_or_read_is_said_not_a_crash(tmp_path, mo
         cal.calibrate_or_load(loaded)
 
 
+def test_a_long_context_is_filled_in_a_few_passes_a_lane_and_recorded(monkeypatch):
+    """Each lane is fed its context exactly once, position by position, in at most FILL_PASSES
+    passes, the lanes taking turns (so that their blocks interleave as in a running cache)."""
+    fills = []
+
+    class Runner:
+        kv = SimpleNamespace(blocks=_Blocks(), block_size=16)
+
+        def forward(self, lanes):
+            if not lanes[0].logits_rows:
+                fills.extend((lane.seq_id, lane.start_pos, len(lane.token_ids)) for lane in lanes)
+            now[0] += 0.01
+
+    now = [0.0]
+    monkeypatch.setattr(cal.time, "perf_counter", lambda: now[0])
+    result = cal.measure(Runner(), 100, device="d", model="m", dtype="x", repeats=1,
+                         context=1000, query_sizes=(1, 2), batch_shapes=(2,), decode_drafts=(1,))
+    assert result.context == 1000
+    for lane in {seq_id for seq_id, _, _ in fills}:
+        spans = [(start, n) for seq_id, start, n in fills if seq_id == lane]
+        assert len(spans) <= cal.FILL_PASSES
+        assert [start for start, _ in spans] == [sum(n for _, n in spans[:i])
+                                                for i in range(len(spans))]
+        assert sum(n for _, n in spans) == 1000
+    assert [seq_id for seq_id, _, _ in fills[:4]] == [1_000_000, 1_000_001] * 2  # in turns
+
+
+def test_calibrating_at_a_context_the_model_cannot_hold_is_a_message(tmp_path, monkeypatch):
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path))
+    loaded = load_model("tiny-test", dtype="fp32")  # 4096 positions
+    for context in (0, 4096 - 127):
+        with pytest.raises(SwarmscopeError, match=f"1..3968 tokens .* got {context}"):
+            cal.calibrate_or_load(loaded, force=True, context=context)
+
+
 def test_cache_is_kept_apart_for_models_of_one_name():
     """Two fine-tunes in folders both named checkpoint-500, of different sizes, must not share
     a curve; the same model loaded again must find its own."""

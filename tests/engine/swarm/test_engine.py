@@ -149,6 +149,9 @@ def test_recalibrate_measures_a_new_curve_and_applies_it_at_the_next_step(
     engine.run(steps=3)
     engine.close()
     assert engine.calibration is measured and measured.model == "tiny-test"
+    contexts = sorted(lane.ctx for r in engine.records.snapshot()[:3] for lane in r.lanes)
+    median = contexts[(len(contexts) - 1) // 2]
+    assert measured.context == -(-median // 16) * 16 > 64  # the swarm's, a block's multiple
     assert measured.points != calibration.points and len(messages) >= 2  # start, ..., done
     records = engine.records.snapshot()
     assert {r.budget for r in records[:3]} == {calibration.budget}
