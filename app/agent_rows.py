@@ -29,7 +29,7 @@ class AgentRow:
 class AgentTally:
     """Agent rows as of any step, rebuilt from the history incrementally: moving forward only
     reads the new records and events (a live session or a playing replay), moving back starts
-    over. Events must be in time order (the window sorts a trace's)."""
+    over. Of a live session's oldest steps and events, not kept, only the numbers count."""
 
     def __init__(self) -> None:
         self._history: History | None = None
@@ -70,9 +70,10 @@ class AgentTally:
         (the text of a turn is recorded as the turn ends, after its last step began). At the
         end of the history, everything (the text recorded as the session closed, too)."""
         bound = float(history.column("t")[stop]) if stop < len(history) else math.inf
-        events = history.events
-        while self._events_read < len(events) and events[self._events_read]["t"] < bound:
-            event = events[self._events_read]
+        events, self._events_read = history.events_from(self._events_read)
+        for event in events:
+            if event["t"] >= bound:
+                break
             self._events_read += 1
             if event.get("type") == "agent":
                 self._states[event["agent"]] = event["event"]

@@ -84,9 +84,9 @@ class Dashboard(QWidget):
             for view in self.fast_views:
                 view.show_history(history, stop)
         now = time.monotonic()
-        changed = (history, stop, len(history.events)) != self._slow_drawn
+        changed = (history, stop, history.event_count) != self._slow_drawn
         if force or (changed and now - self._slow_at >= SLOW_REFRESH_S):
-            self._slow_at, self._slow_drawn = now, (history, stop, len(history.events))
+            self._slow_at, self._slow_drawn = now, (history, stop, history.event_count)
             # Rolling aggregates over hundreds of steps: a quarter second behind is invisible.
             self.acceptance.show_history(history, stop)
             self.decisions.show_history(history, stop)

@@ -1,7 +1,8 @@
 """Every step of a session (live or replayed) as numpy columns, so the views can draw 10,000
-steps with setData and aggregate any range without Python loops, plus the step records
-themselves: all of them for a replay, the newest `keep_records` of a live session (a record with
-its lanes is ~1.5 KB, 50-100 MB an hour of a swarm; the trace keeps them all). Qt-free."""
+steps with setData and aggregate any range without Python loops, plus the step records and the
+control, agent and text events themselves: all of them for a replay, the newest `keep` of each
+for a live session (a record with its lanes is ~1.5 KB, 50-100 MB an hour of a swarm, and the
+agents' text ~13 MB an hour; the trace keeps them all). Qt-free."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -37,13 +38,14 @@ class RangeStats:
 
 
 class History:
-    def __init__(self, capacity: int = 1024, keep_records: int | None = None) -> None:
-        self.events: list[dict] = []   # control and agent events, in arrival order
+    def __init__(self, capacity: int = 1024, keep: int | None = None) -> None:
         self._cols = {name: np.zeros(capacity) for name in COLUMNS}
         self._records: list[StepRecord] = []  # the kept ones, from step index _first on
         self._first = 0
         self._count = 0
-        self._keep = keep_records
+        self._events: list[dict] = []  # the kept ones, in time order, from number _first_event on
+        self._first_event = 0
+        self._keep = keep
 
     def __len__(self) -> int:
         return self._count
@@ -76,10 +78,32 @@ class History:
             self._cols[name][start:stop] = rows[:, j]
         self._records.extend(records)
         self._count = stop
-        if self._keep is not None and len(self._records) >= 2 * self._keep:
-            dropped = len(self._records) - self._keep  # in chunks: a list shifts all it keeps
-            del self._records[:dropped]
-            self._first += dropped
+        self._first += self._trim(self._records)
+
+    def add_events(self, events: list[dict]) -> None:
+        """Control, agent and text events, in time order (each with its session time `t`)."""
+        self._events.extend(events)
+        self._first_event += self._trim(self._events)
+
+    @property
+    def event_count(self) -> int:
+        """Events added so far, kept or not."""
+        return self._first_event + len(self._events)
+
+    def events_from(self, number: int) -> tuple[list[dict], int]:
+        """The kept events numbered `number` (from 0) and later, and the number of the first of
+        them: later than asked where a live session's older ones were not kept."""
+        first = max(number, self._first_event)
+        return self._events[first - self._first_event:], first
+
+    def _trim(self, kept: list) -> int:
+        """Drop all but the newest `keep` items once there are twice as many (in chunks: a list
+        shifts all it keeps); how many were dropped."""
+        if self._keep is None or len(kept) < 2 * self._keep:
+            return 0
+        dropped = len(kept) - self._keep
+        del kept[:dropped]
+        return dropped
 
     def column(self, name: str, lo: int = 0, hi: int | None = None) -> np.ndarray:
         hi = self._count if hi is None else hi

@@ -28,9 +28,9 @@ from engine.controls import Controls
 from engine.errors import SwarmscopeError
 
 FRAME_MS = 40  # 25 Hz: views redraw from the ring buffers on this timer, never once per step
-# Step records a live window keeps (its plots keep every step's numbers; the trace, all records):
-# the views read the newest few hundred, and a record is ~1.5 KB.
-LIVE_RECORDS = 20_000
+# Step records, and events, a live window keeps (its plots keep every step's numbers; the trace,
+# everything): the views read the newest few hundred, and a record is ~1.5 KB.
+LIVE_KEPT = 20_000
 
 
 class MainWindow(QMainWindow):
@@ -39,7 +39,7 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("swarmscope")
         self.setWindowIcon(QIcon(str(RESOURCES / "icons" / "swarmscope.svg")))
         self.theme = theme
-        self.history = History(keep_records=LIVE_RECORDS)
+        self.history = History(keep=LIVE_KEPT)
         self.engine = None
         self.host: EngineHost | None = None
         self._stuck_hosts: list[EngineHost] = []
@@ -193,7 +193,7 @@ class MainWindow(QMainWindow):
         records, self._record_seq = engine.records.since(self._record_seq)
         events, self._event_seq = engine.events.since(self._event_seq)
         self.history.extend(records)
-        self.history.events.extend(events)
+        self.history.add_events(events)
         self._undrawn = self._undrawn or bool(records or events)
         if force or (self._undrawn and self.pacer.ready()):
             self._undrawn = False
@@ -279,8 +279,8 @@ class MainWindow(QMainWindow):
         self.stop_engine()
         self.history = History()
         self.history.extend(trace.steps)
-        self.history.events = sorted(trace.controls + trace.agents + trace.texts,
-                                     key=lambda e: e["t"])
+        self.history.add_events(sorted(trace.controls + trace.agents + trace.texts,
+                                       key=lambda e: e["t"]))
         self.trace_path = path
         self.replaying = True
         unreadable = []  # parts of the session that do not read: the steps replay anyway
@@ -319,7 +319,7 @@ class MainWindow(QMainWindow):
     def _leave_replay(self) -> None:
         if self.replaying:
             self.replaying = False
-            self.history = History(keep_records=LIVE_RECORDS)
+            self.history = History(keep=LIVE_KEPT)
             self.replay.hide()
             self.dashboard.batch.set_replay(False)
 

@@ -24,7 +24,7 @@ def test_columns_grow_past_capacity_and_match_records():
 
 
 def test_a_live_history_keeps_every_steps_numbers_and_its_newest_records():
-    history = History(keep_records=100)
+    history = History(keep=100)
     records = [StepRecord.make_dummy(i, batch=1 + i % 5) for i in range(1000)]
     for lo in range(0, 1000, 7):  # as a window polls: a few records at a time
         history.extend(records[lo:lo + 7])
@@ -39,6 +39,25 @@ def test_a_live_history_keeps_every_steps_numbers_and_its_newest_records():
     everything = History()
     everything.extend(records)
     assert everything.records() == records  # a replay keeps them all
+
+
+def test_a_live_history_keeps_its_newest_events_and_the_agent_rows_read_them():
+    history = History(keep=100)
+    events = [{"type": "text", "t": i / 10, "agent": i % 3, "segments": [[f"{i},", "committed"]]}
+              for i in range(1000)]
+    for lo in range(0, 1000, 7):
+        history.add_events(events[lo:lo + 7])
+    assert history.event_count == 1000
+    kept, first = history.events_from(0)
+    assert 100 <= len(kept) < 200 and kept == events[first:] and first == 1000 - len(kept)
+    assert history.events_from(990) == (events[990:], 990)
+    rows = rows_from_history(history, 0)  # no steps: every event kept, the older ones gone
+    assert [r.id for r in rows] == [0, 1, 2]
+    assert rows[1].transcript[-1] == ("997,", "committed")
+    assert ("1,", "committed") not in rows[1].transcript
+    everything = History()
+    everything.add_events(events)
+    assert everything.events_from(0) == (events, 0)  # a replay keeps them all
 
 
 def test_stats_follow_the_design_definitions():
@@ -78,10 +97,10 @@ def test_acceptance_by_position_counts_prefixes():
 def test_agent_rows_rebuilt_from_trace_events():
     history = History()
     history.extend([_rec(0, [(2, 2), (1, 0)], t=0.0), _rec(1, [(2, 1)], t=1.0)])
-    history.events = [{"type": "agent", "t": 0.5, "agent": 1, "event": "tool"},
-                      {"type": "text", "t": 0.5, "agent": 1, "segments": [["ab", "committed"]]},
-                      {"type": "text", "t": 1.5, "agent": 1, "segments": [["c", "tool"]]},
-                      {"type": "agent", "t": 2.0, "agent": 0, "event": "done"}]
+    history.add_events([{"type": "agent", "t": 0.5, "agent": 1, "event": "tool"},
+                        {"type": "text", "t": 0.5, "agent": 1, "segments": [["ab", "committed"]]},
+                        {"type": "text", "t": 1.5, "agent": 1, "segments": [["c", "tool"]]},
+                        {"type": "agent", "t": 2.0, "agent": 0, "event": "done"}])
     # After step 0: what was recorded before step 1 began (t < 1.0).
     rows = rows_from_history(history, 1)
     assert [(r.id, r.state, r.tokens) for r in rows] == [(0, "waiting", 3), (1, "tool", 1)]

@@ -35,7 +35,7 @@ def test_controls_reach_the_real_engine(qtbot, tmp_path, monkeypatch):
     later = window.history.records(mark)
     assert all(lane.k == 0 for rec in later for lane in rec.lanes)
     assert all(rec.batch <= 2 for rec in later)
-    assert any(e.get("type") == "control" for e in window.history.events)
+    assert any(e.get("type") == "control" for e in window.history.events_from(0)[0])
 
     before = window.calibration
     with qtbot.waitSignal(window.host.worker.recalibrated, timeout=120_000):

@@ -59,7 +59,7 @@ def test_every_view_draws_a_live_history_whose_old_records_are_gone(qtbot):
     dashboard = Dashboard(Theme.load("dark"))
     qtbot.addWidget(dashboard)
     dashboard.set_calibration(Calibration.make_dummy())
-    history = History(keep_records=300)
+    history = History(keep=300)
     history.extend([StepRecord.make_dummy(i, batch=1 + i % 8) for i in range(2000)])
     assert history.record(0) is None
     dashboard.show_history(history, len(history), force=True)  # agents from the kept records
