@@ -81,3 +81,32 @@ def test_random_is_seeded_and_weight_bytes(tiny_config):
     params = sum(p.numel() for p in a.parameters())
     assert a.num_weight_bytes() == 4 * params
     assert LlamaModel.random(tiny_config, dtype=torch.bfloat16).num_weight_bytes() == 2 * params
+
+
+@pytest.mark.parametrize("tie,bias", [(True, False), (False, True)])
+def test_bf16_weights_prepacked_for_onednn_give_the_same_bits(tie, bias, monkeypatch, make_runner):
+    """Where oneDNN runs bf16 matmuls on this CPU, a bf16 model's linear weights are handed to it
+    prepacked at load: its logits are those of the plain weights, bit for bit, at every row
+    count, and hf_state_dict gives the plain weights back. Where it does not, nothing is
+    packed."""
+    from engine import model as model_module
+    config = TINY.with_(tie_word_embeddings=tie, qkv_bias=bias)
+    tensors = LlamaModel.random(config, seed=5).hf_state_dict()
+    packed = LlamaModel.from_state_dict(config, tensors, torch.bfloat16)
+    assert [w.is_mkldnn for w in packed.linear_weights()] == (
+        [model_module._PREPACKS_CPU_BF16] * (4 * config.num_layers + 1))
+    monkeypatch.setattr(model_module, "_PREPACKS_CPU_BF16", False)
+    plain = LlamaModel.from_state_dict(config, tensors, torch.bfloat16)
+    assert not any(w.is_mkldnn for w in plain.linear_weights())
+    ids = [5, 17, 200, 3, 99, 41, 8, 250, 11, 64, 7, 300, 1, 2, 3, 4, 5]
+    runs = [make_runner(m) for m in (packed, plain)]
+    for n in (1, 2, 5, 17):  # one prefill chunk, then decode-sized verifications
+        packed_logits, plain_logits = (runner.forward([LaneInput(0, ids[:n], 0, n)]).logits[0]
+                                       for runner in runs)
+        assert torch.equal(packed_logits, plain_logits), n
+        for runner in runs:
+            runner.kv.blocks.free(0)
+    exported = packed.hf_state_dict()
+    assert exported.keys() == tensors.keys()
+    assert all(torch.equal(exported[name], tensors[name].bfloat16()) for name in tensors)
+    assert packed.num_weight_bytes() == plain.num_weight_bytes()
