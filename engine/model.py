@@ -7,6 +7,7 @@ rotate_half convention."""
 from __future__ import annotations
 
 import math
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Callable
@@ -16,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from engine import rope
-from engine.attention import AttentionPlan, paged_attention, write_kv
+from engine.attention import AttentionPlan, paged_attention, runs_faster, write_kv
 from engine.config import ModelConfig
 from engine.kv_cache import PagedKVCache
 
@@ -40,14 +41,39 @@ class StepMetadata:
 # SmolLM2-135M on an Ice Lake Xeon, 100 ms a step against 146.
 _SLOW_CPU_BF16_GEMM = not torch.ops.mkldnn._is_mkldnn_bf16_supported()
 _BF16_GEMV_MAX_ROWS = 2
-# Where oneDNN runs bf16 matmuls, it wants the weight in its own blocked layout, and handed a
-# plain one it reorders it on every call: a decode step read each weight twice. The linear
-# weights are reordered once at load instead (`LlamaModel.prepack`), and the results are the
-# same bits. SmolLM2-135M's linears and head on the 2-core EPYC (AVX512-BF16), ms a step: 1 row
-# 10.2 -> 6.4, 16 rows 13.6 -> 9.3, 32 rows 18.1 -> 13.6.
-_PREPACKS_CPU_BF16 = (not _SLOW_CPU_BF16_GEMM and torch.backends.mkldnn.is_available()
-                      and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-                      and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+_ONEDNN_PREPACK = (torch.backends.mkldnn.is_available()
+                   and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+                   and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+
+
+def prepacks(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether a model's linear weights are handed to oneDNN in its own blocked layout, once at
+    load (`LlamaModel.prepack`). Where oneDNN runs bf16 matmuls, handed a plain weight it reorders
+    it on every call, so a decode step read each weight twice; prepacked, the results are the
+    same bits. SmolLM2-135M's linears and head on the 2-core EPYC (AVX512-BF16), ms a step: 1 row
+    10.2 -> 6.4, 16 rows 13.6 -> 9.3. In fp32 oneDNN's prepacked GEMM replaces MKL's (row 0's
+    result no longer depends on the row count) where it is timed faster on this CPU: there 1 row
+    13.2 -> 9.1 and 16 rows 47.6 -> 16.7, but with oneDNN held to AVX2 slower up to 4 rows."""
+    if device.type != "cpu" or not _ONEDNN_PREPACK:
+        return False
+    if dtype == torch.bfloat16:
+        return not _SLOW_CPU_BF16_GEMM
+    return dtype == torch.float32 and _prepacked_fp32_runs_faster()
+
+
+@functools.cache
+def _prepacked_fp32_runs_faster() -> bool:
+    """Timed once a process, at 1 and 16 rows, over 56 MB of weights (streamed from memory, as a
+    model's are): about 0.2 s."""
+    plain = [torch.randn(3072, 576) for _ in range(8)]
+    packed = [torch.ops.mkldnn._reorder_linear_weight(w, None) for w in plain]
+
+    def run(weights: list[Tensor], rows: int) -> Callable[[], object]:
+        x = torch.randn(rows, 576)
+        return lambda: [_linear(x, w) for w in weights]
+
+    return all(runs_faster(run(packed, rows), run(plain, rows), reps=5, margin=0.95)
+               for rows in (1, 16))
 WARM_ROWS = 128  # the calibrated range: decode steps up to 16 lanes with their drafts
 
 
@@ -181,9 +207,9 @@ class LlamaModel(nn.Module):
         return self.embed if self.lm_head is None else self.lm_head
 
     def prepack(self) -> None:
-        """Hand the linear weights to oneDNN in its own layout, once (`_PREPACKS_CPU_BF16`), in
-        place of the plain ones; a tied head gets a copy, as the embedding lookups read the
-        plain table. The packed weights are buffers, which hf_state_dict unpacks."""
+        """Hand the linear weights to oneDNN in its own layout, once (`prepacks`), in place of
+        the plain ones; a tied head gets a copy, as the embedding lookups read the plain table.
+        The packed weights are buffers, which hf_state_dict unpacks."""
         def packed(weight: Tensor) -> Tensor:
             return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
 
@@ -212,13 +238,13 @@ class LlamaModel(nn.Module):
 
     @property
     def builds_kernels_per_row_count(self) -> bool:
-        """oneDNN builds a bf16 GEMM kernel on the first use of each row count (0.5-1 ms per
-        weight shape on the 2-core EPYC with AVX512-BF16; fp32 and GPUs have no such cost), so
-        a step at a new total of lanes and drafts is slow once: a hiccup in the live plot, and a
-        tax on any policy that varies its drafts (goodput meets dozens of row counts where fixed
-        K meets one). `warm_up` pays it at load."""
-        return self.device.type == "cpu" and self.dtype == torch.bfloat16 and \
-            not _SLOW_CPU_BF16_GEMM
+        """oneDNN builds a GEMM kernel on the first use of each row count (0.5-1 ms per weight
+        shape on the 2-core EPYC with AVX512-BF16; MKL's fp32 GEMM and GPUs have no such cost),
+        so a step at a new total of lanes and drafts is slow once: a hiccup in the live plot,
+        and a tax on any policy that varies its drafts (goodput meets dozens of row counts where
+        fixed K meets one). `warm_up` pays it at load."""
+        return self.device.type == "cpu" and (self.head.is_mkldnn or self.dtype == torch.bfloat16
+                                              and not _SLOW_CPU_BF16_GEMM)
 
     @torch.inference_mode()
     def warm_up(self, max_rows: int = WARM_ROWS,
@@ -285,7 +311,7 @@ class LlamaModel(nn.Module):
             for param, names in model._hf_sources():
                 param.copy_(torch.cat([tensors[name].to(param.dtype) for name in names])
                             if len(names) > 1 else tensors[names[0]])
-        if model.device.type == "cpu" and dtype == torch.bfloat16 and _PREPACKS_CPU_BF16:
+        if prepacks(model.device, dtype):
             model.prepack()
         return model
 

@@ -70,7 +70,7 @@ def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
     if model.builds_kernels_per_row_count:
         def warmed(rows: int) -> None:  # a few reports: each is a chance to cancel
             if rows % 32 == 0:
-                report(f"building bf16 kernels: {rows} of {WARM_ROWS} step sizes",
+                report(f"building matmul kernels: {rows} of {WARM_ROWS} step sizes",
                        0.5 + 0.5 * rows / WARM_ROWS)
 
         warmed(0)

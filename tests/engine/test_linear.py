@@ -31,10 +31,12 @@ def test_gemm_rows_are_two_four_or_multiples_of_eight():
 
 def test_warm_up_runs_every_row_count_and_only_where_kernels_are_built():
     from engine.config import PRESETS
-    from engine.model import LlamaModel, _SLOW_CPU_BF16_GEMM
+    from engine.model import LlamaModel, _SLOW_CPU_BF16_GEMM, prepacks
     fp32 = LlamaModel.random(PRESETS["tiny-test"], dtype=torch.float32)
     bf16 = LlamaModel.random(PRESETS["tiny-test"], dtype=torch.bfloat16)
-    assert not fp32.builds_kernels_per_row_count
+    fp64 = LlamaModel.random(PRESETS["tiny-test"], dtype=torch.float64)
+    assert not fp64.builds_kernels_per_row_count  # MKL's GEMM, no kernels built
+    assert fp32.builds_kernels_per_row_count == prepacks(torch.device("cpu"), torch.float32)
     assert bf16.builds_kernels_per_row_count == (not _SLOW_CPU_BF16_GEMM)
     seen = []
     bf16.warm_up(max_rows=5, done=seen.append)

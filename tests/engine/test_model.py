@@ -78,7 +78,7 @@ def test_random_is_seeded_and_weight_bytes(tiny_config):
     a, b = LlamaModel.random(tiny_config, seed=3), LlamaModel.random(tiny_config, seed=3)
     c = LlamaModel.random(tiny_config, seed=4)
     assert torch.equal(a.embed, b.embed) and not torch.equal(a.embed, c.embed)
-    params = sum(p.numel() for p in a.parameters())
+    params = sum(t.numel() for t in a.hf_state_dict().values())  # packed or not
     assert a.num_weight_bytes() == 4 * params
     assert LlamaModel.random(tiny_config, dtype=torch.bfloat16).num_weight_bytes() == 2 * params
 
@@ -93,9 +93,11 @@ def test_bf16_weights_prepacked_for_onednn_give_the_same_bits(tie, bias, monkeyp
     config = TINY.with_(tie_word_embeddings=tie, qkv_bias=bias)
     tensors = LlamaModel.random(config, seed=5).hf_state_dict()
     packed = LlamaModel.from_state_dict(config, tensors, torch.bfloat16)
-    assert [w.is_mkldnn for w in packed.linear_weights()] == (
-        [model_module._PREPACKS_CPU_BF16] * (4 * config.num_layers + 1))
-    monkeypatch.setattr(model_module, "_PREPACKS_CPU_BF16", False)
+    expected = model_module.prepacks(torch.device("cpu"), torch.bfloat16)
+    assert [w.is_mkldnn for w in packed.linear_weights()] == [expected] * (4 * config.num_layers
+                                                                          + 1)
+    assert packed.builds_kernels_per_row_count == expected
+    monkeypatch.setattr(model_module, "prepacks", lambda device, dtype: False)
     plain = LlamaModel.from_state_dict(config, tensors, torch.bfloat16)
     assert not any(w.is_mkldnn for w in plain.linear_weights())
     ids = [5, 17, 200, 3, 99, 41, 8, 250, 11, 64, 7, 300, 1, 2, 3, 4, 5]
@@ -110,3 +112,19 @@ def test_bf16_weights_prepacked_for_onednn_give_the_same_bits(tie, bias, monkeyp
     assert exported.keys() == tensors.keys()
     assert all(torch.equal(exported[name], tensors[name].bfloat16()) for name in tensors)
     assert packed.num_weight_bytes() == plain.num_weight_bytes()
+
+
+def test_fp32_weights_prepacked_for_onednn_match_the_plain_ones(monkeypatch, make_runner):
+    """fp32 is prepacked only where timed faster (`prepacks`); forced here, so that the path is
+    checked on any CPU: oneDNN's GEMM, not MKL's, so equal within fp32 rounding."""
+    from engine import model as model_module
+    tensors = LlamaModel.random(TINY, seed=6).hf_state_dict()
+    monkeypatch.setattr(model_module, "prepacks", lambda device, dtype: True)
+    packed = LlamaModel.from_state_dict(TINY, tensors, torch.float32)
+    monkeypatch.setattr(model_module, "prepacks", lambda device, dtype: False)
+    plain = LlamaModel.from_state_dict(TINY, tensors, torch.float32)
+    assert all(w.is_mkldnn for w in packed.linear_weights()) and packed.builds_kernels_per_row_count
+    ids = [5, 17, 200, 3, 99, 41, 8, 250, 11]
+    got, want = (make_runner(m).forward([LaneInput(0, ids, 0, len(ids))]).logits[0]
+                 for m in (packed, plain))
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
