@@ -246,13 +246,19 @@ def runs_faster(first: Callable[[], object], second: Callable[[], object], reps:
     return statistics.median(times[0]) <= margin * statistics.median(times[1])
 
 
+def runs_kernels(t: torch.Tensor) -> bool:
+    """Whether hip_kernels' kernels serve `t`'s device: a GPU where they built."""
+    return t.is_cuda and hip_kernels.available()
+
+
 def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
              slot_mapping: torch.Tensor) -> None:
     """Store new keys/values; slot = block * block_size + offset."""
     # k, v: [num_tokens, kvh, hd]; caches: [num_blocks, block_size, kvh, hd]
     assert k.shape == v.shape and k.shape[0] == slot_mapping.shape[0], (k.shape, slot_mapping.shape)
-    if k.is_cuda and hip_kernels.available():
-        return hip_kernels.write_kv(k, v, k_cache, v_cache, slot_mapping)
+    if runs_kernels(k):  # the kernels read rows packed: v (and k) may be views into qkv
+        return hip_kernels.write_kv(k.contiguous(), v.contiguous(), k_cache, v_cache,
+                                    slot_mapping)
     k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, k)
     v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, v)
 
@@ -263,9 +269,9 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     """Query j of lane i sits at position ctx_lens[i] - q_len_i + j and attends keys 0..that
     position. `plan` is the same for every layer of a step; pass it to skip re-planning."""
     # q: [num_tokens, nh, hd]; caches: [num_blocks, bs, kvh, hd]; block_tables: [lanes, max_blocks]
-    if q.is_cuda and hip_kernels.available():
-        return hip_kernels.paged_attention(q, k_cache, v_cache, block_tables, cu_q_lens, ctx_lens,
-                                           scale)
+    if runs_kernels(q):
+        return hip_kernels.paged_attention(q.contiguous(), k_cache, v_cache, block_tables,
+                                           cu_q_lens, ctx_lens, scale)
     num_tokens, num_heads, head_dim = q.shape
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
