@@ -7,7 +7,6 @@ rotate_half convention."""
 from __future__ import annotations
 
 import math
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Callable
@@ -17,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from engine import rope
-from engine.attention import AttentionPlan, paged_attention, runs_faster, write_kv
+from engine.attention import AttentionPlan, paged_attention, write_kv
 from engine.config import ModelConfig
 from engine.kv_cache import PagedKVCache
 
@@ -51,29 +50,17 @@ def prepacks(device: torch.device, dtype: torch.dtype) -> bool:
     load (`LlamaModel.prepack`). Where oneDNN runs bf16 matmuls, handed a plain weight it reorders
     it on every call, so a decode step read each weight twice; prepacked, the results are the
     same bits. SmolLM2-135M's linears and head on the 2-core EPYC (AVX512-BF16), ms a step: 1 row
-    10.2 -> 6.4, 16 rows 13.6 -> 9.3. In fp32 oneDNN's prepacked GEMM replaces MKL's (row 0's
-    result no longer depends on the row count) where it is timed faster on this CPU: there 1 row
-    13.2 -> 9.1 and 16 rows 47.6 -> 16.7, but with oneDNN held to AVX2 slower up to 4 rows."""
+    10.2 -> 6.4, 16 rows 13.6 -> 9.3. In fp32 oneDNN's prepacked GEMM replaces MKL's on AVX-512
+    CPUs (row 0's result then no longer depends on the row count): there 1 row 13.2 -> 9.1 and 16
+    rows 47.6 -> 16.7. With oneDNN held to AVX2 it was 10-18 % slower at one row, though a third
+    faster from eight, so AVX2 CPUs keep MKL's path, which was tuned on one."""
     if device.type != "cpu" or not _ONEDNN_PREPACK:
         return False
     if dtype == torch.bfloat16:
         return not _SLOW_CPU_BF16_GEMM
-    return dtype == torch.float32 and _prepacked_fp32_runs_faster()
+    return dtype == torch.float32 and torch.backends.cpu.get_cpu_capability().startswith("AVX512")
 
 
-@functools.cache
-def _prepacked_fp32_runs_faster() -> bool:
-    """Timed once a process, at 1 and 16 rows, over 56 MB of weights (streamed from memory, as a
-    model's are): about 0.2 s."""
-    plain = [torch.randn(3072, 576) for _ in range(8)]
-    packed = [torch.ops.mkldnn._reorder_linear_weight(w, None) for w in plain]
-
-    def run(weights: list[Tensor], rows: int) -> Callable[[], object]:
-        x = torch.randn(rows, 576)
-        return lambda: [_linear(x, w) for w in weights]
-
-    return all(runs_faster(run(packed, rows), run(plain, rows), reps=5, margin=0.95)
-               for rows in (1, 16))
 WARM_ROWS = 128  # the calibrated range: decode steps up to 16 lanes with their drafts
 
 
