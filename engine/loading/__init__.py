@@ -14,7 +14,7 @@ from engine.devices import dtype_name, free_memory_bytes, resolve_device, resolv
 from engine.errors import ModelLoadError
 from engine.loading import default_model
 from engine.loading.hf_folder import Weights, read_config, read_tokenizer
-from engine.model import WARM_ROWS, LlamaModel
+from engine.model import WARM_ROWS, LlamaModel, prepacks
 from engine.tokenizer import ByteTokenizer, Tokenizer
 
 Progress = Callable[[str, float], None]
@@ -64,7 +64,7 @@ def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
         tokenizer = read_tokenizer(folder, config)
         report(f"loading weights from {folder}", 0.1)
         weights = Weights(folder)
-    _check_room(folder, weights.shapes, torch_dtype, torch_device)
+    _check_room(folder, config, weights.shapes, torch_dtype, torch_device)
     with _damage_hint(spec == "default"):
         model = _build(folder, config, weights, torch_dtype, torch_device)
     if model.builds_kernels_per_row_count:
@@ -93,12 +93,15 @@ def _damage_hint(cached_default: bool):
                                        "fetches and converts it again") from None
 
 
-def _check_room(folder: Path, shapes: dict[str, tuple[int, ...]], dtype: torch.dtype,
-                device: torch.device) -> None:
+def _check_room(folder: Path, config: ModelConfig, shapes: dict[str, tuple[int, ...]],
+                dtype: torch.dtype, device: torch.device) -> None:
     """Refuse a model whose weights alone outgrow the memory free for them, before reading any:
     past it the load swaps the machine to a crawl or is killed, with no message at all."""
     free = free_memory_bytes(device)
-    needed = sum(math.prod(shape) for shape in shapes.values()) * dtype.itemsize
+    numel = sum(math.prod(shape) for shape in shapes.values())
+    if config.tie_word_embeddings and prepacks(device, dtype):  # the head's packed copy
+        numel += config.vocab_size * config.hidden_size
+    needed = numel * dtype.itemsize
     if free is not None and needed > free:
         smaller = " or --dtype bf16" if dtype == torch.float32 else ""
         raise ModelLoadError(folder, f"its weights need {_size(needed)} in {dtype_name(dtype)}, "

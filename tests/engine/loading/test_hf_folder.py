@@ -91,6 +91,22 @@ def test_weights_that_outgrow_free_memory_are_refused_before_any_is_read(tiny_ll
     assert load_model(str(folder), dtype="fp32", device="cpu").config.num_layers == 2
 
 
+def test_the_room_a_tied_head_needs_when_prepacked_is_counted(tmp_path, monkeypatch):
+    """A tied head prepacked for oneDNN is a copy of the embedding table beside it."""
+    import engine.loading as loading
+
+    folder = save_hf_folder(hf_tiny("llama", tie_word_embeddings=True), tmp_path / "tied")
+    shapes = Weights(folder).shapes
+    plain = sum(torch.Size(shape).numel() for shape in shapes.values()) * 2
+    head = torch.Size(shapes["model.embed_tokens.weight"]).numel() * 2
+    monkeypatch.setattr(loading, "free_memory_bytes", lambda device: 1000)
+    monkeypatch.setattr(loading, "_size", lambda num_bytes: f"{num_bytes} bytes")
+    for packed in (False, True):
+        monkeypatch.setattr(loading, "prepacks", lambda device, dtype: packed)
+        with pytest.raises(ModelLoadError, match=rf"need {plain + packed * head} bytes"):
+            load_model(str(folder), dtype="bf16", device="cpu")
+
+
 def test_bf16_load_casts_weights(tiny_llama_folder):
     folder, _ = tiny_llama_folder
     loaded = load_model(str(folder), dtype="bf16", device="cpu")
