@@ -39,6 +39,13 @@ def cpu_has_fast_bf16() -> bool:
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for the work queued on `device`: a GPU runs kernels after the call that launched
+    them returns, so a timer read before this times the launches, not the work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     """The short name `resolve_dtype` takes back ("fp32", "bf16", ...), used in caches and traces."""
     return next(name for name, value in _DTYPES.items() if value == dtype)

@@ -30,7 +30,7 @@ class StepMetadata:
     block_tables: Tensor   # [num_lanes, max_blocks] int32
     cu_q_lens: Tensor      # [num_lanes + 1] int32
     ctx_lens: Tensor       # [num_lanes] int32
-    plan: AttentionPlan
+    plan: AttentionPlan | None  # None where hip_kernels' attention runs, which needs none
 
 
 # Where oneDNN has no bf16 kernels (an AVX2 CPU), torch's CPU bf16 GEMV still streams at memory

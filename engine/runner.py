@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from engine.attention import plan_attention
+from engine.attention import plan_attention, runs_kernels
+from engine.devices import synchronize
 from engine.errors import KVCacheFull
 from engine.forward_batch import ForwardOutput, LaneInput
 from engine.kv_cache import PagedKVCache
@@ -21,6 +22,10 @@ class ModelRunner:
             raise ValueError(f"KV cache is {kv.dtype} on {kv.device}, model is "
                              f"{model.dtype} on {model.device}")
         self.model, self.kv = model, kv
+
+    def synchronize(self) -> None:
+        """Wait for the passes queued on the model's device (a GPU's run after forward returns)."""
+        synchronize(self.model.device)
 
     @torch.inference_mode()
     def forward(self, lanes: list[LaneInput], layout: str = "packed") -> ForwardOutput:
@@ -55,14 +60,17 @@ class ModelRunner:
         block_tables = torch.tensor(padded_tables, dtype=torch.int32, device=dev)
         cu_q_lens = torch.tensor(cu, dtype=torch.int32, device=dev)
         ctx_lens = torch.tensor(ctx, dtype=torch.int32, device=dev)
+        positions = torch.tensor(positions, dtype=torch.int64, device=dev)
         meta = StepMetadata(
-            positions=torch.tensor(positions, dtype=torch.int64, device=dev),
+            positions=positions,
             write_rows=(None if len(write_rows) == cu[-1] else
                         torch.tensor(write_rows, dtype=torch.int64, device=dev)),
             slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
             block_tables=block_tables, cu_q_lens=cu_q_lens, ctx_lens=ctx_lens,
-            plan=plan_attention(block_tables, cu_q_lens, ctx_lens, bs, self.model.config.group_size,
-                                self.model.dtype))
+            # The kernels need no plan, and making one reads the tables back from the GPU.
+            plan=None if runs_kernels(positions) else plan_attention(
+                block_tables, cu_q_lens, ctx_lens, bs, self.model.config.group_size,
+                self.model.dtype))
         logits = self.model(torch.tensor(ids, dtype=torch.int64, device=dev), meta, self.kv,
                             torch.tensor(logit_rows, dtype=torch.int64, device=dev))
         return ForwardOutput(logits=list(logits.split([lane.logits_rows for lane in lanes])),

@@ -15,7 +15,7 @@ import time
 import torch
 
 from engine.config import PRESETS
-from engine.devices import dtype_name, resolve_device, resolve_dtype
+from engine.devices import dtype_name, resolve_device, resolve_dtype, synchronize
 from engine.errors import SwarmscopeError
 from engine.forward_batch import LaneInput
 from engine.kv_cache import PagedKVCache
@@ -52,20 +52,15 @@ def _load(spec: str, dtype: str, device: str) -> LlamaModel:
     return load_model(spec, dtype=dtype, device=device).model
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def measure_read_bandwidth(device: torch.device, num_bytes: int = 1 << 29) -> float:
     """Bytes per second of a streaming read (sum over a tensor far larger than any cache)."""
     data = torch.ones(num_bytes // 4, dtype=torch.float32, device=device)
     times = []
     for _ in range(5):
-        _sync(device)
+        synchronize(device)
         start = time.perf_counter()
         data.sum()
-        _sync(device)
+        synchronize(device)
         times.append(time.perf_counter() - start)
     return num_bytes / min(times)
 
@@ -75,10 +70,10 @@ def _time_step(runner: ModelRunner, lanes: list[LaneInput], layout: str, repeats
     blocks, device = runner.kv.blocks, runner.model.device
     times = []
     for i in range(repeats + 2):  # two warm-up steps
-        _sync(device)
+        synchronize(device)
         start = time.perf_counter()
         runner.forward(lanes, layout=layout)
-        _sync(device)
+        synchronize(device)
         if i >= 2:
             times.append(time.perf_counter() - start)
         for lane in lanes:

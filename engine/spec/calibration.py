@@ -296,6 +296,7 @@ def measure(runner, vocab_size: int, *, device: str, model: str, dtype: str, eps
     def timed(lanes: list[LaneInput]) -> float:
         start = time.perf_counter()
         runner.forward(lanes)
+        runner.synchronize()  # on a GPU the pass runs after forward returns
         ms = (time.perf_counter() - start) * 1e3
         for lane in lanes:
             runner.kv.blocks.truncate(lane.seq_id, context)

@@ -113,8 +113,7 @@ def test_a_long_context_is_filled_in_a_few_passes_a_lane_and_recorded(monkeypatc
     passes, the lanes taking turns (so that their blocks interleave as in a running cache)."""
     fills = []
 
-    class Runner:
-        kv = SimpleNamespace(blocks=_Blocks(), block_size=16)
+    class Runner(_FakeRunner):
 
         def forward(self, lanes):
             if not lanes[0].logits_rows:
@@ -189,8 +188,7 @@ def test_measure_pairs_each_shape_with_a_reference_pass(monkeypatch):
     now = [0.0]
     passes = []
 
-    class Runner:
-        kv = SimpleNamespace(blocks=_Blocks(), block_size=16)
+    class Runner(_FakeRunner):
 
         def forward(self, lanes):
             n = sum(len(lane.token_ids) for lane in lanes if lane.logits_rows)
@@ -228,8 +226,7 @@ def test_points_that_scatter_are_retimed_until_they_settle_or_the_rounds_run_out
     def run(noisy_passes):
         passes.clear()
 
-        class Runner:
-            kv = SimpleNamespace(blocks=_Blocks(), block_size=16)
+        class Runner(_FakeRunner):
 
             def forward(self, lanes):
                 n = sum(len(lane.token_ids) for lane in lanes if lane.logits_rows)
@@ -256,6 +253,33 @@ def test_median_error_is_the_medians_relative_standard_error():
     assert cal.median_error([1.0, 2.0]) == float("inf")
     assert cal.median_error([1.0, 2.0, 3.0]) == pytest.approx(1.858 / (2 * 3 ** 0.5))
     assert cal.median_error([2.0, 2.0, 2.0, 9.0]) == 0.0  # one outlier leaves the median be
+
+
+class _FakeRunner:
+    """A ModelRunner's interface for `measure`, with a CPU's synchronize: nothing to wait for."""
+    def __init__(self) -> None:
+        self.kv = SimpleNamespace(blocks=_Blocks(), block_size=16)
+
+    def synchronize(self) -> None:
+        pass
+
+
+def test_a_pass_is_timed_to_its_end_where_it_runs_after_forward_returns(monkeypatch):
+    """As on a GPU: forward only queues the pass, and synchronize waits for it."""
+    now, queued = [0.0], []
+
+    class QueuingRunner(_FakeRunner):
+        def forward(self, lanes):
+            queued.append(sum(len(lane.token_ids) for lane in lanes) if lanes[0].logits_rows else 0)
+
+        def synchronize(self):
+            now[0] += sum(10.0 + n for n in queued) / 1e3  # t(N) = 10 + N ms
+            queued.clear()
+
+    monkeypatch.setattr(cal.time, "perf_counter", lambda: now[0])
+    result = cal.measure(QueuingRunner(), 100, device="d", model="m", dtype="x", repeats=3,
+                         query_sizes=(1, 2, 4), batch_shapes=(2,), decode_drafts=(1,))
+    assert [(n, round(ms, 6)) for n, ms in result.points] == [(1, 11.0), (2, 12.0), (4, 14.0)]
 
 
 class _Blocks:
