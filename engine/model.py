@@ -73,11 +73,12 @@ def _gemm_rows(n: int) -> int:
 
 
 def _linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """x @ weight.T (+ bias). On CPU it is computed as weight @ x.T over `_gemm_rows` rows: with
-    the weight as the tall left operand, MKL streams it at full speed, while F.linear's small-M
-    GEMM against a transposed weight streams it at about half speed from 2 to 32 rows (same
-    weights: 2 rows 83 -> 36 ms, 8 rows 82 -> 57 ms). This is what makes a few draft tokens nearly
-    free on this kind of CPU."""
+    """x @ weight.T (+ bias). A weight prepacked for oneDNN (`prepacks`) goes to it as it is.
+    Otherwise, in fp32 on CPU, it is computed as weight @ x.T over `_gemm_rows` rows: with the
+    weight as the tall left operand, MKL streams it at full speed, while F.linear's small-M GEMM
+    against a transposed weight streams it at about half speed from 2 to 32 rows (same weights
+    on an AVX2 EPYC: 2 rows 83 -> 36 ms, 8 rows 82 -> 57 ms). This is what makes a few draft
+    tokens nearly free on that kind of CPU."""
     if x.device.type != "cpu":
         return F.linear(x, weight, bias)
     if weight.is_mkldnn:  # prepacked
