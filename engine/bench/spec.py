@@ -308,7 +308,8 @@ def _release(kv: PagedKVCache, seqs: list[Sequence]) -> None:
 
 def _print_table(rows, calibration, policies) -> None:
     print(f"budget T = {calibration.budget}, t(1) = {calibration.t_ms(1):.1f} ms "
-          f"({calibration.model}, {calibration.dtype}, {calibration.device})")
+          f"({calibration.model}, {calibration.dtype}, {calibration.device}, calibrated at context "
+          f"{calibration.context})")
     labels = [label for label, _, _ in policies]
     judged = "goodput" in labels and len(labels) > 2  # goodput against the best of the others
     print(f"{'workload':10} {'B':>3} " + " ".join(f"{name:>14}" for name in labels)
