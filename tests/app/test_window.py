@@ -98,6 +98,9 @@ def test_help_lists_every_shortcut_and_says_what_runs(window, qtbot):
     window.start_live(build=lambda progress: FakeEngine())
     qtbot.waitUntil(lambda: window.engine is not None, timeout=5000)
     assert "fake (fake), none on dummy: T = 13" in window.about_text()
+    assert "context" not in window.about_text()  # a curve that does not say
+    window.calibration.context = 300
+    assert "T = 13, t(1) = 25.0 ms, calibrated with lanes at context 300" in window.about_text()
 
 
 def test_engine_failure_keeps_the_window_and_the_records(window, qtbot):
