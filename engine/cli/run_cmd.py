@@ -116,7 +116,8 @@ def _run(args) -> int:
     print(f"model {loaded.name} ({loaded.dtype}, {loaded.device})", file=sys.stderr)
     engine = Engine(loaded, config, controls, calibration=calibrate_or_load(loaded, progress=say),
                     trace_path=args.trace)
-    print(f"budget T = {engine.calibration.budget}; {args.agents} agents, policy {args.policy}",
+    print(f"budget T = {engine.calibration.budget} (calibrated with lanes at context "
+          f"{engine.calibration.context}); {args.agents} agents, policy {args.policy}",
           file=sys.stderr)
     steps = args.steps
     duration = args.duration if args.duration is not None or steps is not None else 30.0
