@@ -166,8 +166,8 @@ class Engine:
         """The median context of the lanes decoded in the newest `steps` steps, rounded up to a
         block and within what calibration can time; the curve's own context (or the default)
         before any lane decoded. Calibrated there, the curve is what the swarm's steps cost."""
-        contexts = [lane.ctx for record in self.records.snapshot()[-steps:]
-                    for lane in record.lanes]
+        recent, _ = self.records.since(self.records.total - steps)
+        contexts = [lane.ctx for record in recent for lane in record.lanes]
         if not contexts:
             return self.calibration.context or DEFAULT_CONTEXT
         block = self.config.block_size

@@ -102,6 +102,8 @@ def _rotate_half(x: Tensor) -> Tensor:
 
 
 class DecoderLayer(nn.Module):
+    LINEARS = ("qkv", "o_proj", "gate_up", "down")  # the weights `_linear` multiplies by
+
     def __init__(self, config: ModelConfig, dtype: torch.dtype, device) -> None:
         super().__init__()
         c, kw = config, {"dtype": dtype, "device": device}
@@ -186,8 +188,8 @@ class LlamaModel(nn.Module):
 
     def linear_weights(self) -> list[Tensor]:
         """The weights `_linear` multiplies by: each layer's four and the LM head."""
-        return [*(w for layer in self.layers
-                  for w in (layer.qkv, layer.o_proj, layer.gate_up, layer.down)), self.head]
+        return [*(getattr(layer, name) for layer in self.layers for name in layer.LINEARS),
+                self.head]
 
     @property
     def head(self) -> Tensor:
@@ -202,7 +204,7 @@ class LlamaModel(nn.Module):
             return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
 
         for layer in self.layers:
-            for name in ("qkv", "o_proj", "gate_up", "down"):
+            for name in layer.LINEARS:
                 weight = packed(getattr(layer, name))
                 delattr(layer, name)  # the plain weight's memory goes with it
                 layer.register_buffer(name, weight, persistent=False)

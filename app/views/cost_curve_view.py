@@ -10,14 +10,20 @@ from app.theme import Theme
 from app.views.plot_factory import TITLE_SIZE, dashed, make_plot
 
 TRAIL_STEPS = 64  # recent operating points drawn faintly behind the live one
-TITLE = "t(N) calibrated · live point"
+
+
+def _title_text(context: int | None) -> str:
+    """Live steps at longer contexts (a swarm's lanes hold thousands of tokens) sit above the
+    curve: the title says what context it was measured at, where the calibration says."""
+    return "t(N) calibrated" + ("" if context is None else f" (ctx {context})") + " · live point"
 
 
 class CostCurveView(QWidget):
     def __init__(self, theme: Theme, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._theme = theme
-        self.plot = make_plot(theme, TITLE, left="ms", bottom="query tokens per pass (N)")
+        self.plot = make_plot(theme, _title_text(None), left="ms",
+                              bottom="query tokens per pass (N)")
         # the fit the policies plan with, over the points as measured
         self.curve = self.plot.plot(pen=pg.mkPen(theme.committed, width=2))
         self.measured = pg.ScatterPlotItem(size=5, brush=theme.committed, pen=None)
@@ -46,12 +52,9 @@ class CostCurveView(QWidget):
             self.curve.setData([], [])
             self.measured.setData([], [])
             self.budget_line.setVisible(False)
-            self._title(TITLE)
+            self._title(_title_text(None))
             return
-        # Live steps at longer contexts (a swarm's lanes hold thousands of tokens) sit above the
-        # curve: say what it was measured at.
-        self._title(TITLE if calibration.context is None else
-                    f"t(N) calibrated (ctx {calibration.context}) · live point")
+        self._title(_title_text(calibration.context))
         ns, ms = zip(*calibration.points)
         self.curve.setData(list(ns), [calibration.t_ms(n) for n in ns])
         self.measured.setData(list(ns), list(ms))
