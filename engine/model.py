@@ -96,9 +96,9 @@ def _linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return y[:, :n].t().contiguous().to(dtype)
 
 
-def _rotate_half(x: Tensor) -> Tensor:
+def _swap_halves(x: Tensor) -> Tensor:
     half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return torch.cat((x[..., half:], x[..., :half]), dim=-1)
 
 
 class DecoderLayer(nn.Module):
@@ -134,8 +134,10 @@ class DecoderLayer(nn.Module):
         if self.q_norm is not None:
             q = F.rms_norm(q, (c.head_dim,), self.q_norm, c.rms_norm_eps)
             k = F.rms_norm(k, (c.head_dim,), self.k_norm, c.rms_norm_eps)
-        q = q * cos + _rotate_half(q) * sin                               # cos, sin: [n, 1, hd]
-        k = k * cos + _rotate_half(k) * sin
+        # RoPE: x cos + rotate_half(x) sin, with rotate_half's minus folded into sin's first
+        # half (`LlamaModel.forward`): three ops a tensor, not five (~0.15 ms of a decode step)
+        q = torch.addcmul(q * cos, _swap_halves(q), sin)                  # cos, sin: [n, 1, hd]
+        k = torch.addcmul(k * cos, _swap_halves(k), sin)
         if meta.write_rows is None:
             write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         else:
@@ -218,8 +220,9 @@ class LlamaModel(nn.Module):
         # input_ids: [n]; logit_rows: [m] -> [m, vocab] float32
         x = F.embedding(input_ids, self.embed)                            # [n, hidden]
         freqs = meta.positions[:, None].float() * self.inv_freq           # [n, hd / 2]
-        emb = torch.cat((freqs, freqs), dim=-1)[:, None, :]               # [n, 1, hd]
-        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+        cos = torch.cat((freqs, freqs), dim=-1).cos()[:, None, :].to(x.dtype)     # [n, 1, hd]
+        half_sin = freqs.sin()
+        sin = torch.cat((-half_sin, half_sin), dim=-1)[:, None, :].to(x.dtype)    # signed
         for index, layer in enumerate(self.layers):
             x = layer(x, cos, sin, kv.k[index], kv.v[index], meta)
         h = F.rms_norm(x[logit_rows], (self.config.hidden_size,), self.norm,
