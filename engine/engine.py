@@ -19,7 +19,7 @@ from engine.errors import SwarmscopeError
 from engine.kv_cache import PagedKVCache
 from engine.runner import ModelRunner
 from engine.sequence import Sequence
-from engine.spec.calibration import DEFAULT_CONTEXT, QUERY_SIZES, calibrate_or_load
+from engine.spec.calibration import DEFAULT_CONTEXT, calibrate_or_load, longest_context
 from engine.step import StepExecutor
 from engine.swarm.agent import Agent, AgentView
 from engine.swarm.config import SwarmConfig
@@ -172,7 +172,7 @@ class Engine:
             return self.calibration.context or DEFAULT_CONTEXT
         block = self.config.block_size
         median = -(-statistics.median_low(contexts) // block) * block
-        return max(1, min(median, self.loaded.config.max_position - max(QUERY_SIZES)))
+        return max(1, min(median, longest_context(self.loaded.config)))
 
     def agents(self, transcript_of: set[int] | None = None,
                tail_chars: int | None = None) -> list[AgentView]:

@@ -220,8 +220,8 @@ class LlamaModel(nn.Module):
         # input_ids: [n]; logit_rows: [m] -> [m, vocab] float32
         x = F.embedding(input_ids, self.embed)                            # [n, hidden]
         freqs = meta.positions[:, None].float() * self.inv_freq           # [n, hd / 2]
-        cos = torch.cat((freqs, freqs), dim=-1).cos()[:, None, :].to(x.dtype)     # [n, 1, hd]
-        half_sin = freqs.sin()
+        half_cos, half_sin = freqs.cos(), freqs.sin()
+        cos = torch.cat((half_cos, half_cos), dim=-1)[:, None, :].to(x.dtype)     # [n, 1, hd]
         sin = torch.cat((-half_sin, half_sin), dim=-1)[:, None, :].to(x.dtype)    # signed
         for index, layer in enumerate(self.layers):
             x = layer(x, cos, sin, kv.k[index], kv.v[index], meta)

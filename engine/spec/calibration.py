@@ -377,6 +377,12 @@ def nondecreasing(values: list[float]) -> list[float]:
     return [total / count for total, count in pools for _ in range(count)]
 
 
+def longest_context(config) -> int:
+    """The longest context calibration can time lanes at: the model's positions less the
+    longest query timed on top of it."""
+    return config.max_position - max(QUERY_SIZES)
+
+
 def calibrate_or_load(loaded, eps: float = 0.10,
                       progress: Callable[[str], None] | None = None,
                       force: bool = False, context: int = DEFAULT_CONTEXT) -> Calibration:
@@ -389,8 +395,8 @@ def calibrate_or_load(loaded, eps: float = 0.10,
         if cached is not None:
             return cached
     longest = max(QUERY_SIZES)
-    if not 1 <= context <= loaded.config.max_position - longest:
-        raise SwarmscopeError(f"calibration context must be 1..{loaded.config.max_position - longest}"
+    if not 1 <= context <= longest_context(loaded.config):
+        raise SwarmscopeError(f"calibration context must be 1..{longest_context(loaded.config)}"
                               f" tokens for {loaded.name} (its {loaded.config.max_position} "
                               f"positions less the {longest} query tokens timed), got {context}")
     # Room for every shape: one lane of context + the longest query beside 15 lanes of context
