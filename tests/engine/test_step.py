@@ -1,5 +1,6 @@
 """The step executor end to end on the tiny model: speculation never changes greedy output."""
 from types import SimpleNamespace
+from unittest import mock
 
 import pytest
 import torch
@@ -261,5 +262,22 @@ def test_an_executor_on_the_curve_alone_learns_nothing_from_the_clock():
     executor = StepExecutor(ModelRunner(model, PagedKVCache(CONFIG, 512, 16, torch.float64, "cpu")),
                             instant, target=SimpleNamespace(model=model), measures_cost=False)
     seqs = [Sequence(i, _copyish_prompt(i, 30), 30, max_new_tokens=12) for i in range(3)]
-    decode(executor, seqs, Controls(policy="goodput", k=4))
+    with mock.patch.object(executor.policy, "looked") as looked:
+        decode(executor, seqs, Controls(policy="goodput", k=4))
     assert executor.overhead.estimate() == Overhead()
+    looked.assert_not_called()  # nor does it space its looks by what they took
+
+
+def test_each_goodput_look_is_reported_with_its_batch_and_time():
+    executor = _executor()
+    seqs = [Sequence(i, _copyish_prompt(i, 30), 30, max_new_tokens=12) for i in range(3)]
+    with mock.patch.object(executor.policy, "looked") as looked:
+        decode(executor, seqs, Controls(policy="fixed", k=4))
+        looked.assert_not_called()
+        records = decode(executor, [Sequence(9, _copyish_prompt(9, 30), 30, max_new_tokens=12)],
+                         Controls(policy="goodput", k=4))
+    decoding = [r for r in records if r.batch]  # a step that ends a prefill decodes too
+    assert looked.call_count == len(decoding)  # the mock never asks to space them
+    for call, record in zip(looked.call_args_list, decoding):
+        batch, ms, drafted = call.args
+        assert batch == record.batch and 0 < ms < record.dt_ms and drafted == (record.drafted > 0)

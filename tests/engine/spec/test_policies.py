@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from engine.controls import Controls
 from engine.spec.acceptance import AcceptanceStats
 from engine.spec.calibration import Calibration
-from engine.spec.policies import HOLD_STEPS, PROBE_EVERY, LaneView, SpeculationPolicy
+from engine.spec.policies import (HOLD_STEPS, LOOK_MAX, PROBE_EVERY, LaneView,
+                                  SpeculationPolicy)
 
 CURVE = Calibration.make_dummy(t1_ms=25.0, per_token_ms=1.0, knee=12)  # T = 12
 
@@ -417,3 +418,65 @@ def test_goodput_past_the_knee_stops_its_order_at_the_first_draft():
                 assert len(priced) > 48
             else:
                 assert len(priced) < 8
+
+
+def _looks(policy, lanes, controls, steps, look_ms, curve=CURVE):
+    """Run `steps` steps as the executor does: a look (the plan) only where idle() has no
+    decision, each reported with what it took. The steps that looked, and every decision."""
+    looked, decisions = [], []
+    seq_ids = [lane.seq_id for lane in lanes]
+    for step in range(steps):
+        decision = policy.idle(seq_ids, controls, curve)
+        if decision is None:
+            decision = policy.decide(lanes, 0, controls, curve, _free, shadowed=True)
+            policy.looked(len(lanes), look_ms, any(decision.ks))
+            looked.append(step)
+        decisions.append(decision)
+    return looked, decisions
+
+
+def test_looks_that_send_nothing_and_save_less_than_they_take_come_further_apart():
+    """16 lanes past the knee, with drafts accepted a tenth of the time: no plan sends any, so
+    each look (0.3 ms) saves nothing, and the looks come 2, 4, then LOOK_MAX steps apart."""
+    stats = AcceptanceStats()
+    for seq_id in range(16):
+        _feed(stats, seq_id, "chat", 0.1)
+    policy = SpeculationPolicy(stats)
+    lanes = [LaneView(i, "chat", 4) for i in range(16)]
+    controls = Controls(policy="goodput", min_acceptance=0.0)
+    looked, decisions = _looks(policy, lanes, controls, 40, look_ms=0.3)
+    assert looked == [0, 2, 6, 14, 22, 30, 38] and LOOK_MAX == 8
+    assert all(d.ks == [0] * 16 for d in decisions)
+    skipped = decisions[1].reason
+    assert skipped.startswith("goodput: B=16, no look this step") and "took 0.300 ms" in skipped
+    # Each batch size learns its own pace: at 2 lanes the first look is at once.
+    assert policy.idle([0, 1], controls, CURVE) is None
+    # Other policies always look.
+    assert policy.idle(list(range(16)), Controls(policy="fixed", k=2), CURVE) is None
+
+
+def test_a_look_that_sends_drafts_makes_looks_every_step_again():
+    stats = AcceptanceStats()
+    for seq_id in range(16):
+        _feed(stats, seq_id, "chat", 0.1)
+    policy = SpeculationPolicy(stats)
+    lanes = [LaneView(i, "chat", 4) for i in range(16)]
+    controls = Controls(policy="goodput", min_acceptance=0.0)
+    assert _looks(policy, lanes, controls, 7, look_ms=0.3)[0] == [0, 2, 6]
+    _feed(stats, 0, "chat", 1.0, steps=40)  # lane 0 starts copying
+    looked, decisions = _looks(policy, lanes, controls, 10, look_ms=0.3)
+    assert decisions[looked[0]].ks[0] > 0
+    assert looked == list(range(looked[0], 10))  # drafting from the first look on, every step
+
+
+def test_looks_that_pay_are_never_spaced_even_when_one_sends_nothing():
+    """One copying lane: its plans save far more than a look takes, so a look with nothing on
+    offer (the copy paused) does not space the next one."""
+    stats = AcceptanceStats()
+    _feed(stats, 0, "code-edit", 0.95)
+    policy = SpeculationPolicy(stats)
+    controls = Controls(policy="goodput")
+    offers = [16, 16, 0, 0, 16, 0, 16, 16]
+    seen = [_looks(policy, [LaneView(0, "code-edit", n)], controls, 1, look_ms=0.3)[0]
+            for n in offers]
+    assert seen == [[0]] * len(offers)
