@@ -146,17 +146,17 @@ class StepExecutor:
         resting = self.policy.idle([seq.seq_id for seq in seqs], controls, self.calibration)
         if resting:
             return resting, [Draft([]) for _ in seqs]
+        drafter = self.drafter(controls.drafter)  # made before the clock: a model loads once
         looking = time.perf_counter()
-        decision, drafts = self._look(seqs, prefill, controls)
+        decision, drafts = self._look(seqs, prefill, controls, drafter)
         if self.measures_cost and controls.policy == "goodput":
             self.policy.looked(len(seqs), (time.perf_counter() - looking) * 1e3,
                                any(decision.ks))
         return decision, drafts
 
-    def _look(self, seqs: list[Sequence], prefill: int,
-              controls: Controls) -> tuple[Decision, list[Draft]]:
+    def _look(self, seqs: list[Sequence], prefill: int, controls: Controls,
+              drafter: Drafter) -> tuple[Decision, list[Draft]]:
         """The drafter's offers and the policy's plan for a step in which lanes may draft."""
-        drafter = self.drafter(controls.drafter)
         # A free drafter is asked for one token more than may be sent: its prediction of the
         # token after the last draft, for the shadow check. Its proposals cost nothing, so they
         # are made before the plan, which weighs what each was matched on.

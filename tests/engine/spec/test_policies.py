@@ -451,6 +451,9 @@ def test_looks_that_send_nothing_and_save_less_than_they_take_come_further_apart
     assert skipped.startswith("goodput: B=16, no look this step") and "took 0.300 ms" in skipped
     # Each batch size learns its own pace: at 2 lanes the first look is at once.
     assert policy.idle([0, 1], controls, CURVE) is None
+    # Back at 16 lanes, the change of batch brings a look at once, and the pace goes on: the
+    # next look, if this one sends nothing, LOOK_MAX steps later.
+    assert _looks(policy, lanes, controls, 10, look_ms=0.3)[0] == [0, 8]
     # Other policies always look.
     assert policy.idle(list(range(16)), Controls(policy="fixed", k=2), CURVE) is None
 
@@ -470,13 +473,27 @@ def test_a_look_that_sends_drafts_makes_looks_every_step_again():
 
 
 def test_looks_that_pay_are_never_spaced_even_when_one_sends_nothing():
-    """One copying lane: its plans save far more than a look takes, so a look with nothing on
-    offer (the copy paused) does not space the next one."""
+    """One copying lane among 16: its plans save far more than a look takes, so a look with
+    nothing on offer (the copy paused) does not space the next one."""
     stats = AcceptanceStats()
     _feed(stats, 0, "code-edit", 0.95)
     policy = SpeculationPolicy(stats)
     controls = Controls(policy="goodput")
+    others = [LaneView(i, "code-edit", 0) for i in range(1, 16)]
     offers = [16, 16, 0, 0, 16, 0, 16, 16]
-    seen = [_looks(policy, [LaneView(0, "code-edit", n)], controls, 1, look_ms=0.3)[0]
+    seen = [_looks(policy, [LaneView(0, "code-edit", n), *others], controls, 1, look_ms=0.3)
             for n in offers]
-    assert seen == [[0]] * len(offers)
+    assert [looked for looked, _ in seen] == [[0]] * len(offers)
+    assert [decisions[0].ks[0] > 0 for _, decisions in seen] == [n > 0 for n in offers]
+
+
+def test_within_the_budget_goodput_looks_every_step():
+    """At 4 lanes, T = 12: drafts are nearly free, so looks are never spaced, however little
+    they save."""
+    stats = AcceptanceStats()
+    for seq_id in range(4):
+        _feed(stats, seq_id, "chat", 0.0)
+    lanes = [LaneView(i, "chat", 4) for i in range(4)]
+    looked, decisions = _looks(SpeculationPolicy(stats), lanes, Controls(policy="goodput"), 20,
+                               look_ms=5.0)
+    assert looked == list(range(20)) and all(d.ks == [0] * 4 for d in decisions)
