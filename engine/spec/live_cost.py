@@ -10,14 +10,20 @@ decode shapes):
   did not: about half a millisecond a draft;
 - per group: lanes are attended in one call per query length, neighbouring lengths merged where
   padding their queries costs less than a call (attention.py), so a distinct draft count can add
-  a call per layer: about 6 ms a group in fp32, 1.5-2 ms in bf16 (16 lanes, ctx 300-400).
+  a call per layer: about 6 ms a group in fp32, 1.5-2 ms in bf16 (16 lanes, ctx 300-400). The
+  calibrated shapes already hold the call of one lane drafting among lanes that do not, so only
+  the lengths beyond those are counted (extra_groups).
 Goodput weighs a draft's cost against the whole step's, so all three matter: without the first
 every step looks cheaper than it is and drafts look dearer; without the others deep or uneven
 drafts look cheap.
 
 The excess of each decode step over the calibrated shapes is fitted as per_lane * B + per_draft *
-D + per_group * (G - 1) by decayed least squares (D drafted tokens, G distinct query lengths), the draft and
-group terms shrunk slightly towards zero; they stay zero until steps with drafts are seen.
+D + per_group * extra_groups by decayed least squares (D drafted tokens), the draft and group terms
+shrunk slightly towards zero; they stay zero until steps with drafts are seen. Counted as G - 1 (G
+distinct query lengths), every step in which one lane of two drafted had a group, so the group
+term could take up what its drafts took beyond the shapes: in chat at 2 lanes, where goodput's
+drafting steps were deep ones, it came to 1-5 ms, a lone lane's two drafts were planned at +2-5 ms
+against +1.1 measured (fixed 2), and goodput drafted deep or not at all.
 The per-lane term may come out negative: the machine can be faster now than when it was
 calibrated (CPU speed here swings by 1.5x). Held at zero, it left steps without drafts planned
 20 ms too slow at B=8 in chat, and the fit then explained the drafting steps' excess with that
@@ -39,15 +45,24 @@ class Overhead:
     per_draft_ms: float = 0.0
     per_group_ms: float = 0.0
 
-    def ms(self, lanes: int, drafts: float, groups: int = 1) -> float:
+    def ms(self, lanes: int, drafts: float, groups: int) -> float:
         return (self.per_lane_ms * lanes + self.per_draft_ms * drafts
-                + self.per_group_ms * max(0, groups - 1))
+                + self.per_group_ms * extra_groups(lanes, drafts, groups))
 
 
 def query_groups(ks: list[int]) -> int:
     """Distinct query lengths of decoding lanes drafting `ks` (one per distinct 1 + k): the
-    attention calls per layer before merging, a feature the fit prices from what steps took."""
+    attention calls per layer before merging."""
     return len(set(ks))
+
+
+def extra_groups(lanes: int, drafts: float, groups: int) -> int:
+    """Query lengths beyond those of the calibrated decode shape of `lanes` lanes and `drafts`
+    drafts, which times one lane drafting among lanes that do not: two lengths where a lane
+    drafts, one without drafts or for a lone lane. The feature the fit prices. Lanes drafting
+    alike have a length fewer, but counted 0, not -1: a step that took less than its shape
+    would then price every extra call dearer."""
+    return max(0, groups - (2 if drafts and lanes > 1 else 1))
 
 
 class LiveOverhead:
@@ -59,7 +74,7 @@ class LiveOverhead:
         self.decay = decay
         # Plain lists, not numpy: this 3 x 3 fit runs every step, and numpy's per-call cost
         # made it 0.2 ms of the step in the running engine (0.04 ms now).
-        self._xx = [[0.0] * 3 for _ in range(3)]  # decayed sums of x x^T, x = (B, D, G - 1)
+        self._xx = [[0.0] * 3 for _ in range(3)]  # decayed sums of x x^T, x = (B, D, extra groups)
         self._xy = [0.0] * 3                      # decayed sums of x * excess
 
     def observe(self, ks: list[int], excess_ms: float) -> None:
@@ -67,7 +82,7 @@ class LiveOverhead:
         calibrated shapes."""
         if not ks:
             return
-        x = (len(ks), sum(ks), query_groups(ks) - 1)
+        x = (len(ks), sum(ks), extra_groups(len(ks), sum(ks), query_groups(ks)))
         for i, row in enumerate(self._xx):
             self._xy[i] = self._xy[i] * self.decay + x[i] * excess_ms
             for j in range(3):
@@ -80,7 +95,7 @@ class LiveOverhead:
         free = [0, 1, 2]
         while free:  # least squares; a draft or group term that comes out negative is held at 0
             # The ridge keeps the system positive definite while a term's feature has never
-            # been non-zero (no drafts yet: D = G - 1 = 0); B >= 1 always.
+            # been non-zero (no drafts yet: D = extra groups = 0); B >= 1 always.
             ridge = {i: self.RIDGE * self._xx[i][i] + 1e-6 for i in free if i > 0}
             system = [[self._xx[i][j] + (ridge.get(i, 0.0) if i == j else 0.0) for j in free]
                       for i in free]

@@ -7,7 +7,7 @@ import pytest
 from engine.controls import Controls
 from engine.spec.acceptance import AcceptanceStats
 from engine.spec.calibration import Calibration
-from engine.spec.live_cost import LiveOverhead, Overhead, query_groups
+from engine.spec.live_cost import LiveOverhead, Overhead, extra_groups, query_groups
 from engine.spec.policies import MIN_CURVE_SHARE, LaneView, SpeculationPolicy
 
 
@@ -17,15 +17,40 @@ def test_per_lane_per_draft_and_per_group_excess_are_told_apart():
     rng = random.Random(0)
     for _ in range(80):                               # 6 ms a lane, 0.5 a draft, 3 a group
         ks = [rng.choice((0, 1, 2, 4, 8)) for _ in range(rng.randint(2, 8))]
-        overhead.observe(ks, 6.0 * len(ks) + 0.5 * sum(ks) + 3.0 * (query_groups(ks) - 1))
+        extra = extra_groups(len(ks), sum(ks), query_groups(ks))
+        overhead.observe(ks, 6.0 * len(ks) + 0.5 * sum(ks) + 3.0 * extra)
     fitted = overhead.estimate()
     assert fitted.per_lane_ms == pytest.approx(6.0, abs=0.2)  # the ridge pulls a little
     assert fitted.per_draft_ms == pytest.approx(0.5, abs=0.15)
     assert fitted.per_group_ms == pytest.approx(3.0, abs=0.5)
     assert fitted.ms(16, 10, 3) == pytest.approx(16 * fitted.per_lane_ms
                                                  + 10 * fitted.per_draft_ms
-                                                 + 2 * fitted.per_group_ms)
+                                                 + 1 * fitted.per_group_ms)
     assert query_groups([0, 2, 2, 5]) == 3
+
+
+def test_only_query_lengths_beyond_the_calibrated_shape_count():
+    """The shapes time one lane drafting among lanes that do not: two query lengths."""
+    assert extra_groups(4, 0, 1) == 0             # no drafts: one length, as calibrated
+    assert extra_groups(1, 5, 1) == 0             # a lone lane drafting
+    assert extra_groups(4, 3, 2) == 0             # one lane drafting among others
+    assert extra_groups(4, 5, 3) == 1             # two draft counts among others
+    assert extra_groups(4, 8, 1) == 0             # every lane drafting alike: not below
+
+
+def test_a_lone_drafting_lane_cost_is_not_taken_for_a_group():
+    """Two lanes, one drafting deep now and then, each such step 4 ms past the shapes whatever
+    its depth (a stair the calibration placed elsewhere). Every such step has one lane drafting
+    among one that does not, the calibrated case, so the group term cannot take those 4 ms, and
+    a lone lane's two drafts are not planned at 4 ms or more."""
+    overhead = LiveOverhead(decay=0.95)
+    rng = random.Random(1)
+    for _ in range(60):
+        k = rng.choice((0, 0, 0, 8, 12, 16))
+        overhead.observe([k, 0], 4.0 if k else 0.0)
+    fitted = overhead.estimate()
+    assert fitted.per_group_ms == pytest.approx(0.0, abs=0.05)
+    assert fitted.ms(2, 2, 2) < 1.5
 
 
 def test_without_drafts_the_excess_is_all_per_lane_and_follows_recent_steps():
