@@ -435,15 +435,19 @@ def _looks(policy, lanes, controls, steps, look_ms, curve=CURVE):
     return looked, decisions
 
 
-def test_looks_that_send_nothing_and_save_less_than_they_take_come_further_apart():
-    """16 lanes past the knee, with drafts accepted a tenth of the time: no plan sends any, so
-    each look (0.3 ms) saves nothing, and the looks come 2, 4, then LOOK_MAX steps apart."""
+def _poor_chat_lanes():
+    """16 chat lanes past the knee (T = 12) whose drafts are accepted a tenth of the time."""
     stats = AcceptanceStats()
     for seq_id in range(16):
         _feed(stats, seq_id, "chat", 0.1)
-    policy = SpeculationPolicy(stats)
     lanes = [LaneView(i, "chat", 4) for i in range(16)]
-    controls = Controls(policy="goodput", min_acceptance=0.0)
+    return stats, SpeculationPolicy(stats), lanes, Controls(policy="goodput", min_acceptance=0.0)
+
+
+def test_looks_that_send_nothing_and_save_less_than_they_take_come_further_apart():
+    """16 lanes past the knee, with drafts accepted a tenth of the time: no plan sends any, so
+    each look (0.3 ms) saves nothing, and the looks come 2, 4, then LOOK_MAX steps apart."""
+    stats, policy, lanes, controls = _poor_chat_lanes()
     looked, decisions = _looks(policy, lanes, controls, 40, look_ms=0.3)
     assert looked == [0, 2, 6, 14, 22, 30, 38] and LOOK_MAX == 8
     assert all(d.ks == [0] * 16 for d in decisions)
@@ -459,12 +463,7 @@ def test_looks_that_send_nothing_and_save_less_than_they_take_come_further_apart
 
 
 def test_a_look_that_sends_drafts_makes_looks_every_step_again():
-    stats = AcceptanceStats()
-    for seq_id in range(16):
-        _feed(stats, seq_id, "chat", 0.1)
-    policy = SpeculationPolicy(stats)
-    lanes = [LaneView(i, "chat", 4) for i in range(16)]
-    controls = Controls(policy="goodput", min_acceptance=0.0)
+    stats, policy, lanes, controls = _poor_chat_lanes()
     assert _looks(policy, lanes, controls, 7, look_ms=0.3)[0] == [0, 2, 6]
     _feed(stats, 0, "chat", 1.0, steps=40)  # lane 0 starts copying
     looked, decisions = _looks(policy, lanes, controls, 10, look_ms=0.3)
