@@ -82,7 +82,8 @@ class LiveOverhead:
         calibrated shapes."""
         if not ks:
             return
-        x = (len(ks), sum(ks), extra_groups(len(ks), sum(ks), query_groups(ks)))
+        drafts = sum(ks)
+        x = (len(ks), drafts, extra_groups(len(ks), drafts, query_groups(ks)))
         for i, row in enumerate(self._xx):
             self._xy[i] = self._xy[i] * self.decay + x[i] * excess_ms
             for j in range(3):

@@ -285,15 +285,14 @@ class SpeculationPolicy:
         """Whether goodput skips this step's look: never within the budget, and not after a
         change of batch size: lanes came or went, and one that came may be about to copy (an
         agent back from a tool call goes on from what it read)."""
-        pace, changed = self._pace(batch), batch != self._batch
-        self._batch = batch
-        if batch <= budget or changed or not pace.skip:
-            pace.skip = 0
-            return False
+        changed, self._batch = batch != self._batch, batch
+        pace = self._looks.get(batch)
+        if batch <= budget or changed or pace is None or not pace.skip:
+            return False  # the look that follows sets the pace's skip anew (`looked`)
         pace.skip -= 1
         return True
 
-    def _pace(self, batch: int) -> "LookPace":
+    def _pace(self, batch: int) -> LookPace:
         pace = self._looks.get(batch)
         if pace is None:
             pace = self._looks[batch] = LookPace()
@@ -438,10 +437,10 @@ class SpeculationPolicy:
         odds = (f" at mean p(1st)={sum(r.first for r in offered) / len(offered):.2f} "
                 f"p(2nd)={sum(r.hit(2) for r in offered) / len(offered):.2f}" if offered else "")
         # the decision first: the Decisions pane shows as much of a reason as fits
+        ms = step_ms(ks)
         reason = (f"goodput: B={batch} T={budget} -> sum k={sum(ks)}, {tokens:.1f} tok in "
-                  f"{step_ms(ks):.1f} ms; {len(offered)} lane(s) planned{odds}")
-        saved_ms = (tokens - batch) / value - (step_ms(ks) - plans[0][1])
-        return ks, reason, saved_ms
+                  f"{ms:.1f} ms; {len(offered)} lane(s) planned{odds}")
+        return ks, reason, (tokens - batch) / value - (ms - plans[0][1])
 
 
 def _order_is_done(best: float, tokens: float, left: float, gain: float, value: float,
