@@ -53,6 +53,11 @@ CALL_COST_PAIRS = 3000
 GATHER_COST_PAIRS = 5
 # Least query rows a KV head (query heads per KV head x queries) for a bf16 call to be matmuls.
 MATMUL_MIN_ROWS = 12
+# Least scores a KV head (lanes x rows x keys) for matmuls: below it their fixed cost (keys and
+# values copied contiguous, the keys padded to KEY_BUCKET, five ops to SDPA's one) outweighs
+# SDPA's slower arithmetic. Timed alone, 2 lanes of 4 queries over 70 keys took SDPA 39 us and
+# matmuls 76; 16 lanes of 4 over 130 keys, 298 and 242 (the log, machine A, stop 44).
+MATMUL_MIN_SCORES = 12_000
 # Least lanes: a lone lane's call (one lane drafting among lanes that do not) is cheaper in SDPA
 # at every length, its keys not copied contiguous for two oneDNN calls (ctx 384: 71 us against
 # 107 at 5 queries, 145 against 150 at 17); from two lanes of 17 queries matmuls win.
@@ -156,9 +161,10 @@ def plan_attention(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens
             entries = [(cu[i], q_lens[i], ctx_list[i], i) for i in call.lanes]
         q_len = max(q for _, q, _, _ in entries)
         ctx = max(c for _, _, c, _ in entries)
+        scores = len(entries) * group_size * q_len * ctx
         matmul = (may_matmul and group_size * q_len >= MATMUL_MIN_ROWS
                   and len(entries) >= MATMUL_MIN_LANES
-                  and len(entries) * group_size * q_len * ctx <= MATMUL_MAX_SCORES)
+                  and MATMUL_MIN_SCORES <= scores <= MATMUL_MAX_SCORES)
         if matmul:
             ctx = -(-ctx // KEY_BUCKET) * KEY_BUCKET
         max_blocks = -(-ctx // block_size)

@@ -59,8 +59,9 @@ DECODE_DRAFTS = (1, 2, 4, 8, 16)  # drafts of one lane in each batch shape
 # matmul attention only where timed faster than SDPA on this CPU.
 # 9: a batch with drafts paired with the same batch without them; points whose ratios still
 # scatter after the rounds are re-timed. 10: bf16 linear weights prepacked for oneDNN (model.py),
-# a flatter curve on CPUs with bf16 dot instructions.
-VERSION = 10
+# a flatter curve on CPUs with bf16 dot instructions. 11: bf16 matmul attention only for calls
+# of MATMUL_MIN_SCORES scores or more (small calls, two lanes drafting at 64 keys, keep SDPA).
+VERSION = 11
 # A point is re-timed while its median ratio's standard error exceeds this share of it, for at
 # most EXTRA_ROUNDS x the rounds asked for in all: on a 2-core AVX2 EPYC (fp32) two in three points
 # still scattered by more after five rounds, and two calibrations in a row priced a lane's first

@@ -175,6 +175,7 @@ def test_bf16_calls_of_many_rows_are_matmuls_where_the_cpu_does_them_faster(
     agree with the fp64 textbook on the same bf16 inputs to bf16's precision."""
     monkeypatch.setattr("engine.attention.cpu_has_fast_bf16", lambda: fast_bf16)
     monkeypatch.setattr("engine.attention.matmuls_beat_sdpa", lambda: matmuls_win)
+    monkeypatch.setattr("engine.attention.MATMUL_MIN_SCORES", 0)  # these calls are small
     q_lens = [1, 3, 6, 2, 17, 3, 4, 9, 4, 17, 6]  # one call a length; 3 query heads a KV head
     ctx = [2, 9, 40, 6, 30, 13, 70, 50, 20, 25, 33]
     q, k_cache, v_cache, tables, bt, cu, ctx_lens = _lanes(q_lens, ctx, nblocks=128)
@@ -191,13 +192,19 @@ def test_bf16_calls_of_many_rows_are_matmuls_where_the_cpu_does_them_faster(
     torch.testing.assert_close(got.double(), want, atol=3e-2, rtol=3e-2)
 
 
-def test_a_call_too_large_for_its_scores_keeps_sdpa(monkeypatch):
+@pytest.mark.parametrize("least, most, matmuls", (
+    (0, 2 * 3 * 17 * 30 - 1, [(5, True), (17, False)]),   # too large for its scores
+    (2 * 3 * 5 * 30 + 1, 1 << 21, [(5, False), (17, True)]),  # too small
+    (2 * 3 * 5 * 30, 2 * 3 * 17 * 30, [(5, True), (17, True)])))
+def test_only_calls_of_a_middling_count_of_scores_are_matmuls(monkeypatch, least, most, matmuls):
+    """Scores a KV head: lanes x query rows x keys (the longest context, before padding)."""
     monkeypatch.setattr("engine.attention.cpu_has_fast_bf16", lambda: True)
     monkeypatch.setattr("engine.attention.matmuls_beat_sdpa", lambda: True)
-    monkeypatch.setattr("engine.attention.MATMUL_MAX_SCORES", 3 * 17 * 30 - 1)
+    monkeypatch.setattr("engine.attention.MATMUL_MIN_SCORES", least)
+    monkeypatch.setattr("engine.attention.MATMUL_MAX_SCORES", most)
     q, k_cache, v_cache, tables, bt, cu, ctx_lens = _lanes([17, 5, 5, 17], [30, 30, 30, 15])
     plan = plan_attention(bt, cu, ctx_lens, 4, 3, torch.bfloat16, call_cost_pairs=0)
-    assert [(g.q_len, g.matmul) for g in plan.groups] == [(5, True), (17, False)]
+    assert [(g.q_len, g.matmul) for g in plan.groups] == matmuls
 
 
 def test_the_faster_of_two_calls_is_told_by_a_clear_margin():
