@@ -67,6 +67,14 @@ def extra_groups(lanes: int, drafts: float, groups: int) -> int:
 
 class LiveOverhead:
     RIDGE = 1e-3  # relative shrinkage of the draft and group terms towards zero
+    # The draft and group terms are trusted as far as recent steps back them: each is scaled by
+    # e / (e + EVIDENCE), e being the decayed sum of its feature squared, so that while no
+    # drafts are sent they fade back to the calibrated shapes. Held as fitted, one slow drafting
+    # step (the first at a new shape) kept its cost for good, and each faster step without drafts
+    # after it raised that: at code-edit B=16 goodput planned a draft at +1.5 ms from then on,
+    # sent none, and ran at off's 509 tok/s where it otherwise ran 560-620. (A prior in the fit
+    # itself moves the terms' cost to the per-lane term: lanes and query lengths grow together.)
+    EVIDENCE = 4.0
 
     def __init__(self, decay: float = 0.95) -> None:
         if not 0.0 < decay < 1.0:
@@ -105,7 +113,8 @@ class LiveOverhead:
             bounded = [value if i > 0 else 0.0 for i, value in zip(free, solved)]
             if min(bounded) >= 0:
                 for i, value in zip(free, solved):
-                    terms[i] = value
+                    seen = self._xx[i][i]
+                    terms[i] = value if i == 0 else value * seen / (seen + self.EVIDENCE)
                 break
             free.pop(bounded.index(min(bounded)))
         return Overhead(*terms)

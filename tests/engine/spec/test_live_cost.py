@@ -12,7 +12,7 @@ from engine.spec.policies import MIN_CURVE_SHARE, LaneView, SpeculationPolicy
 
 
 def test_per_lane_per_draft_and_per_group_excess_are_told_apart():
-    overhead = LiveOverhead(decay=0.9)
+    overhead = LiveOverhead(decay=0.95)
     assert overhead.estimate() == Overhead()          # nothing seen: plan on the curve alone
     rng = random.Random(0)
     for _ in range(80):                               # 6 ms a lane, 0.5 a draft, 3 a group
@@ -53,6 +53,19 @@ def test_a_lone_drafting_lane_cost_is_not_taken_for_a_group():
     assert fitted.ms(2, 2, 2) < 1.5
 
 
+def test_a_slow_drafting_step_is_forgotten_while_no_drafts_are_sent():
+    """16 lanes: the first steps run slow (new shapes), among them one that drafts 3, then steps
+    without drafts run 8 ms faster. The fit first blames the drafts, but with no drafting step
+    since, its draft term fades back to the shapes, or the plan would price drafts out for good."""
+    overhead = LiveOverhead()
+    for ks, excess in (([0] * 16, 10.0), ([0] * 16, 10.0), ([1, 1, 1] + [0] * 13, 17.0)):
+        overhead.observe(ks, excess)
+    assert overhead.estimate().per_draft_ms > 0.5
+    for _ in range(80):
+        overhead.observe([0] * 16, excess_ms=2.0)
+    assert overhead.estimate().per_draft_ms < 0.25  # held, it came to 5 ms
+
+
 def test_without_drafts_the_excess_is_all_per_lane_and_follows_recent_steps():
     overhead = LiveOverhead(decay=0.5)
     for _ in range(20):
@@ -72,7 +85,7 @@ def test_a_machine_faster_than_its_calibration_still_pays_for_its_drafts():
         overhead.observe([0] * 7 + [6], excess_ms=-2.0)
     fitted = overhead.estimate()
     assert fitted.per_lane_ms == pytest.approx(-2.5, abs=0.05)
-    assert fitted.ms(8, 6, 2) == pytest.approx(-2.0, abs=0.2)
+    assert fitted.ms(8, 6, 2) == pytest.approx(-2.0, abs=0.3)
     assert fitted.per_draft_ms > 0
 
 
