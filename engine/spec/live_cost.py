@@ -19,7 +19,8 @@ drafts look cheap.
 
 The excess of each decode step over the calibrated shapes is fitted as per_lane * B + per_draft *
 D + per_group * extra_groups by decayed least squares (D drafted tokens), the draft and group terms
-shrunk slightly towards zero; they stay zero until steps with drafts are seen. Counted as G - 1 (G
+shrunk slightly towards zero; they stay zero until steps with drafts are seen, and fade back to zero
+as those steps age without new ones (LiveOverhead.EVIDENCE). Counted as G - 1 (G
 distinct query lengths), every step in which one lane of two drafted had a group, so the group
 term could take up what its drafts took beyond the shapes: in chat at 2 lanes, where goodput's
 drafting steps were deep ones, it came to 1-5 ms, a lone lane's two drafts were planned at +2-5 ms
