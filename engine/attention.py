@@ -28,8 +28,9 @@ took 1.6x the matmuls' time for 4 lanes of 17 queries in live code-edit decoding
 against 423, ctx ~340), 1.13x for 4 lanes of 5. On a 2-core Xeon with AMX it was the other way
 at every shape tried (the matmuls 1.1-1.9x SDPA's time, 2-8 lanes of 3-17 queries, 64-512 keys),
 and with SDPA alone goodput decoded code edits at 8 lanes 6 % faster, fixed K=8 11 %. With fewer
-rows the two are alike, and for a lone lane SDPA is faster at every length, so those calls keep
-SDPA and its cheaper gather of blocks."""
+rows the two are alike, for a lone lane SDPA is faster at every length, and a small call (two
+lanes of a few queries over a chat's short context) pays the matmuls' fixed cost for too little
+arithmetic, so those calls keep SDPA and its cheaper gather of blocks."""
 from __future__ import annotations
 
 import functools
