@@ -395,11 +395,11 @@ def calibrate_or_load(loaded, eps: float = 0.10,
         cached = load_cached(device, key, dtype, eps)
         if cached is not None:
             return cached
-    longest = max(QUERY_SIZES)
-    if not 1 <= context <= longest_context(loaded.config):
-        raise SwarmscopeError(f"calibration context must be 1..{longest_context(loaded.config)}"
-                              f" tokens for {loaded.name} (its {loaded.config.max_position} "
-                              f"positions less the {longest} query tokens timed), got {context}")
+    longest, most = max(QUERY_SIZES), longest_context(loaded.config)
+    if not 1 <= context <= most:
+        raise SwarmscopeError(f"calibration context must be 1..{most} tokens for {loaded.name} "
+                              f"(its {loaded.config.max_position} positions less the {longest} "
+                              f"query tokens timed), got {context}")
     # Room for every shape: one lane of context + the longest query beside 15 lanes of context
     # + 1, in blocks of 16 tokens.
     block, lanes = 16, max(BATCH_SHAPES)
