@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from engine.sampling import greedy_tokens
+
 
 @dataclass(slots=True)
 class LaneInput:
@@ -39,6 +41,18 @@ class LaneInput:
 class ForwardOutput:
     logits: list[torch.Tensor]  # per lane: [logits_rows, vocab], float32
     pad: list[int] = field(default_factory=list)  # per lane: padded slots wasted (padded layout)
+    rows: torch.Tensor | None = None  # every lane's logits rows in one tensor (None: not kept)
+
+    def greedy(self) -> list[list[int]]:
+        """Each lane's rows' highest-scoring tokens, from one argmax over all the rows: one per
+        lane cost each decoding lane a call and a copy to the host (a wait on a GPU), 0.15 ms
+        a step at 16 lanes on the 2-core CPU."""
+        tokens = greedy_tokens(self.rows if self.rows is not None else torch.cat(self.logits))
+        lanes, start = [], 0
+        for logits in self.logits:
+            lanes.append(tokens[start:start + logits.shape[0]])
+            start += logits.shape[0]
+        return lanes
 
     @classmethod
     def make_dummy(cls, rows: tuple[int, ...] = (1, 3), vocab: int = 16) -> "ForwardOutput":

@@ -74,7 +74,7 @@ class ModelRunner:
         logits = self.model(torch.tensor(ids, dtype=torch.int64, device=dev), meta, self.kv,
                             torch.tensor(logit_rows, dtype=torch.int64, device=dev))
         return ForwardOutput(logits=list(logits.split([lane.logits_rows for lane in lanes])),
-                             pad=[max(q_len, width) - q_len for q_len in q_lens])
+                             pad=[max(q_len, width) - q_len for q_len in q_lens], rows=logits)
 
     def _reserve(self, lanes: list[LaneInput]) -> None:
         """Allocate KV room for every lane up to its end_pos, all or nothing."""

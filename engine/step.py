@@ -112,12 +112,14 @@ class StepExecutor:
             out = self.runner.forward(self._lanes(scheduled, fed, decoding, by_seq), controls.ragged)
 
         lanes, results = [], {}
+        greedy = out.greedy() if any(seq.sampling.greedy for seq in decode_seqs) else None
         for index, ((seq, n), dec) in enumerate(zip(scheduled, decoding)):
             if not dec:
                 seq.num_cached += n
                 continue
             draft = by_seq[seq.seq_id]
-            verdict = self._verify(seq, draft, out.logits[index])
+            verdict = (verify_greedy(draft.tokens, greedy[index]) if seq.sampling.greedy else
+                       self._verify_sampled(seq, draft, out.logits[index]))
             ctx = len(seq.token_ids)
             result = self._commit(seq, n, draft, verdict)
             results[seq.seq_id] = result
@@ -189,10 +191,8 @@ class StepExecutor:
                                    1 + len(extra) if dec else 0))
         return lanes
 
-    def _verify(self, seq: Sequence, draft: Draft, logits) -> Verdict:
+    def _verify_sampled(self, seq: Sequence, draft: Draft, logits) -> Verdict:
         # logits: [1 + k, vocab]
-        if seq.sampling.greedy:
-            return verify_greedy(draft.tokens, logits)
         sampler = self._samplers.get(seq.seq_id)
         if sampler is None:  # a sampler seeds a generator: made once per lane, not per step
             sampler = self._samplers[seq.seq_id] = LaneSampler(seq.sampling)

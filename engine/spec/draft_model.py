@@ -22,7 +22,6 @@ from engine.errors import KVCacheFull, ModelLoadError
 from engine.forward_batch import LaneInput
 from engine.kv_cache import PagedKVCache
 from engine.runner import ModelRunner
-from engine.sampling import greedy_tokens
 from engine.sequence import Sequence
 from engine.spec.drafters import Draft
 
@@ -107,9 +106,9 @@ class DraftModelDrafter:
                         self._drafted_from[seqs[i].seq_id] = len(seqs[i].token_ids)
                 passes += 1
                 next_lanes = []
-                for lane, logits in zip(lanes, out.logits):  # logits: [1, vocab]
+                for lane, tokens in zip(lanes, out.greedy()):  # one row's token a lane
                     i = index[lane.seq_id]
-                    drafts[i].append(greedy_tokens(logits[-1:])[0])
+                    drafts[i].append(tokens[-1])
                     if len(drafts[i]) < ks[i]:
                         next_lanes.append(LaneInput(lane.seq_id, [drafts[i][-1]], lane.end_pos, 1))
                 lanes = next_lanes

@@ -15,8 +15,6 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.sampling import greedy_tokens
-
 
 @dataclass(slots=True)
 class Verdict:
@@ -37,11 +35,11 @@ class Verdict:
         return cls(accepted=accepted, tokens=list(range(10, 11 + accepted)))
 
 
-def verify_greedy(draft: list[int], logits: torch.Tensor) -> Verdict:
-    """Accept drafts while each equals the target's argmax, then add the target's own token."""
-    # logits: [len(draft) + 1, vocab]; row j scores the token after draft[:j]
-    assert logits.dim() == 2 and logits.shape[0] == len(draft) + 1, (logits.shape, len(draft))
-    target = greedy_tokens(logits)  # [len(draft) + 1]
+def verify_greedy(draft: list[int], target: list[int]) -> Verdict:
+    """Accept drafts while each equals the target's argmax, then add the target's own token.
+    `target[j]`: the target's greedy token after draft[:j] (sampling.greedy_tokens of its
+    logits rows)."""
+    assert len(target) == len(draft) + 1, (len(target), len(draft))
     accepted = 0
     while accepted < len(draft) and draft[accepted] == target[accepted]:
         accepted += 1

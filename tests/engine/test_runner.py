@@ -63,6 +63,16 @@ def test_packed_equals_padded_equals_one_lane_at_a_time(tiny_model64, make_runne
     assert [t.shape[0] for t in results["packed"]] == [2, 1, 4, 2]
 
 
+def test_greedy_tokens_of_a_pass_are_each_lanes_rows_argmax(tiny_model64, make_runner):
+    runner = make_runner(tiny_model64)
+    _prefill(runner, range(4), UPTO)
+    out = runner.forward(_mixed_step(UPTO))
+    assert [len(rows) for rows in out.greedy()] == [len(logits) for logits in out.logits]
+    assert out.greedy() == [logits.argmax(-1).tolist() for logits in out.logits]
+    out.rows = None  # lanes' logits alone, as a drafter's or a test's output may come
+    assert out.greedy() == [logits.argmax(-1).tolist() for logits in out.logits]
+
+
 def test_chunked_prefill_equals_whole_prefill(tiny_model64, make_runner):
     ids = PROMPTS[3]
     whole = make_runner(tiny_model64).forward([LaneInput(3, ids, 0, len(ids))]).logits[0]

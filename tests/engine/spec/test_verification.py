@@ -6,30 +6,23 @@ from engine.spec.verification import Verdict, verify_greedy, verify_sampled
 VOCAB = 8
 
 
-def _logits_for(targets: list[int]) -> torch.Tensor:
-    logits = torch.zeros(len(targets), VOCAB)  # [rows, vocab]
-    for row, token in enumerate(targets):
-        logits[row, token] = 5.0
-    return logits
-
-
 def test_greedy_perfect_match_takes_every_draft_and_the_bonus():
-    verdict = verify_greedy([3, 1, 4], _logits_for([3, 1, 4, 6]))
+    verdict = verify_greedy([3, 1, 4], [3, 1, 4, 6])
     assert verdict == Verdict(accepted=3, tokens=[3, 1, 4, 6])
     assert verdict.bonus == 6
 
 
 def test_greedy_early_mismatch_keeps_the_prefix_and_corrects():
-    verdict = verify_greedy([3, 1, 4], _logits_for([3, 2, 4, 6]))
+    verdict = verify_greedy([3, 1, 4], [3, 2, 4, 6])
     assert verdict == Verdict(accepted=1, tokens=[3, 2])
 
 
 def test_greedy_first_draft_wrong_commits_only_the_target_token():
-    assert verify_greedy([5, 1], _logits_for([2, 1, 0])) == Verdict(accepted=0, tokens=[2])
+    assert verify_greedy([5, 1], [2, 1, 0]) == Verdict(accepted=0, tokens=[2])
 
 
 def test_greedy_empty_draft_is_plain_decoding():
-    assert verify_greedy([], _logits_for([7])) == Verdict(accepted=0, tokens=[7])
+    assert verify_greedy([], [7]) == Verdict(accepted=0, tokens=[7])
 
 
 def _chi_square(counts: torch.Tensor, probs: torch.Tensor) -> float:
