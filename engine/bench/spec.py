@@ -21,7 +21,12 @@ least `--repeats` rounds and enough to serve 16 distinct prompts, so small B is 
 few prompts' luck, nor B = 16 on one set of sixteen lanes (with bf16 drift, one lane falling into
 a loop that lookup drafts perfectly can move a policy's cell by 6 %); each cell is the tokens and
 time of all rounds together. Each policy keeps its state across rounds, as in a running engine;
-the first round starts it cold."""
+the first round starts it cold.
+
+In bf16 each policy's batch shapes give it a text of its own, the same every run for a fixed K,
+and a text that falls into a loop hands its policy more to copy: each policy's text is scored for
+how much of it lookup proposes right (`copyable`), so that a lead won by a luckier text shows as
+one."""
 from __future__ import annotations
 
 import json
@@ -34,6 +39,7 @@ from engine.controls import ADAPTIVE_CAP, Controls
 from engine.kv_cache import PagedKVCache
 from engine.runner import ModelRunner
 from engine.sequence import Sequence
+from engine.spec.prompt_lookup import NGRAM_SIZES, NgramIndex
 from engine.step import StepExecutor
 
 # (label, policy, K): K is the fixed policy's drafts per lane and the adaptive policies' cap. The
@@ -154,7 +160,8 @@ def _measure(loaded, calibration, workload, prompts, batch, max_new, repeats,
     kv = PagedKVCache(loaded.config, (requests + len(policies) * batch) * lane_blocks, 16,
                       loaded.model.dtype, loaded.model.device)
     runner = ModelRunner(loaded.model, kv)
-    # a round's [ms, steps, emitted, drafted, accepted, tokens agreeing with off, tokens compared]
+    # a round's [ms, steps, emitted, drafted, accepted, tokens agreeing with off, tokens compared,
+    # output tokens lookup proposes right, output tokens]
     per_round = {label: [] for label, _, _ in policies}
     # One executor per policy for all rounds: like a running engine, a policy meets each round's
     # new lanes knowing what it learned of their category and of the step cost.
@@ -173,11 +180,14 @@ def _measure(loaded, calibration, workload, prompts, batch, max_new, repeats,
             common = sorted(outputs[label].keys() & outputs["off"].keys())
             counts[label] += agreement([outputs[label][r] for r in common],
                                        [outputs["off"][r] for r in common])
+            served_here = sorted(outputs[label])
+            counts[label] += copyable([served.prompt(r) for r in served_here],
+                                      [outputs[label][r] for r in served_here])
             per_round[label].append(counts[label])
         served.release()
     rows = []
     for label, _, _ in policies:
-        ms, steps, emitted, drafted, accepted, agreed, compared = (
+        ms, steps, emitted, drafted, accepted, agreed, compared, right, written = (
             sum(column) for column in zip(*per_round[label]))
         rows.append({"workload": workload, "B": batch, "policy": label,
                      "tokens_per_s": round(emitted / ms * 1e3, 1), "tokens": emitted,
@@ -185,7 +195,8 @@ def _measure(loaded, calibration, workload, prompts, batch, max_new, repeats,
                      "tokens_per_step": round(emitted / steps / batch, 2),
                      "round_tokens_per_s": [round(e / m * 1e3, 1)
                                             for m, _, e, *_ in per_round[label]],
-                     "agrees_with_off": round(agreed / compared, 3) if compared else None})
+                     "agrees_with_off": round(agreed / compared, 3) if compared else None,
+                     "copyable": round(right / written, 3) if written else None})
     return rows
 
 
@@ -240,10 +251,13 @@ class _Requests:
         self._prefilled: dict[int, Sequence] = {}
         self._next_id = 0
 
+    def prompt(self, request: int) -> list[int]:
+        return self.encoded[(self.first + request) % len(self.encoded)]
+
     def lane(self, request: int) -> Sequence:
         base = self._prefilled.get(request)
         if base is None:
-            ids = self.encoded[(self.first + request) % len(self.encoded)]
+            ids = self.prompt(request)
             base = self._prefilled[request] = Sequence(
                 self._new_id(), list(ids), len(ids), max_new_tokens=self.max_new,
                 stop_ids=self.stop_ids, agent=request, cat=self.workload)
@@ -271,6 +285,24 @@ def agreement(outputs: list[list[int]], reference: list[list[int]]) -> list[int]
         agreed += next((i for i in range(span) if mine[i] != theirs[i]), span)
         compared += span
     return [agreed, compared]
+
+
+def copyable(prompts: list[list[int]], outputs: list[list[int]]) -> list[int]:
+    """[output tokens that prompt lookup, given the text before each, proposes right as its first
+    draft; output tokens], summed over requests: how much a policy's own text offers to copy.
+    In bf16 each policy writes a text of its own, and one whose text falls into a loop copies
+    more than its policy earns: in chat at 2 lanes fixed 2's text was 0.087 copyable, against
+    goodput's 0.067 and off's 0.064, from two of 32 requests (docs/PERFORMANCE.md, stop 45)."""
+    right = written = 0
+    for prompt, output in zip(prompts, outputs, strict=True):
+        index, text = NgramIndex(NGRAM_SIZES), list(prompt)
+        for token in output:
+            index.extend(text)
+            proposal, _ = index.continuation(text, 1)
+            right += proposal == [token]
+            text.append(token)
+        written += len(output)
+    return [right, written]
 
 
 def ratio_spread(rounds: list[float], reference: list[float]) -> float | None:
@@ -337,3 +369,13 @@ def _print_table(rows, calibration, policies) -> None:
           f"k={ADAPTIVE_CAP} unless labelled -K; ± is the standard error of the ratio over paired "
           "rounds; agree: the least share of any policy's tokens that equal off's before they "
           "first differ (1 where decoding is batch-shape invariant)")
+    print(f"\ncopyable text\n{'workload':10} {'B':>3} "
+          + " ".join(f"{name:>14}" for name in labels))
+    for workload, batch in keys:
+        cells = {r["policy"]: r for r in rows if r["workload"] == workload and r["B"] == batch}
+        print(f"{workload:10} {batch:3d} " + " ".join(
+            f"{'-' if cells[n]['copyable'] is None else format(cells[n]['copyable'], '.3f'):>14}"
+            for n in labels))
+    print("copyable: the share of a policy's own output tokens that prompt lookup, given the "
+          "text before each, proposes right as a first draft; where policies write texts of "
+          "their own (agree < 1), a text that falls into a loop gives its policy more to copy")

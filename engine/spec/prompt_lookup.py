@@ -25,6 +25,9 @@ from engine.sequence import Sequence
 from engine.spec.drafters import Draft
 
 
+NGRAM_SIZES = (4, 3, 2)  # the suffix lengths a lane's context is matched on, longest first
+
+
 @dataclass(slots=True)
 class NgramIndex:
     """n-gram -> end position (exclusive) of its latest occurrence that is not the context's tail."""
@@ -99,7 +102,7 @@ class PromptLookupDrafter:
     name = "lookup"
     free = True
 
-    def __init__(self, ngram_sizes: tuple[int, ...] = (4, 3, 2), max_k: int = 64) -> None:
+    def __init__(self, ngram_sizes: tuple[int, ...] = NGRAM_SIZES, max_k: int = 64) -> None:
         if not ngram_sizes or min(ngram_sizes) < 1:
             raise ValueError(f"ngram sizes must be >= 1, got {ngram_sizes}")
         self.ngram_sizes = tuple(sorted(set(ngram_sizes), reverse=True))

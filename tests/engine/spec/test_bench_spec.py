@@ -32,6 +32,7 @@ def test_bench_spec_smoke_json(tmp_path, monkeypatch, capsys):
         assert len(row["round_tokens_per_s"]) == rounds_for(row["B"], 2)
         assert min(row["round_tokens_per_s"]) > 0
         assert row["agrees_with_off"] == 1.0  # fp32: speculation never changes the output
+        assert 0.0 <= row["copyable"] <= 1.0
 
 
 def test_bench_spec_smoke_table(tmp_path, monkeypatch, capsys):
@@ -44,6 +45,11 @@ def test_bench_spec_smoke_table(tmp_path, monkeypatch, capsys):
     assert [line.split()[:2] for line in body] == [["code-edit", "1"], ["code-edit", "2"],
                                                    ["chat", "1"], ["chat", "2"]]
     assert "goodput/best" in lines[header]
+    texts = lines.index("copyable text")  # the same cells, each policy's share to copy
+    assert [line.split()[:2] for line in lines[texts + 2:texts + 6]] == [
+        line.split()[:2] for line in body]
+    assert all(0 <= float(share) <= 1 for line in lines[texts + 2:texts + 6]
+               for share in line.split()[2:])
     assert all(line.count("±") == 2 for line in body)  # rounds enough to decode 16 prompts
     verdicts = lines[lines.index("issue #3's targets (set for the default model in bf16 on a "
                                  "2-core CPU):") + 1:]
@@ -152,9 +158,19 @@ def test_agreement_counts_tokens_up_to_the_first_difference():
     assert agreement([[1, 9, 3], [5]], [[1, 2, 3], [6]]) == [1, 4]
 
 
-def _row(workload, batch, policy, rounds):
+def test_copyable_counts_the_output_tokens_lookup_proposes_right():
+    from engine.bench.spec import copyable
+
+    # (1, 2) occurred in the prompt: its continuation, 3, is proposed and right
+    assert copyable([[1, 2, 3, 4, 5]], [[1, 2, 3]]) == [1, 3]
+    assert copyable([[1, 2, 3, 4, 5]], [[6, 7, 8, 9]]) == [0, 4]  # nothing to copy
+    assert copyable([[5, 6, 7, 5, 6], [2]], [[7, 5, 6, 7], [1]]) == [4, 5]  # a loop, all of it
+
+
+def _row(workload, batch, policy, rounds, copyable=None):
     return {"workload": workload, "B": batch, "policy": policy,
-            "tokens_per_s": sum(rounds) / len(rounds), "round_tokens_per_s": rounds}
+            "tokens_per_s": sum(rounds) / len(rounds), "round_tokens_per_s": rounds,
+            "copyable": copyable}
 
 
 def test_targets_are_judged_with_the_cell_and_its_noise():
@@ -171,6 +187,17 @@ def test_targets_are_judged_with_the_cell_and_its_noise():
     assert judge([row for row in rows if row["policy"] != "fixed-2"])[0].startswith(
         "goodput >= 1x off")  # no third policy: nothing to be best of
     assert judge([row for row in rows if row["policy"] != "goodput"]) == []
+
+
+def test_a_verdict_says_how_much_each_text_offered_to_copy_where_they_differ():
+    rows = [_row("chat", 2, "off", [100, 100], 0.064), _row("chat", 2, "fixed-2", [110, 112], 0.087),
+            _row("chat", 2, "goodput", [106, 107], 0.067)]
+    best, off = judge(rows)
+    assert best == ("goodput >= 0.97x the best other policy at every B: missed at chat B=2 "
+                    "against fixed-2 0.959 ± 0.004 [copyable text: fixed-2 0.087, goodput 0.067]")
+    assert off.endswith("chat B=2 1.065 ± 0.005 [copyable text: off 0.064, goodput 0.067])")
+    rows[2]["copyable"] = 0.087  # alike: nothing to tell
+    assert judge(rows)[0].endswith("against fixed-2 0.959 ± 0.004")
 
 
 def test_an_interrupted_run_still_prints_the_cells_it_measured(tmp_path, monkeypatch, capsys):
