@@ -276,7 +276,9 @@ class SpeculationPolicy:
         agent back from a tool call goes on from what it read)."""
         changed, self._batch = batch != self._batch, batch
         pace = self._looks.get(batch)
-        if batch <= budget or changed or pace is None or not pace.skip:
+        if pace is not None and changed:
+            pace.skip = 0  # asked again within the step (decide), it must not skip the look
+        if batch <= budget or pace is None or not pace.skip:
             return False  # the look that follows sets the pace's skip anew (`looked`)
         pace.skip -= 1
         return True

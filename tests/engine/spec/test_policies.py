@@ -462,6 +462,18 @@ def test_looks_that_send_nothing_and_save_less_than_they_take_come_further_apart
     assert policy.idle(list(range(16)), Controls(policy="fixed", k=2), CURVE) is None
 
 
+def test_the_look_a_change_of_batch_brings_is_a_plan():
+    """The executor asks idle() and then decide(), which asks idle() again: a skip left over
+    from the last time at this batch size must not turn the look into a skipped one."""
+    stats, policy, lanes, controls = _poor_chat_lanes()
+    _looks(policy, lanes, controls, 40, look_ms=0.3)  # at 16 lanes, looks LOOK_MAX apart
+    policy.idle([0, 1], controls, CURVE)              # a step at 2 lanes
+    looked, decisions = _looks(policy, lanes, controls, 2, look_ms=0.3)
+    assert looked == [0]
+    assert not decisions[0].reason.startswith("goodput: B=16, no look this step")
+    assert decisions[1].reason.startswith("goodput: B=16, no look this step")
+
+
 def test_a_look_that_sends_drafts_makes_looks_every_step_again():
     stats, policy, lanes, controls = _poor_chat_lanes()
     assert _looks(policy, lanes, controls, 7, look_ms=0.3)[0] == [0, 2, 6]
