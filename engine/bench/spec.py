@@ -346,9 +346,12 @@ def _print_table(rows, calibration, policies) -> None:
     judged = "goodput" in labels and len(labels) > 2  # goodput against the best of the others
     print(f"{'workload':10} {'B':>3} " + " ".join(f"{name:>14}" for name in labels)
           + ("    goodput/best     goodput/off" if judged else "") + "  agree")
-    keys = sorted({(r["workload"], r["B"]) for r in rows}, key=lambda x: (x[0] != "code-edit", x[1]))
+    by_cell: dict[tuple[str, int], dict[str, dict]] = {}  # (workload, B) -> policy -> row
+    for r in rows:
+        by_cell.setdefault((r["workload"], r["B"]), {})[r["policy"]] = r
+    keys = sorted(by_cell, key=lambda x: (x[0] != "code-edit", x[1]))
     for workload, batch in keys:
-        cells = {r["policy"]: r for r in rows if r["workload"] == workload and r["B"] == batch}
+        cells = by_cell[workload, batch]
         text = []
         for name in labels:
             acc = cells[name]["acceptance"]
@@ -372,10 +375,9 @@ def _print_table(rows, calibration, policies) -> None:
     print(f"\ncopyable text\n{'workload':10} {'B':>3} "
           + " ".join(f"{name:>14}" for name in labels))
     for workload, batch in keys:
-        cells = {r["policy"]: r for r in rows if r["workload"] == workload and r["B"] == batch}
-        print(f"{workload:10} {batch:3d} " + " ".join(
-            f"{'-' if cells[n]['copyable'] is None else format(cells[n]['copyable'], '.3f'):>14}"
-            for n in labels))
+        shares = [by_cell[workload, batch][n]["copyable"] for n in labels]
+        print(f"{workload:10} {batch:3d} "
+              + " ".join(f"{'-' if share is None else f'{share:.3f}':>14}" for share in shares))
     print("copyable: the share of a policy's own output tokens that prompt lookup, given the "
           "text before each, proposes right as a first draft; where policies write texts of "
           "their own (agree < 1), a text that falls into a loop gives its policy more to copy")
