@@ -176,13 +176,16 @@ def _measure(loaded, calibration, workload, prompts, batch, max_new, repeats,
                 warmer.run([(seq, 1) for seq in warm], Controls(policy="off"), step, 0.0)
             _release(kv, warm)
         counts, outputs = _serve_round(executors, policies, served, batch, requests)
+        # Requests still running when a policy's timing ended got as far as it went: each is
+        # scored for copying up to where every policy got, so that one text scores alike.
+        reached = {r: min(len(texts[r]) for texts in outputs.values())
+                   for r in set.intersection(*(set(texts) for texts in outputs.values()))}
         for label, _, _ in policies:
             common = sorted(outputs[label].keys() & outputs["off"].keys())
             counts[label] += agreement([outputs[label][r] for r in common],
                                        [outputs["off"][r] for r in common])
-            served_here = sorted(outputs[label])
-            counts[label] += copyable([served.prompt(r) for r in served_here],
-                                      [outputs[label][r] for r in served_here])
+            counts[label] += copyable([served.prompt(r) for r in sorted(reached)],
+                                      [outputs[label][r][:reached[r]] for r in sorted(reached)])
             per_round[label].append(counts[label])
         served.release()
     rows = []
