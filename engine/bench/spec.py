@@ -178,14 +178,15 @@ def _measure(loaded, calibration, workload, prompts, batch, max_new, repeats,
         counts, outputs = _serve_round(executors, policies, served, batch, requests)
         # Requests still running when a policy's timing ended got as far as it went: each is
         # scored for copying up to where every policy got, so that one text scores alike.
-        reached = {r: min(len(texts[r]) for texts in outputs.values())
-                   for r in set.intersection(*(set(texts) for texts in outputs.values()))}
+        scored = sorted(set.intersection(*(set(texts) for texts in outputs.values())))
+        reached = [min(len(texts[r]) for texts in outputs.values()) for r in scored]
+        scored_prompts = [served.prompt(r) for r in scored]
         for label, _, _ in policies:
             common = sorted(outputs[label].keys() & outputs["off"].keys())
             counts[label] += agreement([outputs[label][r] for r in common],
                                        [outputs["off"][r] for r in common])
-            counts[label] += copyable([served.prompt(r) for r in sorted(reached)],
-                                      [outputs[label][r][:reached[r]] for r in sorted(reached)])
+            counts[label] += copyable(scored_prompts, [outputs[label][r][:end]
+                                                       for r, end in zip(scored, reached)])
             per_round[label].append(counts[label])
         served.release()
     rows = []

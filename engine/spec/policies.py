@@ -214,7 +214,7 @@ class SpeculationPolicy:
             if shadowed:  # no guessing where it costs: fresh lanes wait for their shadow checks
                 planned_drafts = sum(ks)
                 fill_free(ks, [limit if new else 0 for new, limit in zip(fresh, limits)],
-                           step_ms, calibration.eps)
+                          step_ms, calibration.eps)
                 unplanned = sum(ks) - planned_drafts
         probes = [] if shadowed else self._probes(lanes, ks, muted, fresh)
         for i in probes:
