@@ -169,8 +169,8 @@ class StepExecutor:
         offered = drafter.propose(seqs, offers) if drafter.free else [Draft([]) for _ in seqs]
         views = [LaneView(seq.seq_id, seq.cat, min(n, cap), draft.match)
                  for seq, n, cap, draft in zip(seqs, offers, caps, offered)]
-        decision = self.policy.decide(views, prefill, controls, self.calibration, drafter.cost_ms,
-                                      shadowed=drafter.free, overhead=self.overhead.estimate)
+        decision = self.policy.plan(views, prefill, controls, self.calibration, drafter.cost_ms,
+                                    shadowed=drafter.free, overhead=self.overhead.estimate)
         if not drafter.free:
             return decision, drafter.propose(seqs, decision.ks)
         for seq, draft, k in zip(seqs, offered, decision.ks):

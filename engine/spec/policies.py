@@ -119,15 +119,22 @@ class SpeculationPolicy:
                calibration: Calibration, draft_cost_ms: Callable[[list[int]], float],
                shadowed: bool = False,
                overhead: Callable[[], Overhead] = Overhead) -> Decision:
-        """`shadowed`: the drafter's unsent proposals are checked against the output (free
-        evidence for idle lanes), so no lane needs a probe. `overhead`: what a live step takes
-        beyond the calibrated t(N) (spec/live_cost.py), asked for only when there is a plan to
-        make (the live fit solves a small system each time)."""
+        """The whole policy for a step: `idle`'s decision, else `plan`'s."""
+        return (self.idle([lane.seq_id for lane in lanes], controls, calibration)
+                or self.plan(lanes, prefill, controls, calibration, draft_cost_ms, shadowed,
+                             overhead))
+
+    def plan(self, lanes: list[LaneView], prefill: int, controls: Controls,
+             calibration: Calibration, draft_cost_ms: Callable[[list[int]], float],
+             shadowed: bool = False,
+             overhead: Callable[[], Overhead] = Overhead) -> Decision:
+        """The decision for a step `idle` had none for (the executor asks the drafter for its
+        offers in between). `shadowed`: the drafter's unsent proposals are checked against the
+        output (free evidence for idle lanes), so no lane needs a probe. `overhead`: what a live
+        step takes beyond the calibrated t(N) (spec/live_cost.py), asked for only when there is
+        a plan to make (the live fit solves a small system each time)."""
         batch = len(lanes)
         seq_ids = [lane.seq_id for lane in lanes]
-        resting = self.idle(seq_ids, controls, calibration)
-        if resting:
-            return resting
         # A lane with nothing on offer gets no drafts under any policy, so only the others are
         # planned: in chat at 16 lanes one or two a step, where every lane's bookkeeping in
         # the plan cost goodput a share of the step that off does not pay.
@@ -138,14 +145,14 @@ class SpeculationPolicy:
             return self._rest(seq_ids, controls.policy,
                               f"{controls.policy}: B={batch}, no lane has drafts to offer")
         self._park([lane.seq_id for lane in lanes if not lane.available], controls.policy)
-        decision = self._plan([lanes[i] for i in offering], batch, prefill, controls,
+        decision = self._plan_offers([lanes[i] for i in offering], batch, prefill, controls,
                               calibration, draft_cost_ms, shadowed, overhead)
         ks = [0] * batch
         for i, k in zip(offering, decision.ks):
             ks[i] = k
         return Decision(ks, decision.reason)
 
-    def _plan(self, lanes: list[LaneView], batch: int, prefill: int, controls: Controls,
+    def _plan_offers(self, lanes: list[LaneView], batch: int, prefill: int, controls: Controls,
               calibration: Calibration, draft_cost_ms: Callable[[list[int]], float],
               shadowed: bool, overhead: Callable[[], Overhead]) -> Decision:
         """The decision for the lanes with drafts on offer, in a batch of `batch` lanes whose
@@ -276,9 +283,7 @@ class SpeculationPolicy:
         agent back from a tool call goes on from what it read)."""
         changed, self._batch = batch != self._batch, batch
         pace = self._looks.get(batch)
-        if pace is not None and changed:
-            pace.skip = 0  # asked again within the step (decide), it must not skip the look
-        if batch <= budget or pace is None or not pace.skip:
+        if changed or batch <= budget or pace is None or not pace.skip:
             return False  # the look that follows sets the pace's skip anew (`looked`)
         pace.skip -= 1
         return True

@@ -428,7 +428,7 @@ def _looks(policy, lanes, controls, steps, look_ms, curve=CURVE):
     for step in range(steps):
         decision = policy.idle(seq_ids, controls, curve)
         if decision is None:
-            decision = policy.decide(lanes, 0, controls, curve, _free, shadowed=True)
+            decision = policy.plan(lanes, 0, controls, curve, _free, shadowed=True)
             policy.looked(len(lanes), look_ms, any(decision.ks))
             looked.append(step)
         decisions.append(decision)
@@ -463,8 +463,8 @@ def test_looks_that_send_nothing_and_save_less_than_they_take_come_further_apart
 
 
 def test_the_look_a_change_of_batch_brings_is_a_plan():
-    """The executor asks idle() and then decide(), which asks idle() again: a skip left over
-    from the last time at this batch size must not turn the look into a skipped one."""
+    """A skip left over from the last time at this batch size must not turn the look a change
+    of batch size brings into a skipped one."""
     stats, policy, lanes, controls = _poor_chat_lanes()
     _looks(policy, lanes, controls, 40, look_ms=0.3)  # at 16 lanes, looks LOOK_MAX apart
     policy.idle([0, 1], controls, CURVE)              # a step at 2 lanes
