@@ -7,34 +7,18 @@ import ctypes
 import os
 import signal
 import sys
-import time
-from pathlib import Path
 from typing import Callable
 
-import platformdirs
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
 from app.engine_factory import EngineSpec
 from app.main_window import MainWindow
+from app.session_traces import SessionTraces
 from app.theme import THEMES, Theme, apply_theme
 
 
 DEFAULT_SIZE = (1600, 1000)
-
-
-def default_trace_path() -> str:
-    """Sessions are recorded by default, one file per start, in the user data dir."""
-    folder = Path(platformdirs.user_data_dir("swarmscope")) / "traces"
-    folder.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("session-%Y%m%d-%H%M%S")
-    # gzipped: a session writes ~11 KB a second as text, a seventh of that gzipped, and a window
-    # killed mid-session still leaves a readable file (its sync-flushed stream)
-    path, n = folder / f"{stamp}.jsonl.gz", 1
-    while path.exists():  # two windows started within a second must not share a file
-        n += 1
-        path = folder / f"{stamp}-{n}.jsonl.gz"
-    return str(path)
 
 
 def _close_on_signals(window: MainWindow) -> Callable[[], None]:
@@ -126,25 +110,14 @@ def main(argv: list[str] | None = None) -> int:
     app.setApplicationName("swarmscope")
     theme = Theme.load(args.theme)
     apply_theme(app, theme)
-    window = MainWindow(theme)
+    window = MainWindow(theme, SessionTraces(args.trace_out))
     window.resize(*(args.size or _default_size(app)))
     stop_closing_on_signals = _close_on_signals(window)
     window.show()
     if args.replay:
         window.open_trace(args.replay)
     else:
-        trace, unrecorded = args.trace_out, None
-        if trace is None:
-            try:
-                trace = default_trace_path()
-            except OSError as exc:  # a read-only or misplaced data dir: run, unrecorded
-                unrecorded = (f"this session is not recorded: no folder for traces "
-                              f"({exc.filename}: {exc.strerror}); --trace-out FILE records "
-                              "elsewhere")
-        window.start_live(EngineSpec(args.model, args.dtype, args.device, args.agents,
-                                     None if trace == "none" else trace))
-        if unrecorded:
-            window.show_error(unrecorded, records_kept=False)
+        window.start_session(EngineSpec(args.model, args.dtype, args.device, args.agents))
     if args.quit_after is not None:
         def finish() -> None:
             if args.screenshot:

@@ -5,12 +5,13 @@ redraw lifts it); in replay, the scrubber picks the step the views show. Errors 
 banner; records are never dropped."""
 from __future__ import annotations
 
+from dataclasses import replace
 from importlib.metadata import version
 
 import torch
 from PySide6.QtCore import Qt, QTimer, qVersion
 from PySide6.QtGui import QAction, QIcon, QKeySequence
-from PySide6.QtWidgets import (QApplication, QDockWidget, QFileDialog, QLabel, QMainWindow,
+from PySide6.QtWidgets import (QApplication, QDockWidget, QFileDialog, QMainWindow,
                                QMessageBox, QProgressBar, QScrollArea, QVBoxLayout, QWidget)
 
 from app.agent_rows import AgentRow
@@ -21,11 +22,14 @@ from app.exporting import FILTERS, export
 from app.frame_pacer import ENGINE_FIRST_SHARE, SMOOTH_SHARE, FramePacer
 from app.history import History
 from app.replay import ControlsTimeline, ReplayPanel
+from app.session_traces import SessionTraces
+from app.views.banner import Banner
 from app.views.agents_view import TRANSCRIPT_CHARS
 from app.theme import RESOURCES, Theme, apply_theme
 from app.worker import EngineBuilder, EngineHost
 from engine.controls import Controls
 from engine.errors import SwarmscopeError
+from engine.loading import check_model_folder
 
 FRAME_MS = 40  # 25 Hz: views redraw from the ring buffers on this timer, never once per step
 # Step records, and events, a live window keeps (its plots keep every step's numbers; the trace,
@@ -34,7 +38,7 @@ LIVE_KEPT = 20_000
 
 
 class MainWindow(QMainWindow):
-    def __init__(self, theme: Theme) -> None:
+    def __init__(self, theme: Theme, traces: SessionTraces | None = None) -> None:
         super().__init__()
         self.setWindowTitle("swarmscope")
         self.setWindowIcon(QIcon(str(RESOURCES / "icons" / "swarmscope.svg")))
@@ -43,7 +47,9 @@ class MainWindow(QMainWindow):
         self.engine = None
         self.host: EngineHost | None = None
         self._stuck_hosts: list[EngineHost] = []
-        self.trace_path: str | None = None
+        self.traces = traces or SessionTraces()  # where live sessions are recorded
+        self.trace_path: str | None = None  # the live session's trace, or the replayed one
+        self._spec: EngineSpec | None = None  # what the last session was started from
         self.calibration = None   # the t(N) curve of the live engine or of the replayed trace
         self.replaying = False
         self._trace_error_shown = False  # the live engine's trace stopped, and the user was told
@@ -53,10 +59,7 @@ class MainWindow(QMainWindow):
         self.pacer = FramePacer()
         self._undrawn = False  # records pulled but not drawn yet (the pacer held the frame)
 
-        self.banner = QLabel()
-        self.banner.setProperty("role", "error")
-        self.banner.setWordWrap(True)
-        self.banner.hide()
+        self.banner = Banner()
         self.dashboard = Dashboard(theme)
         self.replay = ReplayPanel()
         self.replay.hide()
@@ -79,9 +82,11 @@ class MainWindow(QMainWindow):
         scroll.setWidgetResizable(True)
         dock = QDockWidget("Controls")
         dock.setWidget(scroll)
-        dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable)
+        dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable
+                         | QDockWidget.DockWidgetFeature.DockWidgetClosable)
         dock.setMinimumWidth(270)
         self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, dock)
+        self._controls_dock = dock
 
         self.progress = QProgressBar()
         self.progress.setMaximumWidth(220)
@@ -116,6 +121,11 @@ class MainWindow(QMainWindow):
         view = self.menuBar().addMenu("&View")
         self.follow_action = action(view, "Follow live", self._set_follow, "F", checkable=True)
         self.follow_action.setChecked(True)
+        self.controls_action = self._controls_dock.toggleViewAction()  # a small window's room
+        self.controls_action.setText("Controls panel")
+        self.controls_action.setShortcut(QKeySequence("C"))
+        view.addAction(self.controls_action)
+        self.addAction(self.controls_action)
         self.smooth_action = action(view, "Smooth redraw (takes CPU from the engine)",
                                     self._set_smooth, checkable=True)
         for name in ("dark", "light"):
@@ -153,10 +163,29 @@ class MainWindow(QMainWindow):
         self.dashboard.batch.set_replay(self.replaying)
 
     # -- live session --
+    def start_session(self, spec: EngineSpec) -> None:
+        """A live session of `spec`'s model, recorded where `traces` says (`spec.trace_out` is
+        set here)."""
+        unrecorded = None
+        try:
+            trace = self.traces.next()
+        except OSError as exc:  # a read-only or misplaced data dir: run, unrecorded
+            trace, unrecorded = None, (f"this session is not recorded: no folder for traces "
+                                       f"({exc.filename}: {exc.strerror}); --trace-out FILE "
+                                       "records elsewhere")
+        self.start_live(replace(spec, trace_out=trace))
+        if unrecorded:
+            self.show_error(unrecorded, records_kept=False)
+
     def start_live(self, spec: EngineSpec | None = None, build: EngineBuilder | None = None) -> None:
-        """Start an engine on the worker thread: from `spec`, or from `build` (tests, benches)."""
+        """Start an engine on the worker thread: from `spec`, or from `build` (tests, benches).
+        The views start afresh; the last session's records stay in its trace."""
         self.stop_engine()
         self._leave_replay()
+        self.banner.hide()
+        self.history = History(keep=LIVE_KEPT)
+        self.dashboard.show_history(self.history, 0, force=True)
+        self._spec = spec
         self.trace_path = spec.trace_out if spec else None
         self.host = EngineHost(build or spec.build, self)
         self.host.worker.progress.connect(self._on_progress)
@@ -263,9 +292,8 @@ class MainWindow(QMainWindow):
 
     def show_error(self, message: str, records_kept: bool = True) -> None:
         """The banner over the views; `records_kept`: say that the session's records stay."""
-        self.banner.setText(f"⚠ {message}" + ("   (the session's records so far are kept)"
-                                              if records_kept else ""))
-        self.banner.show()
+        self.banner.show_message(f"⚠ {message}" + ("   (the session's records so far are kept)"
+                                                   if records_kept else ""))
         self.progress.hide()
         self.statusBar().showMessage(message)
 
@@ -276,9 +304,10 @@ class MainWindow(QMainWindow):
         try:
             trace = read_trace(path)
         except SwarmscopeError as exc:
-            self.show_error(str(exc))
+            self.show_error(str(exc), records_kept=False)  # what the window shows stays
             return False
         self.stop_engine()
+        self.banner.hide()
         self.history = History()
         self.history.extend(trace.steps)
         self.history.add_events(sorted(trace.controls + trace.agents + trace.texts,
@@ -303,9 +332,11 @@ class MainWindow(QMainWindow):
         self._replay_controls, self._replay_shown = ControlsTimeline(start, trace.controls), None
         self.replay.load(self.history)
         self.replay.show()
-        if len(self.history):
+        if len(self.history):  # the range starts as the whole session, its stats shown
             t = self.history.column("t")
             self.dashboard.batch.batch_plot.setXRange(t[0], t[-1], padding=0.02)
+            self.dashboard.batch.select_range(t[0], t[-1])
+            self.replay.show_range(0, len(self.history))
         self.statusBar().showMessage(f"replaying {path}: {len(trace.steps)} steps" + "".join(
             f"; unreadable: {part}" for part in unreadable))
         return True
@@ -321,7 +352,6 @@ class MainWindow(QMainWindow):
     def _leave_replay(self) -> None:
         if self.replaying:
             self.replaying = False
-            self.history = History(keep=LIVE_KEPT)
             self.replay.hide()
             self.dashboard.batch.set_replay(False)
 
@@ -342,7 +372,17 @@ class MainWindow(QMainWindow):
     def _load_model_dialog(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Hugging Face model folder")
         if folder:
-            self.start_live(EngineSpec(model=folder, trace_out=self.trace_path))
+            self.load_model(folder)
+
+    def load_model(self, folder: str) -> None:
+        """A new live session on the model in `folder`, with the last session's dtype, device
+        and swarm size; a folder that would not load is refused before the session shown stops."""
+        try:
+            check_model_folder(folder)
+        except SwarmscopeError as exc:
+            self.show_error(f"{exc}; nothing changed", records_kept=False)
+            return
+        self.start_session(replace(self._spec or EngineSpec(), model=folder))
 
     def _set_follow(self, follow: bool) -> None:
         self.dashboard.batch.follow = follow

@@ -6,7 +6,8 @@ import bisect
 import time
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QSlider, QWidget
+from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QPushButton, QSizePolicy, QSlider,
+                               QWidget)
 
 from app.history import History
 from engine.controls import Controls
@@ -31,6 +32,8 @@ class ReplayPanel(QWidget):
         self.position = QLabel("no trace")
         self.stats = QLabel("select a range on the batch plot for aggregate stats")
         self.stats.setProperty("role", "muted")
+        # a long range's stats must not widen the window: cut at its edge, whole in the tooltip
+        self.stats.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         row = QHBoxLayout(self)
         row.setContentsMargins(4, 0, 4, 0)
         row.addWidget(self.play)
@@ -58,6 +61,7 @@ class ReplayPanel(QWidget):
     def show_range(self, lo: int, hi: int) -> None:
         if self._history is not None:
             self.stats.setText("range: " + self._history.stats(lo, hi).describe())
+            self.stats.setToolTip(self.stats.text())
 
     def toggle(self) -> None:
         self.play.toggle()
@@ -88,6 +92,8 @@ class ReplayPanel(QWidget):
 
     def _on_scrub(self, stop: int) -> None:
         if self._history is None or not len(self._history):
+            self.position.setText("no steps in this trace" if self._history is not None else
+                                  "no trace")
             return
         rec = self._history.record(stop - 1)
         self.position.setText(f"step {rec.step} · {rec.t:.1f} s")

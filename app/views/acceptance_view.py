@@ -23,6 +23,7 @@ class AcceptanceView(QWidget):
         self.position_plot = make_plot(theme, "by draft position", bottom="position j")
         self.category_plot = make_plot(theme, "by category")
         self.lane_plot = make_plot(theme, "by agent", bottom="agent")
+        self.lane_plot.getAxis("bottom").enableAutoSIPrefix(False)  # agent ids, not a quantity
         self.bars = {}
         for name, plot, field in (("position", self.position_plot, "accepted"),
                                   ("category", self.category_plot, "free"),
@@ -65,7 +66,12 @@ class AcceptanceView(QWidget):
         length = stats.mean_acceptance_length
         drafted = history.column("drafted", max(0, stop - ROLLING_STEPS), stop).sum()
         accepted = history.column("accepted", max(0, stop - ROLLING_STEPS), stop).sum()
-        self.headline.setText(
-            "no drafts in the last steps (speculation off)" if length is None else
-            f"mean acceptance length {length:.2f} (bonus counted) · acceptance "
-            f"{accepted / drafted:.0%} over the last {min(stop, ROLLING_STEPS)} steps")
+        steps = min(stop, ROLLING_STEPS)
+        if length is None:
+            off = history.record(stop - 1).policy == "off"
+            self.headline.setText(f"no drafts in the last {steps} steps"
+                                  + (" (speculation off)" if off else ""))
+        else:
+            self.headline.setText(
+                f"mean acceptance length {length:.2f} (bonus counted) · acceptance "
+                f"{accepted / drafted:.0%} over the last {steps} steps")

@@ -12,7 +12,7 @@ from PySide6.QtWidgets import (QHeaderView, QSplitter, QTableWidget, QTableWidge
 from app.agent_rows import AgentRow
 from app.theme import Theme
 
-COLUMNS = ("agent", "state", "category", "tokens", "accepted")
+COLUMNS = ("agent", "state", "category", "tokens", "acceptance")
 TRANSCRIPT_CHARS = 6000  # the tail shown; long transcripts would make every refresh slow
 # A small random model emits arbitrary bytes; control characters would blank the HTML pane.
 _UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ufffd]")

@@ -28,7 +28,7 @@ class BatchView(QWidget):
         self.headline = LiveLabel("B = –   ·   – tok/s", role="headline")
         self.hover = LiveLabel(role="muted")
 
-        self.batch_plot = make_plot(theme, "Live batch (B)", left="lanes")
+        self.batch_plot = make_plot(theme, "Batch (B)", left="lanes")
         self.rate_plot = make_plot(theme, "", left="tok/s", bottom="session time (s)")
         self.rate_plot.setXLink(self.batch_plot)
         for plot in (self.batch_plot, self.rate_plot):
@@ -44,7 +44,7 @@ class BatchView(QWidget):
         self.batch_plot.addItem(self.batch_ceiling)
         self.batch_plot.addItem(self.spec_ceiling)
         self.cursor = pg.InfiniteLine(angle=90, pen=pg.mkPen(theme.text, width=1))
-        self.region = pg.LinearRegionItem(brush=theme.qcolor("highlight", 90))
+        self.region = pg.LinearRegionItem(brush=theme.qcolor("highlight", 45))
         self.region.sigRegionChangeFinished.connect(self._on_region)
         self.batch_plot.addItem(self.cursor)
         self.batch_plot.addItem(self.region)
@@ -54,7 +54,8 @@ class BatchView(QWidget):
         defaults = Controls()
         self.set_ceilings(defaults.batch_ceiling, defaults.spec_ceiling)
         self.batch_plot.setXRange(0, FOLLOW_WINDOW_S, padding=0)
-        self.batch_plot.setYRange(0, defaults.batch_ceiling + 1, padding=0.05)
+        self.batch_plot.setYRange(0, _top(0, (defaults.batch_ceiling, defaults.spec_ceiling)),
+                                  padding=0)
         self.rate_plot.setYRange(0, 1, padding=0)
         self._mouse = pg.SignalProxy(self.batch_plot.scene().sigMouseMoved, rateLimit=30,
                                      slot=self._on_mouse)
@@ -85,12 +86,13 @@ class BatchView(QWidget):
         rate = history.tokens_per_s(0, stop)
         self.batch_curve.setData(t, batch)
         self.rate_curve.setData(t, rate)
-        self.headline.setText(f"B = {int(batch[-1])}   ·   {rate[-1]:.1f} tok/s")
+        ceilings = (int(self.batch_ceiling.value()), int(self.spec_ceiling.value()))
+        self.headline.setText(f"B = {int(batch[-1])}   ·   {rate[-1]:.1f} tok/s   ·   ceilings: "
+                              f"batch {ceilings[0]}, speculation {ceilings[1]}")
         if self.cursor.isVisible():
             self.cursor.setValue(t[-1])
-        top = max(float(batch.max()), self.batch_ceiling.value() if self.batch_ceiling.value() < 64
-                  else 0) + 1
-        self.batch_plot.setYRange(0, top, padding=0.05)  # unchanged ranges cost nothing
+        self.batch_plot.setYRange(0, _top(float(batch.max()), ceilings), padding=0)
+        # (unchanged ranges cost nothing)
         if self.follow:
             self._follow(float(t[-1]), rate)
 
@@ -134,3 +136,10 @@ class BatchView(QWidget):
         self.hover.setText(f"step {i} · t {t:.2f} s · B {batch:.0f} · drafted {drafted:.0f} · "
                            f"accepted {accepted:.0f} · {dt_ms:.1f} ms"
                            + (f" · {rec.policy}: {rec.reason}" if rec else ""))
+
+
+def _top(peak: float, ceilings: tuple[int, ...]) -> float:
+    """The batch axis's top: the batch and the ceilings near it (one far above would flatten the
+    batch; the headline names both), with room for a ceiling's label above its line."""
+    near = [c for c in ceilings if c <= 2 * peak + 4 or c <= 16]
+    return 1.15 * max(peak, *near) + 1

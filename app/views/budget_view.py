@@ -37,7 +37,7 @@ def per_agent_draft(budget: int, batch: int) -> float:
 
 
 def _fmt(value: float) -> str:
-    return f"{value:.1f}".rstrip("0").rstrip(".")
+    return f"{value:.2f}".rstrip("0").rstrip(".")
 
 
 def _live_text(pass_tokens: int, budget: int) -> str:

@@ -61,8 +61,8 @@ class CostCurveView(QWidget):
         self._curve_extent = (float(max(ns)), float(max(ms)))
         self._cover(1.0, 1.0)
         self.budget_line.setValue(calibration.budget)
+        self.budget_line.setVisible(True)  # first: a hidden label ignores a new format
         self.budget_line.label.setFormat(f"T = {calibration.budget}")
-        self.budget_line.setVisible(True)
 
     def _title(self, text: str) -> None:
         self.plot.getPlotItem().setTitle(text, color=self._theme.text, size=TITLE_SIZE)
@@ -82,4 +82,5 @@ class CostCurveView(QWidget):
         if shown != self._shown:
             self._shown = shown
             self.plot.setXRange(0, shown[0] * 1.05, padding=0)
-            self.plot.setYRange(0, shown[1] * 1.1, padding=0)
+            # headroom: the live point stays below the T label (at 0.92 of the height)
+            self.plot.setYRange(0, shown[1] * 1.25, padding=0)

@@ -40,8 +40,9 @@ class DecisionsView(QWidget):
         text = f"emitted {rate:.1f} tok/s of step time"
         if self._calibration is not None:
             off_rate = self._spec_off_rate(history, lo, stop)
-            text += (f" · spec-off estimate {off_rate:.1f} tok/s"
-                     f" · ×{rate / max(off_rate, 1e-9):.2f}")
+            text += f" · spec-off estimate {off_rate:.1f} tok/s"
+            if emitted and off_rate:  # no ratio where nothing was emitted yet
+                text += f" · ×{rate / off_rate:.2f}"
         self.goodput.setText(text)
         lines = _folded_reasons(history, max(0, stop - 4 * WINDOW_STEPS), stop)[-SHOWN_REASONS:]
         if lines != self._shown:

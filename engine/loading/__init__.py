@@ -48,16 +48,8 @@ def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
     if spec == "default":
         folder, name = default_model.ensure_default_model(progress), default_model.NAME
     else:
-        folder = Path(spec).expanduser()
+        folder = _model_folder(spec)
         name = folder.resolve().name
-        if folder.is_file():
-            raise ModelLoadError(folder, "a file, not a model folder: give the Hugging Face "
-                                         "folder (config.json, *.safetensors, tokenizer.json)"
-                                 + (" (GGUF files are read only for the embedded default "
-                                    "model)" if folder.suffix.lower() == ".gguf" else ""))
-        if not folder.is_dir():
-            raise ModelLoadError(folder, "no such model folder (expected 'default', "
-                                         "'tiny-test' or a Hugging Face model folder)")
     report(f"reading {folder / 'config.json'}", 0.0)
     with _damage_hint(spec == "default"):
         config = read_config(folder)
@@ -77,6 +69,28 @@ def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
         model.warm_up(done=warmed)
     report(f"loaded {name}", 1.0)
     return LoadedModel(name, str(folder), config, model, tokenizer, torch_dtype, torch_device)
+
+
+def check_model_folder(path: str) -> None:
+    """What `load_model` checks of a folder before it reads any tensor: the folder, its config
+    and tokenizer, the weight files' headers. Raises ModelLoadError naming the file at fault. A
+    window asks first, so a folder that would not load does not stop the session it has."""
+    folder = _model_folder(path)
+    read_tokenizer(folder, read_config(folder))
+    Weights(folder)
+
+
+def _model_folder(path: str) -> Path:
+    folder = Path(path).expanduser()
+    if folder.is_file():
+        raise ModelLoadError(folder, "a file, not a model folder: give the Hugging Face "
+                                     "folder (config.json, *.safetensors, tokenizer.json)"
+                             + (" (GGUF files are read only for the embedded default "
+                                "model)" if folder.suffix.lower() == ".gguf" else ""))
+    if not folder.is_dir():
+        raise ModelLoadError(folder, "no such model folder (expected 'default', "
+                                     "'tiny-test' or a Hugging Face model folder)")
+    return folder
 
 
 @contextlib.contextmanager

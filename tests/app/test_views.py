@@ -51,6 +51,7 @@ def test_dashboard_draws_every_view(qtbot, history):
     assert "spec-off estimate" in dashboard.decisions.goodput.text()
     assert dashboard.agents.table.rowCount() == 8
     assert dashboard.cost.budget_line.value() == Calibration.make_dummy().budget
+    assert dashboard.cost.budget_line.label.toPlainText() == f"T = {Calibration.make_dummy().budget}"
     live_x, live_y = dashboard.cost.live.getData()
     assert (live_x[0], live_y[0]) == (last.pass_tokens, pytest.approx(last.dt_ms))
 
@@ -214,8 +215,12 @@ def test_views_cope_with_speculation_off_and_an_empty_history(qtbot):
     history.extend([StepRecord.make_dummy(i, batch=4, policy="off") for i in range(10)])
     dashboard.show_history(history, 10, force=True)
     assert dashboard.budget.budget_line.isVisible()
-    assert "speculation off" in dashboard.acceptance.headline.text()
+    assert dashboard.acceptance.headline.text() == "no drafts in the last 10 steps (speculation off)"
     assert np.all(history.column("drafted") == 0)
+    # goodput on, sending nothing (B = T leaves no budget): not "off"
+    history.extend([StepRecord.make_dummy(10, batch=4, budget=4, policy="goodput")])
+    dashboard.show_history(history, 11, force=True)
+    assert dashboard.acceptance.headline.text() == "no drafts in the last 11 steps"
 
 
 def test_qt_binding_keeps_reference_counts(qtbot):

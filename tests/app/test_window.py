@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -92,7 +91,7 @@ def test_help_lists_every_shortcut_and_says_what_runs(window, qtbot):
     lines = window.shortcuts_text().splitlines()
     for key, name in (("Ctrl+O", "Open trace"), ("Ctrl+E", "Export"), ("Space", "Pause"),
                       ("F", "Follow live"), ("F1", "Keyboard shortcuts"), ("Ctrl+M", "Load"),
-                      ("S", "Speculation on / off")):
+                      ("S", "Speculation on / off"), ("C", "Controls panel")):
         assert any(line.startswith(key + "\t") and name in line for line in lines), lines
     assert "PyTorch" in window.about_text() and "T = " not in window.about_text()
     window.start_live(build=lambda progress: FakeEngine())
@@ -195,14 +194,14 @@ def test_main_replays_saves_a_non_blank_screenshot_and_exits_0(qtbot, tmp_path):
 def test_a_session_with_nowhere_to_record_runs_and_says_so(qtbot, tmp_path, monkeypatch):
     """The user data dir cannot hold traces (read-only, or a file in its place): the window
     still runs the engine, unrecorded, and its banner says why and what to do."""
-    import app.main as app_main
+    from app import session_traces
     from app.main_window import MainWindow
     from engine.spec import calibration
 
     def no_folder():
         raise NotADirectoryError(20, "Not a directory", "/data/swarmscope/traces")
 
-    monkeypatch.setattr(app_main, "default_trace_path", no_folder)
+    monkeypatch.setattr(session_traces, "default_trace_path", no_folder)
     monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path))
     monkeypatch.setattr(calibration, "measure",
                         lambda *a, **k: calibration.Calibration.make_dummy())
@@ -276,20 +275,6 @@ def test_ctrl_c_or_sigterm_closes_the_window_like_its_close_button(tmp_path, sig
         proc.kill()
     assert proc.returncode == 0 and "Traceback" not in err
     assert len(read_trace(trace).steps) > 0  # strict read: the gzip stream is complete
-
-
-def test_sessions_started_within_a_second_get_a_trace_each(tmp_path, monkeypatch):
-    import app.main as app_main
-
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
-    monkeypatch.setattr(app_main.time, "strftime", lambda pattern: "session-20261205-120000")
-    paths = []
-    for _ in range(3):
-        paths.append(app_main.default_trace_path())
-        Path(paths[-1]).write_text("")  # the window's engine opens it
-    assert [Path(p).name for p in paths] == ["session-20261205-120000.jsonl.gz",
-                                             "session-20261205-120000-2.jsonl.gz",
-                                             "session-20261205-120000-3.jsonl.gz"]
 
 
 def test_no_display_is_a_message_before_qt_aborts(monkeypatch, capsys):

@@ -1,0 +1,103 @@
+"""Each live session of a window in a trace of its own (Ctrl+M never writes over the last one,
+nor over a replayed trace), a model folder that would not load refused before the session shown
+stops, and the error banner dismissed."""
+from pathlib import Path
+
+import pytest
+from PySide6.QtWidgets import QToolButton
+
+from app import main_window, session_traces
+from app.engine_factory import EngineSpec
+from app.session_traces import SessionTraces, unused
+from engine.telemetry.trace_reader import read_trace
+from tests.app.fake_engine import FakeEngine, record_trace
+
+
+def test_sessions_started_within_a_second_get_a_trace_each(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    monkeypatch.setattr(session_traces.time, "strftime",
+                        lambda pattern: "session-20261205-120000.jsonl.gz")
+    traces = SessionTraces(None)
+    paths = []
+    for _ in range(3):
+        paths.append(traces.next())
+        Path(paths[-1]).write_text("")  # the window's engine opens it
+    assert [Path(p).name for p in paths] == ["session-20261205-120000.jsonl.gz",
+                                             "session-20261205-120000-2.jsonl.gz",
+                                             "session-20261205-120000-3.jsonl.gz"]
+
+
+def test_a_named_trace_is_the_first_session_and_later_ones_are_numbered_beside_it(tmp_path):
+    named = tmp_path / "run.jsonl"
+    named.write_text("an earlier run, written over as asked")
+    traces = SessionTraces(str(named))
+    assert traces.next() == str(named)
+    assert traces.next() == str(tmp_path / "run-2.jsonl")
+    assert SessionTraces("none").next() is None
+    (tmp_path / "a.b.jsonl.gz").write_text("")
+    assert unused(tmp_path / "a.b.jsonl.gz") == tmp_path / "a.b-2.jsonl.gz"
+
+
+@pytest.fixture
+def fake_builds(monkeypatch):
+    """Sessions the window starts from a spec run a fake engine recording to the spec's trace."""
+    monkeypatch.setattr(EngineSpec, "build",
+                        lambda spec, progress: FakeEngine(trace_path=spec.trace_out))
+
+
+def test_loading_a_model_starts_a_session_of_its_own(window, qtbot, tmp_path, monkeypatch,
+                                                     fake_builds):
+    first = tmp_path / "first.jsonl"
+    window.traces = SessionTraces(str(first))
+    window.start_session(EngineSpec("default", dtype="fp32", agents=3))
+    qtbot.waitUntil(lambda: len(window.history) > 20, timeout=5000)
+    old_engine = window.engine
+
+    # A folder that would not load: refused, and the session shown goes on.
+    window.load_model(str(tmp_path))
+    assert window.banner.isVisible() and "config.json" in window.banner.text()
+    assert "nothing changed" in window.banner.text()
+    steps = len(window.history)
+    qtbot.waitUntil(lambda: len(window.history) > steps + 5, timeout=5000)
+    assert window.engine is old_engine
+
+    # One that loads: a new session, recorded beside the first, with the same dtype and swarm.
+    monkeypatch.setattr(main_window, "check_model_folder", lambda folder: None)
+    window.load_model("/models/other")
+    assert old_engine.closed and not window.banner.isVisible()
+    assert window.trace_path == str(tmp_path / "first-2.jsonl")
+    assert (window._spec.model, window._spec.dtype, window._spec.agents) == (
+        "/models/other", "fp32", 3)
+    qtbot.waitUntil(lambda: window.engine is not None and len(window.history) > 5,
+                    timeout=5000)
+    # the views start afresh: the new session's steps only, its clock from 0
+    t = window.history.column("t")
+    assert t[0] < 1.0 and all(a <= b for a, b in zip(t, t[1:]))
+    window.stop_engine()
+    assert len(read_trace(str(first)).steps) >= steps  # the first one intact
+
+
+def test_loading_a_model_while_replaying_never_writes_the_replayed_trace(
+        window, qtbot, tmp_path, monkeypatch, fake_builds):
+    replayed = record_trace(tmp_path / "replayed.jsonl", 40)
+    before = Path(replayed).read_bytes()
+    window.traces = SessionTraces(str(tmp_path / "new.jsonl"))
+    assert window.open_trace(replayed)
+    monkeypatch.setattr(main_window, "check_model_folder", lambda folder: None)
+    window.load_model("/models/other")
+    assert not window.replaying and window.trace_path == str(tmp_path / "new.jsonl")
+    qtbot.waitUntil(lambda: len(window.history) > 5, timeout=5000)
+    window.stop_engine()
+    assert Path(replayed).read_bytes() == before
+
+
+def test_the_banner_goes_when_dismissed_or_when_a_trace_opens(window, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json\n")
+    assert not window.open_trace(str(bad))
+    assert window.banner.isVisible() and "records so far are kept" not in window.banner.text()
+    assert window.open_trace(record_trace(tmp_path / "good.jsonl", 20))
+    assert not window.banner.isVisible()
+    window.show_error("something")
+    window.banner.findChild(QToolButton).click()
+    assert not window.banner.isVisible()
