@@ -18,6 +18,8 @@ import subprocess
 import sys
 import time
 
+from app.display import display_problem
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=10_000, help="history length for the fps test")
@@ -150,6 +152,10 @@ def run(args) -> int:
     if min(args.engine_steps, args.rounds, args.steps, args.lanes, args.frames, args.agents) < 1:
         print("swarmscope bench gui: --steps, --lanes, --frames, --engine-steps, --rounds and "
               "--agents must be >= 1", file=sys.stderr)
+        return 2
+    problem = display_problem()
+    if problem:  # as the window: said before Qt aborts
+        print(f"swarmscope bench gui: {problem}", file=sys.stderr)
         return 2
     if args.one_run:
         seconds, emitted = engine_seconds(args, windowed=args.one_run == "windowed")

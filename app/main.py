@@ -3,7 +3,6 @@ screenshot and exit 0: `swarmscope --screenshot out.png --quit-after 20` (also o
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import signal
 import sys
@@ -13,6 +12,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
 from app.engine_factory import EngineSpec
+from app.display import display_problem
 from app.main_window import MainWindow
 from app.session_traces import SessionTraces
 from app.theme import THEMES, Theme, apply_theme
@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", default="default",
                         help="default | tiny-test | a Hugging Face model folder")
     parser.add_argument("--dtype", default="auto", help="auto | fp32 | bf16 | fp16")
-    parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda | rocm")
     parser.add_argument("--agents", type=int, default=8, help="swarm size at start")
     parser.add_argument("--trace-out", metavar="FILE",
                         help="record the session here (default: a new file in the user data "
@@ -76,25 +76,6 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"window size WxH (default {DEFAULT_SIZE[0]}x{DEFAULT_SIZE[1]}, "
                              "or the screen's size where that is smaller)")
     return parser
-
-
-def display_problem() -> str | None:
-    """Why Qt could not open a window here, found before it tries: without a display, or on X11
-    without libxcb-cursor (Qt 6.5+ needs it), Qt aborts with a core dump and a hint to reinstall."""
-    if not sys.platform.startswith("linux") or os.environ.get("QT_QPA_PLATFORM"):
-        return None
-    x11, wayland = os.environ.get("DISPLAY"), os.environ.get("WAYLAND_DISPLAY")
-    if not x11 and not wayland:
-        return ("no display to open the window on (DISPLAY and WAYLAND_DISPLAY are unset); "
-                "`swarmscope run --headless` runs a session without one, and "
-                "QT_QPA_PLATFORM=offscreen takes screenshots")
-    if not wayland:
-        try:
-            ctypes.CDLL("libxcb-cursor.so.0")  # found as Qt's xcb plugin would find it
-        except OSError:
-            return ("the window needs the system library libxcb-cursor0 on X11 (Qt 6.5 and "
-                    "later): sudo apt install libxcb-cursor0")
-    return None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -170,7 +170,7 @@ class MainWindow(QMainWindow):
         try:
             trace = self.traces.next()
         except OSError as exc:  # a read-only or misplaced data dir: run, unrecorded
-            trace, unrecorded = None, (f"this session is not recorded: no folder for traces "
+            trace, unrecorded = None, (f"this session is not recorded: cannot write its trace "
                                        f"({exc.filename}: {exc.strerror}); --trace-out FILE "
                                        "records elsewhere")
         self.start_live(replace(spec, trace_out=trace))

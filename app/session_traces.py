@@ -39,11 +39,21 @@ class SessionTraces:
     def next(self) -> str | None:
         """The file for the window's next live session; None: not recorded. The first session
         writes the file named over, as asked. Raises OSError where the default folder cannot
-        be made."""
+        be made or the file named cannot be written: the session then runs unrecorded, where
+        a failed trace would have stopped it before it began."""
         self._sessions += 1
         if self.requested == "none":
             return None
         if self.requested is None:
             return default_trace_path()
-        named = Path(self.requested)
-        return self.requested if self._sessions == 1 else str(unused(named))
+        named = Path(self.requested) if self._sessions == 1 else unused(Path(self.requested))
+        _check_writable(named)
+        return str(named)
+
+
+def _check_writable(path: Path) -> None:
+    """Open it for appending (no harm to what is there), and leave no file that was not."""
+    existed = path.exists()
+    path.open("ab").close()
+    if not existed:
+        path.unlink()

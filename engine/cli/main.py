@@ -8,6 +8,7 @@ import argparse
 import importlib
 import os
 import sys
+from importlib.metadata import version
 
 from engine.errors import SwarmscopeError
 
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="swarmscope",
         description="Watch and steer how batching and speculative decoding share one pool of "
                     "compute slack. With no subcommand, starts the desktop app.")
+    parser.add_argument("--version", action="version", version=f"swarmscope {version('swarmscope')}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"engine.cli.{name}").register(subparsers)
@@ -35,20 +37,36 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
+    if argv[:1] in (["-h"], ["--help"]):
+        return _help()
+    if not argv or argv[0].startswith("-") and argv[0] != "--version":
         # The app owns its own options (--model, --trace-out, --screenshot, ...); engine/ never
         # imports Qt, so the app is loaded by name only here.
         return importlib.import_module("app.main").main(argv)
     args = build_parser().parse_args(argv)
+    name = " ".join(part for part in (args.command, getattr(args, "bench", None)) if part)
     try:
         return args.func(args)
     except SwarmscopeError as exc:  # the commands report their own; this is the net under them
-        name = " ".join(part for part in (args.command, getattr(args, "bench", None)) if part)
         print(f"swarmscope {name}: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl+C where a command does not stop by itself (a model loading)
+        print(f"swarmscope {name}: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # `swarmscope trace check t.jsonl | head`: the reader had enough
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
         return 0
+
+
+def _help() -> int:
+    """The commands, then the window's own options (no COMMAND)."""
+    build_parser().print_help()
+    print("\nWith no COMMAND, the window:\n")
+    try:
+        importlib.import_module("app.main").build_parser().print_help()
+    except ImportError as exc:  # Qt's libraries missing: the commands still work
+        print(f"(its options cannot be listed here: {exc})")
+    return 0
 
 
 if __name__ == "__main__":

@@ -186,6 +186,10 @@ def read_tokenizer(folder: Path, config: ModelConfig) -> Tokenizer:
         template_source = template_file
     tokenizer = Tokenizer.from_file(folder / "tokenizer.json", tokenizer_config,
                                     eos_ids=config.eos_token_ids)
+    if tokenizer.vocab_size > config.vocab_size:  # its last ids would index past the embeddings
+        raise ModelLoadError(folder / "tokenizer.json",
+                             f"{tokenizer.vocab_size} tokens, but config.json's vocab_size is "
+                             f"{config.vocab_size}: not this model's tokenizer")
     if tokenizer.chat_template:  # a broken template is the folder's fault: say so at load
         try:
             check_template(tokenizer.chat_template)

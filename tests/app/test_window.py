@@ -209,7 +209,7 @@ def test_a_session_with_nowhere_to_record_runs_and_says_so(qtbot, tmp_path, monk
     monkeypatch.setattr(MainWindow, "show_error",
                         lambda self, message, records_kept=True: shown.append(message))
     assert main(["--model", "tiny-test", "--dtype", "fp32", "--quit-after", "1.5"]) == 0
-    assert shown == ["this session is not recorded: no folder for traces "
+    assert shown == ["this session is not recorded: cannot write its trace "
                      "(/data/swarmscope/traces: Not a directory); --trace-out FILE records "
                      "elsewhere"]
 
@@ -279,20 +279,23 @@ def test_ctrl_c_or_sigterm_closes_the_window_like_its_close_button(tmp_path, sig
 
 def test_no_display_is_a_message_before_qt_aborts(monkeypatch, capsys):
     """Qt without a display (or, on X11, without libxcb-cursor) aborts with a core dump and a
-    hint to reinstall; the window says what is missing first."""
-    import app.main as app_main
+    hint to reinstall; the window, and the GUI bench, say what is missing first."""
+    import app.display as display
+    from engine.cli.main import main as cli_main
 
-    monkeypatch.setattr(app_main.sys, "platform", "linux")
+    monkeypatch.setattr(display.sys, "platform", "linux")
     for name in ("QT_QPA_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY"):
         monkeypatch.delenv(name, raising=False)
     assert main(["--model", "tiny-test"]) == 2
     assert "no display to open the window on" in capsys.readouterr().err
+    assert cli_main(["bench", "gui", "--skip-engine", "--frames", "2"]) == 2
+    assert "swarmscope bench gui: no display" in capsys.readouterr().err
     monkeypatch.setenv("DISPLAY", ":0")
 
     def missing(name):
         raise OSError(f"{name}: cannot open shared object file")
 
-    monkeypatch.setattr(app_main.ctypes, "CDLL", missing)
-    assert "sudo apt install libxcb-cursor0" in app_main.display_problem()
+    monkeypatch.setattr(display.ctypes, "CDLL", missing)
+    assert "sudo apt install libxcb-cursor0" in display.display_problem()
     monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")  # what the user chose, Qt is left to it
-    assert app_main.display_problem() is None
+    assert display.display_problem() is None

@@ -10,7 +10,7 @@ from engine.errors import ModelLoadError
 from engine.loading import load_model
 from engine.loading.hf_folder import Weights, read_config
 
-from .conftest import engine_logits, hf_tiny, reference_logits, save_hf_folder
+from .conftest import VOCAB, engine_logits, hf_tiny, reference_logits, save_hf_folder
 
 PROMPT = [5, 17, 99, 3, 250, 42, 7, 7, 120, 64, 1, 200]
 
@@ -293,3 +293,11 @@ def test_corrupt_tokenizer_json(tiny_llama_folder):
     folder, _ = tiny_llama_folder
     (folder / "tokenizer.json").write_text('{"model": 3}')
     _raises(folder, "tokenizer.json", "tokenizer.json")
+
+
+def test_a_tokenizer_with_more_tokens_than_the_model_is_refused(tmp_path):
+    """Its last ids would index past the embedding table mid-generation (an IndexError)."""
+    folder = save_hf_folder(hf_tiny("llama", vocab_size=VOCAB - 5), tmp_path / "short-vocab")
+    with pytest.raises(ModelLoadError, match=rf"tokenizer.json: {VOCAB} tokens, but config.json's "
+                                             rf"vocab_size is {VOCAB - 5}: not this model's"):
+        load_model(str(folder), dtype="fp32", device="cpu")

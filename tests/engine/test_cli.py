@@ -1,0 +1,50 @@
+"""`swarmscope` itself: its help (the commands and the window's options), its version, and the
+net under every command (Ctrl+C, a closed pipe)."""
+from importlib.metadata import version
+
+import pytest
+
+from engine.cli.main import main
+
+
+def test_help_lists_the_commands_and_the_windows_options(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for command in ("generate", "run", "trace", "calibrate", "bench", "fetch-model"):
+        assert f"    {command}" in out
+    window = out[out.index("With no COMMAND, the window:"):]
+    for option in ("--model", "--trace-out", "--replay", "--screenshot", "--quit-after",
+                   "--theme", "--size", "--agents"):
+        assert option in window
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == f"swarmscope {version('swarmscope')}"
+
+
+def test_ctrl_c_outside_a_commands_own_handling_is_one_line_not_a_traceback(monkeypatch, capfd):
+    """A model loading or a prompt decoding when Ctrl+C comes (`run` summarises by itself)."""
+    from engine.cli import generate_cmd
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(generate_cmd, "run", interrupted)
+    assert main(["generate", "--prompt", "hi"]) == 130
+    err = capfd.readouterr().err
+    assert err == "swarmscope generate: interrupted\n"
+
+
+def test_output_cut_short_by_its_reader_is_not_an_error(monkeypatch, capfd):
+    """`swarmscope trace check t.jsonl | head -1`: the pipe closes under the command's prints."""
+    from engine.cli import trace_cmd
+
+    def cut_short(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(trace_cmd, "check_cmd", cut_short)
+    assert main(["trace", "check", "any.jsonl"]) == 0
+    assert "Traceback" not in capfd.readouterr().err
