@@ -301,11 +301,19 @@ class MainWindow(QMainWindow):
     def open_trace(self, path: str) -> bool:
         from engine.spec.calibration import Calibration
         from engine.telemetry.trace_reader import read_trace
+        damage = None
         try:
             trace = read_trace(path)
         except SwarmscopeError as exc:
-            self.show_error(str(exc), records_kept=False)  # what the window shows stays
-            return False
+            try:  # a damaged trace (cut short, a garbled line) replays what reads, and says so
+                trace = read_trace(path, lenient=True)
+            except SwarmscopeError:
+                trace = None
+            if trace is None or not trace.steps:
+                self.show_error(str(exc), records_kept=False)  # what the window shows stays
+                return False
+            damage = (f"{exc}; replaying the {len(trace.steps)} steps that read "
+                      f"({len(trace.warnings)} line(s) skipped)")
         self.stop_engine()
         self.banner.hide()
         self.history = History()
@@ -339,6 +347,8 @@ class MainWindow(QMainWindow):
             self.replay.show_range(0, len(self.history))
         self.statusBar().showMessage(f"replaying {path}: {len(trace.steps)} steps" + "".join(
             f"; unreadable: {part}" for part in unreadable))
+        if damage:
+            self.show_error(damage, records_kept=False)
         return True
 
     def _show_replay_step(self, stop: int) -> None:

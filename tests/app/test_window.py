@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -169,6 +170,21 @@ def test_malformed_trace_shows_a_message_with_the_line(window, tmp_path):
     bad.write_text('{"type": "session", "version": 1}\n{"type": "step", "step": \n')
     assert not window.open_trace(str(bad))
     assert window.banner.isVisible() and "bad.jsonl:2" in window.banner.text()
+
+
+def test_a_damaged_trace_replays_the_steps_that_read_and_says_what_was_skipped(window, tmp_path):
+    """A copy cut short mid-record, with a garbled line in the middle: strictly refused (as
+    `trace check` does), the window replays the rest and names the first fault."""
+    lines = Path(record_trace(tmp_path / "s.jsonl", 30)).read_text().splitlines(keepends=True)
+    steps = [i for i, line in enumerate(lines) if line.startswith('{"type":"step"')]
+    lines[steps[10]] = "garbage\n"
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("".join(lines)[:-20])  # the last line cut short
+    assert window.open_trace(str(cut)) and window.replaying
+    assert len(window.history) == 28
+    text = window.banner.text()
+    assert window.banner.isVisible() and f"cut.jsonl:{steps[10] + 1}: not JSON" in text
+    assert "replaying the 28 steps that read (2 line(s) skipped)" in text
 
 
 def test_theme_switch_rebuilds_views(window, qtbot):
