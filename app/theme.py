@@ -58,7 +58,8 @@ class Theme:
 
     def stylesheet(self) -> str:
         template = (RESOURCES / "qss" / "app.qss").read_text()
-        return string.Template(template).substitute(asdict(self))
+        return string.Template(template).substitute(asdict(self),
+                                                    icons=(RESOURCES / "icons").as_posix())
 
 
 def apply_theme(app: QApplication, theme: Theme) -> None:
