@@ -106,10 +106,13 @@ class BudgetView(QWidget):
     def _legend_html(self) -> str:
         th = self._theme
         # short names: the legend must stay on a line or two where the window is small
+        # ("free": the reference rows' budget to speculate; "unused": the live pass's)
         parts = [("committed", "committed"), ("accepted", "accepted"), ("rejected", "rejected"),
-                 ("prefill", "prefill"), ("padding", "padding"), ("free", "free"),
-                 ("overflow", "over T")]
-        return " ".join(f"<span style='color:{getattr(th, f)}'>■</span> {text}" for f, text in parts)
+                 ("prefill", "prefill"), ("padding", "padding"), ("unused", "unused"),
+                 ("free", "free"), ("overflow", "over T")]
+        # a no-break space keeps each swatch with its name where the legend wraps
+        return " ".join(f"<span style='color:{getattr(th, f)}'>■</span>&nbsp;{text}"
+                        for f, text in parts)
 
     def show_history(self, history: History, stop: int) -> None:
         if stop == 0:
