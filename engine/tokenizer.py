@@ -5,7 +5,7 @@ from pathlib import Path
 
 import tokenizers
 
-from engine.chat_template import render_chat
+from engine.chat_template import ChatTemplateError, render_chat
 from engine.errors import ModelLoadError
 
 
@@ -24,6 +24,7 @@ class Tokenizer:
                  eos_ids: tuple[int, ...] = ()) -> None:
         self.inner = inner
         self.chat_template = chat_template
+        self.template_source: Path | None = None  # the file the template came from
         self.bos_token = bos_token
         self.vocab_size: int = inner.get_vocab_size(with_added_tokens=True)
         known = [inner.token_to_id(t) for t in eos_tokens]
@@ -63,8 +64,13 @@ class Tokenizer:
     def chat_prompt(self, user: str, system: str | None = None) -> str:
         messages = ([{"role": "system", "content": system}] if system is not None else [])
         messages.append({"role": "user", "content": user})
-        return render_chat(self.chat_template, messages, bos_token=self.bos_token or "",
-                           eos_token=self.eos_token or "")
+        try:
+            return render_chat(self.chat_template, messages, bos_token=self.bos_token or "",
+                               eos_token=self.eos_token or "")
+        except ChatTemplateError as exc:  # the model's own template: name its file
+            if self.template_source is None or not self.chat_template:
+                raise
+            raise ChatTemplateError(f"{self.template_source}: {exc}") from None
 
 
 class ByteTokenizer:

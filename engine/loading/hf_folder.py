@@ -191,6 +191,7 @@ def read_tokenizer(folder: Path, config: ModelConfig) -> Tokenizer:
                              f"{tokenizer.vocab_size} tokens, but config.json's vocab_size is "
                              f"{config.vocab_size}: not this model's tokenizer")
     if tokenizer.chat_template:  # a broken template is the folder's fault: say so at load
+        tokenizer.template_source = template_source
         try:
             check_template(tokenizer.chat_template)
         except ChatTemplateError as exc:

@@ -289,6 +289,25 @@ def test_broken_chat_template_names_its_file(tiny_llama_folder, file_name):
     _raises(folder, file_name, "does not parse")
 
 
+@pytest.mark.parametrize("file_name", ["tokenizer_config.json", "chat_template.jinja"])
+def test_a_template_that_refuses_the_messages_names_its_file(tiny_llama_folder, file_name):
+    """It parses, so the folder loads; it rejects a conversation only when one is rendered."""
+    from engine.chat_template import ChatTemplateError
+
+    folder, _ = tiny_llama_folder
+    refusing = "{% if messages[0]['role'] != 'system' %}{{ raise_exception('no system') }}{% endif %}"
+    if file_name == "chat_template.jinja":
+        (folder / file_name).write_text(refusing)
+    else:
+        cfg = json.loads((folder / file_name).read_text())
+        (folder / file_name).write_text(json.dumps({**cfg, "chat_template": refusing}))
+    tokenizer = load_model(str(folder), dtype="fp32", device="cpu").tokenizer
+    with pytest.raises(ChatTemplateError, match=rf"^{folder / file_name}: chat template refused "
+                                                r"the messages: no system$"):
+        tokenizer.chat_prompt("hi")
+    assert tokenizer.chat_prompt("hi", system="be brief") == ""  # rendered, if to nothing
+
+
 def test_corrupt_tokenizer_json(tiny_llama_folder):
     folder, _ = tiny_llama_folder
     (folder / "tokenizer.json").write_text('{"model": 3}')
