@@ -1,9 +1,10 @@
 """`swarmscope trace check FILE` and `swarmscope trace export FILE --perfetto OUT | --csv OUT`."""
 from __future__ import annotations
 
+import os
 import sys
 
-from engine.errors import SwarmscopeError
+from engine.errors import SwarmscopeError, TraceError
 
 
 def register(subparsers) -> None:
@@ -45,16 +46,27 @@ def export_cmd(args) -> int:
     from engine.telemetry.csv_export import write_csv
     from engine.telemetry.perfetto_export import write_perfetto
     from engine.telemetry.trace_reader import read_trace
+    out = args.perfetto or args.csv
     try:
+        if _same_file(args.file, out):
+            raise TraceError(out, None, "is the trace being exported; writing there would "
+                                        "destroy it (choose another output file)")
         trace = read_trace(args.file, lenient=args.lenient)
         for warning in trace.warnings:
             print(f"warning: {warning}", file=sys.stderr)
         if args.perfetto:
-            write_perfetto(trace, args.perfetto)
+            write_perfetto(trace, out)
         else:
-            write_csv(trace.steps, args.csv)
+            write_csv(trace.steps, out)
     except SwarmscopeError as exc:
         print(f"trace export: {exc}", file=sys.stderr)
         return 2
-    print(f"wrote {args.perfetto or args.csv}")
+    print(f"wrote {out}")
     return 0
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)  # also through links and other spellings of the path
+    except OSError:
+        return False  # one does not exist, so writing cannot overwrite the other

@@ -14,6 +14,7 @@ from engine.telemetry.trace_writer import SEGMENT_KINDS, TRACE_VERSION
 
 AGENT_EVENTS = ("decode", "tool", "done")
 LANE_INTS = ("agent", "k", "acc", "pad", "ctx")  # a lane record's fields besides its cat
+GZIP_CHUNK = 1 << 16  # compressed bytes fed to zlib at a time
 MAX_COUNT = 2**31  # more than any step counts: larger ints are damage, not data
 _STEP_FIELDS = {f.name for f in fields(StepRecord)}
 
@@ -58,12 +59,11 @@ def _read_lines(path: Path) -> tuple[list[str], list[str]]:
         raise TraceError(path, None, f"cannot read trace: {exc.strerror}") from None
     warnings = []
     if path.name.endswith(".gz"):
-        inflate = zlib.decompressobj(47)  # 47: gzip or zlib header, detected
         try:
-            raw = inflate.decompress(raw)
+            raw, ended = _gunzip(raw)
         except zlib.error as exc:
             raise TraceError(path, None, f"not a readable gzip file ({exc})") from None
-        if not inflate.eof:
+        if not ended:
             # What a killed writer leaves: everything up to its last sync flush, no trailer.
             warnings.append("gzip stream has no end (the writer did not close it); "
                             "read up to its last flush")
@@ -77,6 +77,23 @@ def _read_lines(path: Path) -> tuple[list[str], list[str]]:
     elif lines:
         lines[-1] += "\0"  # marks a last line cut short (no newline) for a clearer message
     return lines, warnings
+
+
+def _gunzip(raw: bytes) -> tuple[bytearray, bool]:
+    """Every gzip member in turn (cat, pigz and bgzip write several), and whether the last one
+    ended. Fed in chunks: a member's end leaves the rest of its input as unused_data, a copy, so
+    feeding the whole file would copy it again at each member of a bgzip file."""
+    inflated = bytearray()
+    inflate = zlib.decompressobj(47)  # 47: gzip or zlib header, detected
+    view = memoryview(raw)
+    for start in range(0, len(view), GZIP_CHUNK):
+        data = view[start:start + GZIP_CHUNK]
+        while data:
+            if inflate.eof:
+                inflate = zlib.decompressobj(47)
+            inflated += inflate.decompress(data)
+            data = inflate.unused_data
+    return inflated, inflate.eof
 
 
 def _loads(number: int, text: str) -> dict:
@@ -108,7 +125,10 @@ def _add_record(trace: Trace, number: int, text: str) -> None:
     obj = _loads(number, text)
     kind = obj.get("type")
     if kind == "step":
-        trace.steps.append(_parse_step(number, obj))
+        step = _parse_step(number, obj)
+        if trace.steps:
+            _check_order(number, trace.steps[-1], step)
+        trace.steps.append(step)
     elif kind == "control":
         if not _is_number(obj.get("t")) or not isinstance(obj.get("changes"), dict):
             raise TraceError(None, number, "control record needs a number t and a dict changes")
@@ -151,6 +171,15 @@ def _parse_step(number: int, obj: dict) -> StepRecord:
         return StepRecord.from_dict(obj)
     except (TypeError, ValueError) as exc:
         raise TraceError(None, number, f"bad step record: {exc}") from None
+
+
+def _check_order(number: int, previous: StepRecord, step: StepRecord) -> None:
+    # Views and rates assume time order: a step back in time gives negative spans and absurd
+    # tokens/s rather than an error.
+    if step.step <= previous.step or step.t < previous.t:
+        raise TraceError(None, number, f"step out of order: step {step.step} at t={step.t} "
+                                       f"comes after step {previous.step} at t={previous.t} "
+                                       f"(step numbers must increase, t must not go back)")
 
 
 def _check_text(number: int, obj: dict) -> dict:

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -88,6 +89,9 @@ def _edit_line(index, edit):
     (_edit_line(3, lambda step: step.update(reason=None)), 4, "reason must be text"),
     (_edit_line(3, lambda step: step.update(batch=-1)), 4, "not numbers >= 0"),
     (_edit_line(3, lambda step: step.update(dt_ms=float("nan"))), 4, "not numbers >= 0"),
+    (lambda ls: ls.__setitem__(slice(2, 22), ls[21:1:-1]), 4, "step out of order"),
+    (_edit_line(4, lambda step: step.update(t=0.01)), 5, "step out of order"),
+    (_edit_line(4, lambda step: step.update(step=1)), 5, "step out of order"),
     (lambda ls: ls.__setitem__(4, '{"type": "mystery"}'), 5, "unknown record type"),
     (lambda ls: ls.__setitem__(4, '[1, 2]'), 5, "JSON object"),
     (lambda ls: ls.__setitem__(0, ls[0].replace('"version":1', '"version":9')), 1, "version 9"),
@@ -123,6 +127,37 @@ def test_truncated_last_line_and_empty_and_missing_files(tmp_path):
     (tmp_path / "bad.jsonl.gz").write_bytes(b"not gzip at all")
     with pytest.raises(TraceError, match="not a readable gzip"):
         read_trace(tmp_path / "bad.jsonl.gz")
+
+
+def jsonl(lines):
+    return "".join(line + "\n" for line in lines).encode()
+
+
+def gzip_members(path, lines, cuts):
+    """Writes lines as gzip members split at cuts, as cat, pigz or bgzip would."""
+    bounds = [0, *cuts, len(lines)]
+    path.write_bytes(b"".join(gzip.compress(jsonl(lines[a:b])) for a, b in zip(bounds, bounds[1:])))
+
+
+@pytest.mark.parametrize("chunk", [7, 1 << 16])  # 7: member ends fall inside and across chunks
+def test_every_gzip_member_is_read(tmp_path, monkeypatch, chunk):
+    import engine.telemetry.trace_reader as trace_reader
+
+    monkeypatch.setattr(trace_reader, "GZIP_CHUNK", chunk)
+    write_sample(tmp_path / "t.jsonl")
+    lines = lines_of(tmp_path / "t.jsonl")
+    path = tmp_path / "members.jsonl.gz"
+    gzip_members(path, lines, [1, 2, 10, 11])
+    assert read_trace(path) == read_trace(tmp_path / "t.jsonl")
+    gzip_members(path, lines + lines, [len(lines)])  # two sessions, as `cat a.gz b.gz`
+    with pytest.raises(TraceError, match=rf":{len(lines) + 1}: a second session record"):
+        read_trace(path)
+    # A last member its writer never closed still reads up to its last flush, with the warning.
+    deflate = zlib.compressobj(6, zlib.DEFLATED, 31)
+    path.write_bytes(gzip.compress(jsonl(lines[:10])) + deflate.compress(jsonl(lines[10:]))
+                     + deflate.flush(zlib.Z_SYNC_FLUSH))
+    trace = read_trace(path)
+    assert len(trace.steps) == 20 and "no end" in trace.warnings[0]
 
 
 WRITER = """
