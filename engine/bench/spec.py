@@ -81,7 +81,11 @@ def run(args) -> int:
     from engine.loading import load_model
     say = lambda message, *_: print(message, file=sys.stderr)  # noqa: E731
     try:  # the arguments first: a typo should not wait for a model to load
-        batches = [int(b) for b in args.batches.split(",")]
+        try:
+            batches = [int(b) for b in args.batches.split(",")]
+        except ValueError:
+            raise ValueError(f"--batches must be whole numbers separated by commas, got "
+                             f"{args.batches!r}") from None
         if args.max_tokens < 1 or args.repeats < 1 or min(batches) < 1:
             raise ValueError("--max-tokens, --repeats and every B must be >= 1")
         policies = parse_policies(args.policies)

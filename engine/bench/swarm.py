@@ -39,7 +39,7 @@ def run(args) -> int:
     from engine.errors import SwarmscopeError
     try:
         if not 0 < args.duration < math.inf:
-            raise ValueError(f"--duration must be > 0, got {args.duration:g}")
+            raise ValueError(f"--duration must be a finite number > 0, got {args.duration:g}")
         rows = measure(args)
     except (SwarmscopeError, ValueError) as exc:  # ValueError: an option a config refused
         print(f"bench swarm: {exc}", file=sys.stderr)

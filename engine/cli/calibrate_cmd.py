@@ -14,9 +14,10 @@ def register(subparsers) -> None:
     p.add_argument("--dtype", default="auto", help="fp32 | bf16 | fp16 (GPU) | auto")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | rocm")
     p.add_argument("--eps", type=float, default=0.10, help="T = largest N with t(N) <= (1+eps) t(1)")
-    p.add_argument("--context", type=int, default=DEFAULT_CONTEXT, metavar="TOKENS",
-                   help="tokens each timed lane has cached (default %(default)s); attention "
-                        "reads them all, so time at your swarm's contexts to see its T")
+    p.add_argument("--context", type=int, metavar="TOKENS",
+                   help=f"tokens each timed lane has cached (default {DEFAULT_CONTEXT}, or "
+                        "fewer where the model's positions hold no more); attention reads them "
+                        "all, so time at your swarm's contexts to see its T")
     p.set_defaults(func=run)
 
 

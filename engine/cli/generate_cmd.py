@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+from engine.cli.run_cmd import check_drafter
 from engine.controls import Controls
 from engine.errors import SwarmscopeError
 from engine.sampling import SamplingParams
@@ -77,6 +78,7 @@ def run(args) -> int:
                                 ragged=args.ragged)
         except ValueError as exc:
             raise SwarmscopeError(str(exc)) from None
+        check_drafter("--drafter", args.drafter)
         note = (lambda message, *_: print(message, file=sys.stderr)) if not args.json else None
         loaded = load_model(args.model, args.dtype, args.device, progress=note)
         results = generate(loaded, prompts, controls, args.max_tokens, sampling, args.chat,

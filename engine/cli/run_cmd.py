@@ -7,10 +7,11 @@ import math
 import signal
 import sys
 import time
+from pathlib import Path
 
 from engine.controls import (ADAPTIVE_CAP, DEFAULT_K, FIXED_K, Controls, parse_change,
                              parse_mix)
-from engine.errors import SwarmscopeError
+from engine.errors import ModelLoadError, SwarmscopeError
 from engine.telemetry.records import LAYOUTS, POLICIES
 from engine.telemetry.summary import format_summary, summarize
 
@@ -43,7 +44,7 @@ def register(subparsers) -> None:
     p.add_argument("--min-acceptance", type=float, default=0.1,
                    help="a lane or category accepting less stops drafting, re-probed "
                         "(default 0.1)")
-    p.add_argument("--mix", type=_checked(parse_mix), default=None,
+    p.add_argument("--mix", type=_checked(_mix), default=None,
                    help="workload weights, e.g. code-edit=2,chat=1 (a category not named: 0; "
                         "default all 1)")
     p.add_argument("--tool-latency", type=float, default=1.0, help="median tool call seconds")
@@ -58,7 +59,9 @@ def register(subparsers) -> None:
                    help="wall: real tool waits; virtual: reproducible step for step; "
                         "measured: real step times, idle gaps skipped")
     p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--max-context", type=int, default=3072)
+    p.add_argument("--max-context", type=int,
+                   help="most tokens in an agent's context; past it the agent starts a fresh "
+                        "task (default 3072, or the model's positions if fewer)")
     p.add_argument("--trace", type=lambda path: None if path == "none" else path,
                    help="write a trace (.jsonl or .jsonl.gz); none (the default): no trace, as "
                         "the window's --trace-out none")
@@ -74,6 +77,11 @@ def _checked(parse):
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
     return checked
+
+
+def _mix(text: str) -> dict[str, float]:
+    """--mix's weights, checked as the controls check them."""
+    return Controls(mix=parse_mix(text)).mix
 
 
 def run(args) -> int:
@@ -95,25 +103,28 @@ def _run(args) -> int:
     from engine.engine import Engine
     from engine.loading import load_model
     from engine.spec.calibration import calibrate_or_load
-    from engine.swarm.config import SwarmConfig
+    from engine.swarm.config import DEFAULT_MAX_CONTEXT, SwarmConfig
 
-    if (args.steps is not None and args.steps < 1) or (args.duration is not None
-                                                        and not 0 < args.duration < math.inf):
-        raise SwarmscopeError("--steps must be >= 1 and --duration > 0")
+    _check_numbers(args)
+    check_drafter("--drafter", args.drafter)
     controls = Controls(policy=args.policy, k=args.k, drafter=args.drafter, ragged=args.ragged,
                         batch_ceiling=args.batch_ceiling, spec_ceiling=args.spec_ceiling,
                         budget_override=args.budget, min_acceptance=args.min_acceptance,
                         swarm_size=args.agents, tool_latency_s=args.tool_latency,
                         **({"mix": args.mix} if args.mix else {}))
     changes = _timed_changes(controls, args.change, args.clock, ends_by_time=args.steps is None)
-    config = SwarmConfig(seed=args.seed, clock=args.clock, temperature=args.temperature,
-                         max_context=args.max_context)
 
     def say(message: str, *_) -> None:
         print(f"  {message}", file=sys.stderr)
 
     loaded = load_model(args.model, dtype=args.dtype, device=args.device, progress=say)
     print(f"model {loaded.name} ({loaded.dtype}, {loaded.device})", file=sys.stderr)
+    positions = loaded.config.max_position
+    if args.max_context is not None and args.max_context > positions:
+        raise SwarmscopeError(f"--max-context must be at most {positions}, the positions "
+                              f"{loaded.name} has, got {args.max_context}")
+    config = SwarmConfig(seed=args.seed, clock=args.clock, temperature=args.temperature,
+                         max_context=args.max_context or min(DEFAULT_MAX_CONTEXT, positions))
     engine = Engine(loaded, config, controls, calibration=calibrate_or_load(loaded, progress=say),
                     trace_path=args.trace)
     print(f"budget T = {engine.calibration.budget} (calibrated with lanes at context "
@@ -170,6 +181,47 @@ def _run(args) -> int:
     return 1 if failure else 0
 
 
+def _check_numbers(args) -> None:
+    """The numeric options against their bounds, so that an error names the option as typed:
+    the configs' own errors name their fields (swarm_size for --agents)."""
+    from engine.swarm.agent import MIN_CONTEXT
+
+    least = {"--agents": (args.agents, 1), "--batch-ceiling": (args.batch_ceiling, 1),
+             "--spec-ceiling": (args.spec_ceiling, 0), "--budget": (args.budget, 1),
+             "--steps": (args.steps, 1), "--max-context": (args.max_context, MIN_CONTEXT),
+             "--tool-latency": (args.tool_latency, 0), "--temperature": (args.temperature, 0)}
+    for option, (value, lowest) in least.items():
+        if value is not None and not lowest <= value < math.inf:  # nan fails too
+            number = "" if isinstance(value, int) else "a finite number "
+            raise SwarmscopeError(f"{option} must be {number}>= {lowest}, got {value:g}")
+    if args.duration is not None and not 0 < args.duration < math.inf:
+        raise SwarmscopeError(f"--duration must be a finite number > 0, got {args.duration:g}")
+    if not 0 <= args.min_acceptance <= 1:
+        raise SwarmscopeError(f"--min-acceptance must be in [0, 1], got {args.min_acceptance:g}")
+    try:
+        Controls(policy=args.policy, k=args.k)  # K's range is the controls'
+    except ValueError as exc:
+        raise SwarmscopeError(f"--k: {exc}") from None
+
+
+def check_drafter(option: str, drafter: str) -> None:
+    """A drafter other than lookup and self is a draft model folder: its config, tokenizer and
+    weights' headers must read now, not when a step first drafts with it (in a short run, never).
+    `option` names where the value came from, as typed."""
+    from engine.loading import check_model_folder
+    from engine.spec.drafters import DRAFTER_NAMES
+
+    if drafter in DRAFTER_NAMES:
+        return
+    if not Path(drafter).expanduser().exists():  # the loader's message would offer its presets
+        raise SwarmscopeError(f"{option} {drafter}: no such folder; a drafter is "
+                              f"{', '.join(DRAFTER_NAMES)} or a draft model folder")
+    try:
+        check_model_folder(drafter)
+    except ModelLoadError as exc:
+        raise SwarmscopeError(f"{option} {drafter}: {exc}") from None
+
+
 def _interrupted(*_) -> None:
     raise KeyboardInterrupt
 
@@ -194,6 +246,8 @@ def _timed_changes(controls: Controls, changes: list[tuple[float, dict]], clock:
             controls = controls.updated(change)
         except ValueError as exc:
             raise SwarmscopeError(f"--change at {at:g} s: {exc}") from None
+        if "drafter" in change:
+            check_drafter(f"--change at {at:g} s: drafter", change["drafter"])
         k_by_policy[controls.policy] = controls.k
         timed.append((at, change))
         if change.get("paused") and clock != "wall":

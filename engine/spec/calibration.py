@@ -386,9 +386,10 @@ def longest_context(config) -> int:
 
 def calibrate_or_load(loaded, eps: float = 0.10,
                       progress: Callable[[str], None] | None = None,
-                      force: bool = False, context: int = DEFAULT_CONTEXT) -> Calibration:
+                      force: bool = False, context: int | None = None) -> Calibration:
     """The cached calibration for (device, model, dtype), whatever its context, or one measured
-    with lanes at `context` and cached when there is none or `force`."""
+    with lanes at `context` (None: DEFAULT_CONTEXT, or fewer where the model's positions hold no
+    more) and cached when there is none or `force`."""
     device, dtype = str(loaded.model.device), dtype_name(loaded.model.dtype)
     key = model_key(loaded)
     if not force:
@@ -396,6 +397,11 @@ def calibrate_or_load(loaded, eps: float = 0.10,
         if cached is not None:
             return cached
     longest, most = max(QUERY_SIZES), longest_context(loaded.config)
+    if most < 1:
+        raise SwarmscopeError(f"{loaded.name} has {loaded.config.max_position} positions; "
+                              f"calibration times up to {longest} query tokens on top of a "
+                              f"cached context, so it needs a model of more than {longest}")
+    context = min(DEFAULT_CONTEXT, most) if context is None else context
     if not 1 <= context <= most:
         raise SwarmscopeError(f"calibration context must be 1..{most} tokens for {loaded.name} "
                               f"(its {loaded.config.max_position} positions less the {longest} "

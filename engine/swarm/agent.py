@@ -21,6 +21,9 @@ from engine.swarm.workload import Task, Workload
 
 STATES = ("decode", "tool", "waiting", "done")
 MAX_SEGMENTS = 2000  # transcript segments kept per agent (older ones scroll away)
+# The shortest context an agent can work in: a turn writes at most half of it (_turn_tokens), so
+# two tokens leave the prompt one.
+MIN_CONTEXT = 2
 
 
 @dataclass(slots=True)
@@ -45,6 +48,7 @@ class AgentView:
 class Agent:
     def __init__(self, agent_id: int, workload: Workload, tokenizer, rng: random.Random,
                  temperature: float, max_context: int, record_text: bool = False) -> None:
+        assert max_context >= MIN_CONTEXT, max_context
         self.id = agent_id
         self.workload, self.tokenizer, self.rng = workload, tokenizer, rng
         self.temperature, self.max_context = temperature, max_context
@@ -72,7 +76,9 @@ class Agent:
         self.task = self.workload.new_task(cat, self.rng)
         text = self.tokenizer.chat_prompt(self.task.text, self.workload.system(cat))
         ids = self.tokenizer.encode(text)
-        ids = ids[-(self.max_context - self._turn_tokens()):]  # too long: keep the question
+        room = self.max_context - self._turn_tokens()
+        # Too long: keep the end, the question. Sliced from a start, as ids[-0:] would keep all.
+        ids = ids[max(0, len(ids) - room):]
         sampling = SamplingParams(temperature=self.temperature,
                                   seed=self.rng.randrange(2 ** 31))
         self.seq = Sequence(seq_id=seq_id, token_ids=ids, prompt_len=len(ids), sampling=sampling,

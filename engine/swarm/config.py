@@ -4,7 +4,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from engine.swarm.agent import MIN_CONTEXT
+
 CLOCKS = ("wall", "virtual", "measured")
+DEFAULT_MAX_CONTEXT = 3072
 
 
 @dataclass(slots=True)
@@ -17,7 +20,7 @@ class SwarmConfig:
     # (benchmarks: real step costs, no waiting for tools).
     clock: str = "wall"
     temperature: float = 0.0        # 0: greedy, so every policy emits the same text
-    max_context: int = 3072         # past this an agent starts a fresh task
+    max_context: int = DEFAULT_MAX_CONTEXT  # past this an agent starts a fresh task
     tool_latency_sigma: float = 1.0  # log-normal spread around Controls.tool_latency_s
     max_step_tokens: int = 256      # tokens fed per step (decode + prefill chunks)
     rotate_after_steps: int = 256   # fair rotation when agents wait for a batch slot
@@ -31,8 +34,10 @@ class SwarmConfig:
             raise ValueError(f"clock must be one of {CLOCKS}, got {self.clock!r}")
         if not (0 <= self.temperature < math.inf and 0 <= self.tool_latency_sigma < math.inf):
             raise ValueError("temperature and tool_latency_sigma must be finite and >= 0")
-        for name in ("max_context", "max_step_tokens", "rotate_after_steps", "block_size",
-                     "record_capacity"):
+        if self.max_context < MIN_CONTEXT:
+            raise ValueError(f"max_context must be >= {MIN_CONTEXT} (a prompt token and a turn's), "
+                             f"got {self.max_context}")
+        for name in ("max_step_tokens", "rotate_after_steps", "block_size", "record_capacity"):
             if getattr(self, name) < 1:
                 raise ValueError(f"SwarmConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.kv_tokens is not None and self.kv_tokens < self.block_size:

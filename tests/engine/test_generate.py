@@ -57,6 +57,16 @@ def test_bad_model_exits_2_with_a_message(tmp_path, capsys):
     assert rc == 2 and "nope" in err
 
 
+def test_a_draft_model_folder_is_read_at_the_start(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    for drafter, says in (("nonsense", "nonsense: no such folder; a drafter is lookup, self or a "
+                                       "draft model folder"),
+                          (str(tmp_path / "empty"), f"{tmp_path}/empty/config.json: ")):
+        rc, _, err = _generate(capsys, "--prompt", "hi", "--drafter", drafter)
+        assert rc == 2 and err.startswith(f"swarmscope generate: --drafter {drafter}")
+        assert says in err and len(err.splitlines()) == 1
+
+
 def test_calibrate_prints_the_curve_and_budget(capsys):
     assert main(["calibrate", "--model", "tiny-test", "--dtype", "fp32", "--eps", "0.2"]) == 0
     out = capsys.readouterr().out

@@ -103,6 +103,9 @@ def test_bad_arguments_fail_before_a_model_loads(capsys):
     assert main(["bench", "spec", "--model", "/no/such/model", "--workloads", "prose"]) == 2
     err = capsys.readouterr().err
     assert "unknown workload(s) prose" in err and "/no/such/model" not in err
+    assert main(["bench", "spec", "--model", "/no/such/model", "--batches", "1,abc"]) == 2
+    assert capsys.readouterr().err == ("swarmscope bench spec: --batches must be whole numbers "
+                                       "separated by commas, got '1,abc'\n")
 
 
 def test_the_spread_of_a_ratio_is_its_standard_error_over_paired_rounds():

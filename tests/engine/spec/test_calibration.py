@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import math
 import random
@@ -8,6 +9,7 @@ import pytest
 from engine.config import PRESETS
 from engine.errors import SwarmscopeError
 from engine.loading import load_model
+from engine.model import LlamaModel
 from engine.spec import calibration as cal
 from engine.spec.calibration import Calibration
 
@@ -140,6 +142,28 @@ def test_calibrating_at_a_context_the_model_cannot_hold_is_a_message(tmp_path, m
     for context in (0, 4096 - 127):
         with pytest.raises(SwarmscopeError, match=f"1..3968 tokens .* got {context}"):
             cal.calibrate_or_load(loaded, force=True, context=context)
+
+
+def test_the_default_context_fits_a_model_of_few_positions(tmp_path, monkeypatch):
+    """Lanes at DEFAULT_CONTEXT where the model holds it, at what it holds beside the longest
+    query otherwise; a model that holds no context beside that query is a message."""
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path))
+    timed = []
+    monkeypatch.setattr(cal, "measure", lambda *a, context, **k: timed.append(context)
+                        or Calibration.make_dummy())
+    loaded = load_model("tiny-test", dtype="fp32")
+
+    def holding(positions):
+        config = loaded.config.with_(max_position=positions)
+        return dataclasses.replace(loaded, config=config, model=LlamaModel.random(config))
+
+    for positions in (4096, 150):
+        cal.calibrate_or_load(holding(positions), force=True)
+    assert timed == [cal.DEFAULT_CONTEXT, 150 - 128]
+    short = holding(128)
+    for context in (None, 64):
+        with pytest.raises(SwarmscopeError, match="tiny-test has 128 positions.* more than 128"):
+            cal.calibrate_or_load(short, force=True, context=context)
 
 
 def test_cache_is_kept_apart_for_models_of_one_name():

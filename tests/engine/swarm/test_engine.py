@@ -58,6 +58,17 @@ def test_a_context_shorter_than_the_workload_still_serves_every_category(tiny, c
     assert all(len(a.seq.token_ids) <= 96 for a in engine._agents.values())
 
 
+def test_the_shortest_context_keeps_one_prompt_token_and_turns_of_one(tiny, calibration):
+    """A turn writes at most half the context: at two tokens the prompt keeps its last one (a
+    prompt kept whole would need KV the cache, sized for such contexts, does not have)."""
+    engine = make_engine(tiny, calibration, agents=2, max_context=2)
+    engine.run(steps=20)
+    assert all(len(a.seq.token_ids) <= 2 for a in engine._agents.values())
+    assert sum(a.tokens for a in engine._agents.values()) > 0
+    with pytest.raises(ValueError, match="max_context must be >= 2"):
+        SwarmConfig(max_context=1)
+
+
 def test_kv_exhaustion_preempts_and_no_agent_loses_text(tiny, calibration):
     ample = make_engine(tiny, calibration, agents=12)
     ample.run(steps=100)

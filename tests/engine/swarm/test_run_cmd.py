@@ -11,7 +11,9 @@ import pytest
 from engine.cli import run_cmd, trace_cmd
 from engine.controls import ADAPTIVE_CAP, Controls
 from engine.errors import SwarmscopeError
+from engine.telemetry.records import StepRecord
 from engine.telemetry.trace_reader import read_trace
+from engine.telemetry.trace_writer import TraceWriter
 from tests.recording import wait_for_steps
 
 
@@ -145,13 +147,87 @@ def test_errors_are_messages_not_tracebacks(tmp_path, capsys):
     assert "--headless" in capsys.readouterr().err
     assert cli(["run", "--headless", "--model", str(tmp_path / "nope"), "--steps", "1"]) == 2
     assert "nope" in capsys.readouterr().err
-    for option in (["--steps", "0"], ["--duration", "-5"], ["--duration", "nan"]):
-        assert cli(["run", "--headless", "--model", "tiny-test", *option]) == 2
-        assert "--steps must be >= 1 and --duration > 0" in capsys.readouterr().err
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"type": "session", "version": 1}\n{"type": "step"\n')
     assert cli(["trace", "check", str(bad)]) == 2
     assert "bad.jsonl:2:" in capsys.readouterr().err
+
+
+def test_export_refuses_to_write_over_the_trace_it_reads(tmp_path, capsys):
+    trace = tmp_path / "t.jsonl.gz"
+    with TraceWriter(trace, {"model": "m"}) as writer:
+        writer.write_step(StepRecord.make_dummy(0))
+    recorded = trace.read_bytes()
+    (tmp_path / "link.csv").symlink_to(trace)
+    for out in (trace, tmp_path / "link.csv"):
+        for target in ("--csv", "--perfetto"):
+            assert cli(["trace", "export", str(trace), target, str(out)]) == 2
+            assert capsys.readouterr().err == (f"trace export: {out}: is the trace being "
+                                               "exported; writing there would destroy it (choose "
+                                               "another output file)\n")
+    assert trace.read_bytes() == recorded
+
+
+@pytest.mark.parametrize("option, says", [
+    (["--agents", "0"], "--agents must be >= 1, got 0"),
+    (["--batch-ceiling", "0"], "--batch-ceiling must be >= 1, got 0"),
+    (["--spec-ceiling", "-1"], "--spec-ceiling must be >= 0, got -1"),
+    (["--budget", "0"], "--budget must be >= 1, got 0"),
+    (["--steps", "0"], "--steps must be >= 1, got 0"),
+    (["--max-context", "0"], "--max-context must be >= 2, got 0"),
+    (["--max-context", "1"], "--max-context must be >= 2, got 1"),
+    (["--temperature", "-1"], "--temperature must be a finite number >= 0, got -1"),
+    (["--tool-latency", "inf"], "--tool-latency must be a finite number >= 0, got inf"),
+    (["--duration", "-5"], "--duration must be a finite number > 0, got -5"),
+    (["--duration", "nan"], "--duration must be a finite number > 0, got nan"),
+    (["--duration", "inf"], "--duration must be a finite number > 0, got inf"),
+    (["--min-acceptance", "2"], "--min-acceptance must be in [0, 1], got 2"),
+    (["--k", "99"], "--k: k must be in 0..64, got 99"),
+    (["--drafter", "nonsense"], "--drafter nonsense: no such folder; a drafter is lookup, self "
+                                "or a draft model folder"),
+])
+def test_a_bad_option_is_one_line_that_names_it(capsys, option, says):
+    """Before the model loads, named as typed: the configs' own errors name their fields."""
+    assert cli(["run", "--headless", "--model", "/no/such/model", *option]) == 2
+    assert capsys.readouterr().err == f"swarmscope run: {says}\n"
+
+
+def test_mix_weights_are_checked_as_the_option_is_read(capsys):
+    with pytest.raises(SystemExit):
+        cli(["run", "--headless", "--model", "tiny-test", "--mix", "chat=0"])
+    assert "argument --mix: mix must weigh" in capsys.readouterr().err
+
+
+def test_a_draft_model_folder_is_read_before_the_session_starts(tmp_path, capsys):
+    """At the start and in every --change, not at the first step that drafts with it."""
+    (tmp_path / "empty").mkdir()
+    assert cli(["run", "--headless", "--model", "tiny-test", "--steps", "1",
+                "--drafter", str(tmp_path / "empty")]) == 2
+    assert capsys.readouterr().err.startswith(f"swarmscope run: --drafter {tmp_path}/empty: "
+                                              f"{tmp_path}/empty/config.json: ")
+    with pytest.raises(SwarmscopeError, match="--change at 2 s: drafter /nope: no such folder"):
+        run_cmd._timed_changes(Controls(), [(1.0, {"drafter": "self"}),
+                                            (2.0, {"drafter": "/nope"})])
+
+
+def test_max_context_must_fit_the_model_and_defaults_to_what_it_holds(tmp_path, capsys,
+                                                                        monkeypatch):
+    import dataclasses
+
+    import engine.loading
+    from engine.model import LlamaModel
+
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "cache"))
+    loaded = engine.loading.load_model("tiny-test", dtype="fp32", device="cpu")
+    config = loaded.config.with_(max_position=1024)  # fewer than the default 3072
+    short = dataclasses.replace(loaded, config=config, model=LlamaModel.random(config))
+    monkeypatch.setattr(engine.loading, "load_model", lambda *args, **kwargs: short)
+    run = ["run", "--headless", "--model", "tiny-test", "--steps", "2", "--clock", "virtual"]
+    assert cli(run + ["--max-context", "1025"]) == 2
+    assert capsys.readouterr().err.endswith(
+        "swarmscope run: --max-context must be at most 1024, the positions tiny-test has, "
+        "got 1025\n")
+    assert cli(run) == 0
 
 
 def test_sigterm_summarises_what_ran_and_finishes_the_trace(tmp_path):
