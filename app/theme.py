@@ -58,8 +58,9 @@ class Theme:
 
     def stylesheet(self) -> str:
         template = (RESOURCES / "qss" / "app.qss").read_text()
-        return string.Template(template).substitute(asdict(self),
-                                                    icons=(RESOURCES / "icons").as_posix())
+        arrows = {f"spin_{way}": (RESOURCES / "icons" / f"spin-{way}.svg").as_posix()
+                  for way in ("up", "down")}
+        return string.Template(template).substitute(asdict(self), **arrows)
 
 
 def apply_theme(app: QApplication, theme: Theme) -> None:
