@@ -3,6 +3,7 @@ screenshot and exit 0: `swarmscope --screenshot out.png --quit-after 20` (also o
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import sys
@@ -82,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     if args.agents < 1:
         print("swarmscope: --agents must be >= 1", file=sys.stderr)
+        return 2
+    if args.quit_after is not None and not 0 <= args.quit_after < math.inf:
+        print(f"swarmscope: --quit-after must be a number of seconds >= 0, got {args.quit_after}",
+              file=sys.stderr)
         return 2
     problem = display_problem()
     if problem:

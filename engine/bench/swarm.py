@@ -36,10 +36,15 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    from engine.cli.options import check_at_least
     from engine.errors import SwarmscopeError
+    from engine.swarm.agent import MIN_CONTEXT
     try:
         if not 0 < args.duration < math.inf:
             raise ValueError(f"--duration must be a finite number > 0, got {args.duration:g}")
+        check_at_least({"--agents": (args.agents, 1), "--max-context": (args.max_context,
+                                                                        MIN_CONTEXT),
+                        "--tool-latency": (args.tool_latency, 0)})
         rows = measure(args)
     except (SwarmscopeError, ValueError) as exc:  # ValueError: an option a config refused
         print(f"bench swarm: {exc}", file=sys.stderr)

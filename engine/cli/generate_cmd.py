@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from engine.cli.run_cmd import check_drafter
+from engine.cli.options import check_drafter
 from engine.controls import Controls
 from engine.errors import SwarmscopeError
 from engine.sampling import SamplingParams
@@ -20,7 +20,7 @@ class PromptsFileError(SwarmscopeError):
 def read_prompts(path: str) -> list[str]:
     """JSON Lines: each line a JSON string or an object with a string "prompt"."""
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        lines = Path(path).read_text(encoding="utf-8-sig").splitlines()  # a BOM is not text
     except (OSError, UnicodeDecodeError) as exc:
         raise SwarmscopeError(f"{path}: cannot read prompts file ({exc})") from None
     prompts = []
@@ -74,10 +74,13 @@ def run(args) -> int:
             raise SwarmscopeError("--max-tokens must be >= 1")
         try:
             sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.seed)
+        except ValueError as exc:
+            raise SwarmscopeError(f"--temperature, --top-k, --top-p: {exc}") from None
+        try:  # --spec and --ragged are argparse's choices: what is left to refuse is K
             controls = Controls(policy=args.spec, k=args.k, drafter=args.drafter,
                                 ragged=args.ragged)
         except ValueError as exc:
-            raise SwarmscopeError(str(exc)) from None
+            raise SwarmscopeError(f"--k: {exc}") from None
         check_drafter("--drafter", args.drafter)
         note = (lambda message, *_: print(message, file=sys.stderr)) if not args.json else None
         loaded = load_model(args.model, args.dtype, args.device, progress=note)

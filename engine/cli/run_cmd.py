@@ -7,11 +7,11 @@ import math
 import signal
 import sys
 import time
-from pathlib import Path
 
+from engine.cli.options import check_at_least, check_drafter
 from engine.controls import (ADAPTIVE_CAP, DEFAULT_K, FIXED_K, Controls, parse_change,
                              parse_mix)
-from engine.errors import ModelLoadError, SwarmscopeError
+from engine.errors import SwarmscopeError
 from engine.telemetry.records import LAYOUTS, POLICIES
 from engine.telemetry.summary import format_summary, summarize
 
@@ -186,14 +186,11 @@ def _check_numbers(args) -> None:
     the configs' own errors name their fields (swarm_size for --agents)."""
     from engine.swarm.agent import MIN_CONTEXT
 
-    least = {"--agents": (args.agents, 1), "--batch-ceiling": (args.batch_ceiling, 1),
-             "--spec-ceiling": (args.spec_ceiling, 0), "--budget": (args.budget, 1),
-             "--steps": (args.steps, 1), "--max-context": (args.max_context, MIN_CONTEXT),
-             "--tool-latency": (args.tool_latency, 0), "--temperature": (args.temperature, 0)}
-    for option, (value, lowest) in least.items():
-        if value is not None and not lowest <= value < math.inf:  # nan fails too
-            number = "" if isinstance(value, int) else "a finite number "
-            raise SwarmscopeError(f"{option} must be {number}>= {lowest}, got {value:g}")
+    check_at_least({"--agents": (args.agents, 1), "--batch-ceiling": (args.batch_ceiling, 1),
+                    "--spec-ceiling": (args.spec_ceiling, 0), "--budget": (args.budget, 1),
+                    "--steps": (args.steps, 1), "--max-context": (args.max_context, MIN_CONTEXT),
+                    "--tool-latency": (args.tool_latency, 0),
+                    "--temperature": (args.temperature, 0)})
     if args.duration is not None and not 0 < args.duration < math.inf:
         raise SwarmscopeError(f"--duration must be a finite number > 0, got {args.duration:g}")
     if not 0 <= args.min_acceptance <= 1:
@@ -202,24 +199,6 @@ def _check_numbers(args) -> None:
         Controls(policy=args.policy, k=args.k)  # K's range is the controls'
     except ValueError as exc:
         raise SwarmscopeError(f"--k: {exc}") from None
-
-
-def check_drafter(option: str, drafter: str) -> None:
-    """A drafter other than lookup and self is a draft model folder: its config, tokenizer and
-    weights' headers must read now, not when a step first drafts with it (in a short run, never).
-    `option` names where the value came from, as typed."""
-    from engine.loading import check_model_folder
-    from engine.spec.drafters import DRAFTER_NAMES
-
-    if drafter in DRAFTER_NAMES:
-        return
-    if not Path(drafter).expanduser().exists():  # the loader's message would offer its presets
-        raise SwarmscopeError(f"{option} {drafter}: no such folder; a drafter is "
-                              f"{', '.join(DRAFTER_NAMES)} or a draft model folder")
-    try:
-        check_model_folder(drafter)
-    except ModelLoadError as exc:
-        raise SwarmscopeError(f"{option} {drafter}: {exc}") from None
 
 
 def _interrupted(*_) -> None:

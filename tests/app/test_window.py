@@ -234,6 +234,8 @@ def test_a_bad_window_size_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["--size", "wide", "--replay", "x"])
     assert exit_.value.code == 2 and "'wide' is not WIDTHxHEIGHT" in capsys.readouterr().err
+    assert main(["--quit-after", "-1", "--replay", "x"]) == 2
+    assert "--quit-after must be a number of seconds >= 0, got -1.0" in capsys.readouterr().err
 
 
 def test_recalibration_runs_on_the_worker_and_redraws_the_curve(window, qtbot):

@@ -27,7 +27,8 @@ def _generate(capsys, *extra):
 
 def test_prompts_file_runs_as_one_batch_in_input_order(tmp_path, capsys):
     path = tmp_path / "p.jsonl"
-    path.write_text('"abc abc abc abc"\n\n{"prompt": "hello hello hello"}\n')
+    # (a BOM, as some editors save, is not part of the first line)
+    path.write_text('\ufeff"abc abc abc abc"\n\n{"prompt": "hello hello hello"}\n')
     rc, rows, _ = _generate(capsys, "--prompts", str(path), "--spec", "off")
     assert rc == 0 and len(rows) == 2
     _, alone, _ = _generate(capsys, "--prompt", "hello hello hello", "--spec", "off")
@@ -49,6 +50,15 @@ def test_bad_prompts_file_names_its_line(tmp_path, capsys):
     path.write_text('"fine"\n{"text": 1}\n')
     rc, _, err = _generate(capsys, "--prompts", str(path))
     assert rc == 2 and f"{path}:2:" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("option, value, says", [
+    ("--k", "99", "--k: k must be in 0..64, got 99"),
+    ("--temperature", "-1", "--temperature, --top-k, --top-p: bad sampling params: temperature "
+                            "must be >= 0")])
+def test_a_bad_option_names_its_flag(capsys, option, value, says):
+    rc, _, err = _generate(capsys, "--prompt", "hi", option, value)
+    assert rc == 2 and err.startswith(f"swarmscope generate: {says}")
 
 
 def test_bad_model_exits_2_with_a_message(tmp_path, capsys):

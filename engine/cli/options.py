@@ -1,0 +1,35 @@
+"""Checks of option values that name the option as the user typed it: the configs' own errors
+name their fields (swarm_size for --agents), and a draft model folder is read only when a step
+first drafts with it."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from engine.errors import ModelLoadError, SwarmscopeError
+
+
+def check_at_least(options: dict[str, tuple[float | None, float]]) -> None:
+    """option -> (value, least): each value given must be finite and at least its least."""
+    for option, (value, lowest) in options.items():
+        if value is not None and not lowest <= value < math.inf:  # nan fails too
+            number = "" if isinstance(value, int) else "a finite number "
+            raise SwarmscopeError(f"{option} must be {number}>= {lowest}, got {value:g}")
+
+
+def check_drafter(option: str, drafter: str) -> None:
+    """A drafter other than lookup and self is a draft model folder: its config, tokenizer and
+    weights' headers must read now, not when a step first drafts with it (in a short run, never).
+    `option` names where the value came from, as typed."""
+    from engine.loading import check_model_folder
+    from engine.spec.drafters import DRAFTER_NAMES
+
+    if drafter in DRAFTER_NAMES:
+        return
+    if not Path(drafter).expanduser().exists():  # the loader's message would offer its presets
+        raise SwarmscopeError(f"{option} {drafter}: no such folder; a drafter is "
+                              f"{', '.join(DRAFTER_NAMES)} or a draft model folder")
+    try:
+        check_model_folder(drafter)
+    except ModelLoadError as exc:
+        raise SwarmscopeError(f"{option} {drafter}: {exc}") from None
