@@ -9,7 +9,7 @@ from PySide6.QtWidgets import QVBoxLayout, QWidget
 from app.history import History
 from app.theme import Theme
 from app.views.live_label import LiveLabel
-from app.views.plot_factory import hline, make_plot
+from app.views.plot_factory import TITLE_SIZE, hline, make_plot
 from engine.controls import Controls
 
 FOLLOW_WINDOW_S = 60.0  # seconds of history on screen while following live
@@ -28,7 +28,8 @@ class BatchView(QWidget):
         self.headline = LiveLabel("B = –   ·   – tok/s", role="headline")
         self.hover = LiveLabel(role="muted")
 
-        self.batch_plot = make_plot(theme, "Batch (B)", left="lanes")
+        self._theme = theme
+        self.batch_plot = make_plot(theme, left="lanes")
         self.rate_plot = make_plot(theme, "", left="tok/s", bottom="session time (s)")
         self.rate_plot.setXLink(self.batch_plot)
         for plot in (self.batch_plot, self.rate_plot):
@@ -76,6 +77,9 @@ class BatchView(QWidget):
     def set_ceilings(self, batch_ceiling: int, spec_ceiling: int) -> None:
         self.batch_ceiling.setValue(batch_ceiling)
         self.spec_ceiling.setValue(spec_ceiling)
+        # named in the title too: a ceiling far above the batch is off the axis (_top)
+        self.batch_plot.setTitle(f"Batch (B) · ceilings: batch {batch_ceiling}, speculation "
+                                 f"{spec_ceiling}", color=self._theme.text, size=TITLE_SIZE)
 
     def show_history(self, history: History, stop: int) -> None:
         self._history, self._stop = history, stop
@@ -87,8 +91,7 @@ class BatchView(QWidget):
         self.batch_curve.setData(t, batch)
         self.rate_curve.setData(t, rate)
         ceilings = (int(self.batch_ceiling.value()), int(self.spec_ceiling.value()))
-        self.headline.setText(f"B = {int(batch[-1])}   ·   {rate[-1]:.1f} tok/s   ·   ceilings: "
-                              f"batch {ceilings[0]}, speculation {ceilings[1]}")
+        self.headline.setText(f"B = {int(batch[-1])}   ·   {rate[-1]:.1f} tok/s")
         if self.cursor.isVisible():
             self.cursor.setValue(t[-1])
         self.batch_plot.setYRange(0, _top(float(batch.max()), ceilings), padding=0)

@@ -29,6 +29,7 @@ RANGE_STEPS = 32    # the x axis covers the widest pass of this many recent step
 # and its label gives the numbers.
 MOST_ZOOMED_OUT = 2
 NARROW_PX = 700     # below this width the chart alone, without the table beside it
+LABELLED_PX = 260   # below this chart height "budget full" would sit on the B=1 row's label
 
 
 def per_agent_draft(budget: int, batch: int) -> float:
@@ -153,6 +154,7 @@ class BudgetView(QWidget):
                               y=[LIVE_Y] if over > 0 else [], height=BAR_HEIGHT + 0.2)
         self.budget_line.setValue(budget)
         self.budget_line.show()
+        self.budget_line.label.setVisible(self.plot.height() >= LABELLED_PX)  # else the line alone
         label_share = self._label_share(max(widest, recent), budget)
         self.plot.setXRange(0, widest / (1 - label_share) + 1, padding=0)
         self.plot.setYRange(-0.6, LIVE_Y + 0.6, padding=0)

@@ -235,3 +235,16 @@ def test_qt_binding_keeps_reference_counts(qtbot):
     for _ in range(2000):
         table.item(0, 0)
     assert sys.getrefcount(None) >= before - 100
+
+
+def test_the_ceilings_are_named_and_drawn_where_near_the_batch(qtbot):
+    dashboard = Dashboard(Theme.load("dark"))
+    qtbot.addWidget(dashboard)
+    history = History()
+    history.extend([StepRecord.make_dummy(i, batch=4) for i in range(10)])
+    view = dashboard.batch
+    view.set_ceilings(6, 64)
+    dashboard.show_history(history, 10, force=True)
+    assert "ceilings: batch 6, speculation 64" in view.batch_plot.getPlotItem().titleLabel.text
+    top = view.batch_plot.getViewBox().viewRange()[1][1]
+    assert 6 * 1.1 < top < 64  # the batch ceiling with room for its label; 64 is named only
