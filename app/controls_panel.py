@@ -5,8 +5,8 @@ K belongs to its policy (fixed's K, the adaptive policies' cap): switching polic
 K last used with it, or its default."""
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel,
+from PySide6.QtCore import QEvent, QObject, Qt, Signal
+from PySide6.QtWidgets import (QAbstractSpinBox, QComboBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel,
                                QPushButton, QSlider, QSpinBox, QVBoxLayout, QWidget)
 
 from engine.controls import CATEGORIES, DEFAULT_K, Controls
@@ -14,6 +14,19 @@ from engine.telemetry.records import LAYOUTS, POLICIES
 
 DRAFTERS = ("lookup", "self")
 MAX_LANES = 64
+
+
+class _ShortcutKeysPass(QObject):
+    """A spin box holding the keyboard focus takes every printable key, so the window's one-key
+    shortcuts (Space, S, F, C) did nothing after a value was typed: keys no number is written
+    with go to the window."""
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt's name
+        if event.type() == QEvent.Type.ShortcutOverride and event.text() and not (
+                event.text().isdigit() or event.text() in ".,-+"
+                or event.modifiers() & ~Qt.KeyboardModifier.ShiftModifier):
+            return True  # not accepted as input: the shortcut fires
+        return False
 
 
 def _slider(lo: int, hi: int) -> tuple[QSlider, QLabel, QHBoxLayout]:
@@ -91,6 +104,10 @@ class ControlsPanel(QWidget):
         layout.addWidget(self.pause)
         layout.addWidget(self.recalibrate_button)
         layout.addStretch(1)
+
+        self._shortcut_keys = _ShortcutKeysPass(self)
+        for spin in self.findChildren(QAbstractSpinBox):
+            spin.installEventFilter(self._shortcut_keys)
 
         self.set_controls(controls or Controls())
         self.policy.currentTextChanged.connect(self._on_policy)

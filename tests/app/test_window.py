@@ -88,6 +88,24 @@ def test_s_turns_speculation_off_and_back_on_with_its_policy_and_k(window, qtbot
                     timeout=5000)
 
 
+def test_one_key_shortcuts_work_while_a_spin_box_has_the_focus(window, qtbot):
+    """After a value is typed the box keeps the focus: digits are its, S and Space the window's."""
+    engine = FakeEngine()
+    window.start_live(build=lambda progress: engine)
+    qtbot.waitUntil(lambda: window.engine is not None, timeout=5000)
+    window.activateWindow()
+    box = window.controls.swarm_size
+    box.setFocus()
+    qtbot.waitUntil(box.hasFocus, timeout=2000)
+    box.selectAll()
+    qtbot.keyClicks(box, "5")
+    assert box.value() == 5
+    qtbot.keyClick(box, Qt.Key.Key_S)
+    qtbot.waitUntil(lambda: engine.controls.policy == "off", timeout=5000)
+    qtbot.keyClick(box, Qt.Key.Key_Space)
+    assert window.controls.pause.isChecked()
+
+
 def test_help_lists_every_shortcut_and_says_what_runs(window, qtbot):
     lines = window.shortcuts_text().splitlines()
     for key, name in (("Ctrl+O", "Open trace"), ("Ctrl+E", "Export"), ("Space", "Pause"),
