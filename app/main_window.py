@@ -184,7 +184,8 @@ class MainWindow(QMainWindow):
         self._leave_replay()
         self.banner.hide()
         self.history = History(keep=LIVE_KEPT)
-        self.dashboard.show_history(self.history, 0, force=True)
+        self.calibration = None  # the new engine's, once it is ready
+        self._new_dashboard()
         self._spec = spec
         self.trace_path = spec.trace_out if spec else None
         self.host = EngineHost(build or spec.build, self)
@@ -401,14 +402,19 @@ class MainWindow(QMainWindow):
         """Rebuild the views in the new theme (plots take colours at construction)."""
         self.theme = Theme.load(name)
         apply_theme(QApplication.instance(), self.theme)
+        self._new_dashboard()
+        stop = self.replay.stop_index() if self.replaying else len(self.history)
+        self.dashboard.show_history(self.history, stop, force=True)
+
+    def _new_dashboard(self) -> None:
+        """Views built afresh (plots take colours at construction, and a new session must not
+        show the last one's lines while its model loads)."""
         old, self.dashboard = self.dashboard, Dashboard(self.theme)
         self._central_layout.replaceWidget(old, self.dashboard)
         old.deleteLater()
         self._wire_dashboard()
         self._sync_ceilings()
         self.dashboard.set_calibration(self.calibration)
-        stop = self.replay.stop_index() if self.replaying else len(self.history)
-        self.dashboard.show_history(self.history, stop, force=True)
 
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt's name
         self.hide()  # gone at once, while the engine finishes its step or calibration point

@@ -68,6 +68,8 @@ def test_loading_a_model_starts_a_session_of_its_own(window, qtbot, tmp_path, mo
     monkeypatch.setattr(main_window, "check_model_folder", lambda folder: None)
     window.load_model("/models/other")
     assert old_engine.closed and not window.banner.isVisible()
+    x, _ = window.dashboard.batch.batch_curve.getData()  # no old lines while the model loads
+    assert x is None or len(x) == 0
     assert window.trace_path == str(tmp_path / "first-2.jsonl")
     assert (window._spec.model, window._spec.dtype, window._spec.agents) == (
         "/models/other", "fp32", 3)
