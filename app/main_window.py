@@ -168,7 +168,7 @@ class MainWindow(QMainWindow):
         set here)."""
         unrecorded = None
         try:
-            trace = self.traces.next()
+            trace = self.traces.next(replayed=self.trace_path if self.replaying else None)
         except OSError as exc:  # a read-only or misplaced data dir: run, unrecorded
             trace, unrecorded = None, (f"this session is not recorded: cannot write its trace "
                                        f"({exc.filename}: {exc.strerror}); --trace-out FILE "
@@ -192,7 +192,8 @@ class MainWindow(QMainWindow):
         self.host.worker.progress.connect(self._on_progress)
         self.host.worker.ready.connect(self._on_ready)
         self.host.worker.recalibrated.connect(self._on_recalibrated)
-        self.host.worker.failed.connect(self.show_error)
+        self.host.worker.failed.connect(
+            lambda message: self.show_error(message, records_kept=len(self.history) > 0))
         self.progress.show()
         self.host.start()
 

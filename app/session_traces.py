@@ -9,6 +9,8 @@ from pathlib import Path
 
 import platformdirs
 
+from engine.telemetry.trace_writer import same_file
+
 
 def unused(path: Path) -> Path:
     """`path`, or where a file is there already, the first of `name-2`, `name-3`, … with its
@@ -36,17 +38,20 @@ class SessionTraces:
         self.requested = requested  # --trace-out: None the default folder, 'none' nothing
         self._sessions = 0
 
-    def next(self) -> str | None:
+    def next(self, replayed: str | None = None) -> str | None:
         """The file for the window's next live session; None: not recorded. The first session
-        writes the file named over, as asked. Raises OSError where the default folder cannot
-        be made or the file named cannot be written: the session then runs unrecorded, where
-        a failed trace would have stopped it before it began."""
+        writes the file named over, as asked, unless it is the trace `replayed`. Raises OSError
+        where the default folder cannot be made or the file named cannot be written: the
+        session then runs unrecorded, where a failed trace would have stopped it before it
+        began."""
         self._sessions += 1
         if self.requested == "none":
             return None
         if self.requested is None:
             return default_trace_path()
-        named = Path(self.requested) if self._sessions == 1 else unused(Path(self.requested))
+        named = Path(self.requested)
+        if self._sessions > 1 or replayed and same_file(named, replayed):
+            named = unused(named)
         _check_writable(named)
         return str(named)
 

@@ -273,32 +273,12 @@ class LlamaModel(nn.Module):
         then (loading/hf_folder.Weights), and `shapes`, its tensors' shapes, are checked first."""
         if shapes is None:
             shapes = {name: tuple(t.shape) for name, t in tensors.items()}
-        shapes = {name: shape for name, shape in shapes.items()
-                  if not name.endswith("rotary_emb.inv_freq")}
-        # Layers the config names past those the weights hold are listed as one range, and the
-        # shapes checked only as far as the weights go: a config claiming 10**12 layers must
-        # not be expanded name by name.
-        held = len({name.split(".")[2] for name in shapes if name.startswith("model.layers.")})
-        expected = _hf_shapes(config.with_(num_layers=min(config.num_layers, held)))
-        if config.tie_word_embeddings and "lm_head.weight" in shapes:
+        check_shapes(config, shapes)
+        if config.tie_word_embeddings and "lm_head.weight" in shapes and not torch.equal(
+                tensors["lm_head.weight"], tensors["model.embed_tokens.weight"]):
             # Some tied checkpoints store the head anyway; accept it only as the same matrix.
-            del shapes["lm_head.weight"]
-            if "model.embed_tokens.weight" in shapes and not torch.equal(
-                    tensors["lm_head.weight"], tensors["model.embed_tokens.weight"]):
-                raise ValueError("tie_word_embeddings is set but lm_head.weight differs from "
-                                 "model.embed_tokens.weight")
-        missing = sorted(set(expected) - set(shapes))
-        if config.num_layers > held:
-            missing.append(f"model.layers.{held}.*" if config.num_layers == held + 1 else
-                           f"model.layers.{held}-{config.num_layers - 1}.*")
-        unexpected = sorted(set(shapes) - set(expected))
-        misshapen = [f"{name}: {shapes[name]} != {shape}" for name, shape in expected.items()
-                     if name in shapes and shapes[name] != shape]
-        problems = [f"{label}: {', '.join(names)}" for label, names in
-                    (("missing", missing), ("unexpected", unexpected), ("wrong shape", misshapen))
-                    if names]
-        if problems:
-            raise ValueError("; ".join(problems))
+            raise ValueError("tie_word_embeddings is set but lm_head.weight differs from "
+                             "model.embed_tokens.weight")
         model = cls(config, dtype, device)
         with torch.no_grad():
             for param, names in model._hf_sources():
@@ -339,6 +319,32 @@ class LlamaModel(nn.Module):
                 sources += [(layer.q_norm, (p + "self_attn.q_norm.weight",)),
                             (layer.k_norm, (p + "self_attn.k_norm.weight",))]
         return sources
+
+
+def check_shapes(config: ModelConfig, shapes: Mapping[str, tuple[int, ...]]) -> None:
+    """ValueError listing the tensors a checkpoint of `config` lacks, has beyond it, or holds in
+    another shape, from their names and shapes alone (a folder's file headers)."""
+    shapes = {name: shape for name, shape in shapes.items()
+              if not name.endswith("rotary_emb.inv_freq")}
+    if config.tie_word_embeddings:
+        shapes.pop("lm_head.weight", None)  # stored anyway by some tied checkpoints
+    # Layers the config names past those the weights hold are listed as one range, and the
+    # shapes checked only as far as the weights go: a config claiming 10**12 layers must not be
+    # expanded name by name.
+    held = len({name.split(".")[2] for name in shapes if name.startswith("model.layers.")})
+    expected = _hf_shapes(config.with_(num_layers=min(config.num_layers, held)))
+    missing = sorted(set(expected) - set(shapes))
+    if config.num_layers > held:
+        missing.append(f"model.layers.{held}.*" if config.num_layers == held + 1 else
+                       f"model.layers.{held}-{config.num_layers - 1}.*")
+    unexpected = sorted(set(shapes) - set(expected))
+    misshapen = [f"{name}: {shapes[name]} != {shape}" for name, shape in expected.items()
+                 if name in shapes and shapes[name] != shape]
+    problems = [f"{label}: {', '.join(names)}" for label, names in
+                (("missing", missing), ("unexpected", unexpected), ("wrong shape", misshapen))
+                if names]
+    if problems:
+        raise ValueError("; ".join(problems))
 
 
 def _hf_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:

@@ -47,7 +47,7 @@ def run(args) -> int:
                         "--tool-latency": (args.tool_latency, 0)})
         rows = measure(args)
     except (SwarmscopeError, ValueError) as exc:  # ValueError: an option a config refused
-        print(f"bench swarm: {exc}", file=sys.stderr)
+        print(f"swarmscope bench swarm: {exc}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(rows, indent=1))

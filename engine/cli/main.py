@@ -37,6 +37,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # the command as typed ("generate", "bench spec"), for messages: known before the parse
+    name = " ".join(argv[:2] if argv[:1] == ["bench"] else argv[:1])
+    if name.startswith("-"):
+        name = ""  # the window's options
+    try:
+        return _run(argv, name)
+    except KeyboardInterrupt:  # Ctrl+C where a command does not stop by itself: a model
+        # loading, the imports before anything runs
+        print(f"swarmscope{' ' + name if name else ''}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _run(argv: list[str], name: str) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         return _help()
     if not argv or argv[0].startswith("-") and argv[0] != "--version":
@@ -44,15 +57,11 @@ def main(argv: list[str] | None = None) -> int:
         # imports Qt, so the app is loaded by name only here.
         return importlib.import_module("app.main").main(argv)
     args = build_parser().parse_args(argv)
-    name = " ".join(part for part in (args.command, getattr(args, "bench", None)) if part)
     try:
         return args.func(args)
     except SwarmscopeError as exc:  # the commands report their own; this is the net under them
         print(f"swarmscope {name}: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # Ctrl+C where a command does not stop by itself (a model loading)
-        print(f"swarmscope {name}: interrupted", file=sys.stderr)
-        return 130
     except BrokenPipeError:  # `swarmscope trace check t.jsonl | head`: the reader had enough
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
         return 0

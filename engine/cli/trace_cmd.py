@@ -1,7 +1,6 @@
 """`swarmscope trace check FILE` and `swarmscope trace export FILE --perfetto OUT | --csv OUT`."""
 from __future__ import annotations
 
-import os
 import sys
 
 from engine.errors import SwarmscopeError, TraceError
@@ -29,7 +28,7 @@ def check_cmd(args) -> int:
     try:
         trace = read_trace(args.file, lenient=args.lenient)
     except SwarmscopeError as exc:
-        print(f"trace check: {exc}", file=sys.stderr)
+        print(f"swarmscope trace check: {exc}", file=sys.stderr)
         return 2
     for warning in trace.warnings:
         print(f"warning: {warning}", file=sys.stderr)
@@ -46,9 +45,10 @@ def export_cmd(args) -> int:
     from engine.telemetry.csv_export import write_csv
     from engine.telemetry.perfetto_export import write_perfetto
     from engine.telemetry.trace_reader import read_trace
+    from engine.telemetry.trace_writer import same_file
     out = args.perfetto or args.csv
     try:
-        if _same_file(args.file, out):
+        if same_file(args.file, out):
             raise TraceError(out, None, "is the trace being exported; writing there would "
                                         "destroy it (choose another output file)")
         trace = read_trace(args.file, lenient=args.lenient)
@@ -59,14 +59,7 @@ def export_cmd(args) -> int:
         else:
             write_csv(trace.steps, out)
     except SwarmscopeError as exc:
-        print(f"trace export: {exc}", file=sys.stderr)
+        print(f"swarmscope trace export: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {out}")
     return 0
-
-
-def _same_file(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)  # also through links and other spellings of the path
-    except OSError:
-        return False  # one does not exist, so writing cannot overwrite the other

@@ -9,12 +9,13 @@ from typing import Callable
 
 import torch
 
+from engine.chat_template import ChatTemplateError
 from engine.config import PRESETS, ModelConfig
 from engine.devices import dtype_name, free_memory_bytes, resolve_device, resolve_dtype
 from engine.errors import ModelLoadError
 from engine.loading import default_model
 from engine.loading.hf_folder import Weights, read_config, read_tokenizer
-from engine.model import WARM_ROWS, LlamaModel, prepacks
+from engine.model import WARM_ROWS, LlamaModel, check_shapes, prepacks
 from engine.tokenizer import ByteTokenizer, Tokenizer
 
 Progress = Callable[[str, float], None]
@@ -72,12 +73,23 @@ def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
 
 
 def check_model_folder(path: str) -> None:
-    """What `load_model` checks of a folder before it reads any tensor: the folder, its config
-    and tokenizer, the weight files' headers. Raises ModelLoadError naming the file at fault. A
-    window asks first, so a folder that would not load does not stop the session it has."""
+    """What `load_model` checks of a folder before it reads any tensor (the folder, its config
+    and tokenizer, the weight files' names and shapes against the config), and that its chat
+    template renders a conversation as a swarm's agents start one. Raises ModelLoadError naming
+    the file at fault. A window asks first, so a folder that would not load, or whose agents
+    could not start, does not stop the session it has."""
     folder = _model_folder(path)
-    read_tokenizer(folder, read_config(folder))
-    Weights(folder)
+    config = read_config(folder)
+    tokenizer = read_tokenizer(folder, config)
+    weights = Weights(folder)
+    try:
+        check_shapes(config, weights.shapes)
+    except ValueError as exc:
+        raise _mismatch(folder, weights, exc) from None
+    try:
+        tokenizer.chat_prompt("Hello.", system="You are a helpful assistant.")
+    except ChatTemplateError as exc:  # names the template's file
+        raise ModelLoadError(folder, f"a swarm's agents could not start: {exc}") from None
 
 
 def _model_folder(path: str) -> Path:
@@ -132,8 +144,12 @@ def _build(folder: Path, config: ModelConfig, weights: Weights, dtype: torch.dty
     try:
         return LlamaModel.from_state_dict(config, weights, dtype, device, weights.shapes)
     except ValueError as exc:
-        # Name the weights (the index when sharded) and say the config disagrees with them.
-        index = folder / "model.safetensors.index.json"
-        files = sorted({str(p) for p in weights.files.values()})
-        where = index if index.is_file() else files[0] if len(files) == 1 else folder
-        raise ModelLoadError(where, f"weights do not match config.json: {exc}") from None
+        raise _mismatch(folder, weights, exc) from None
+
+
+def _mismatch(folder: Path, weights: Weights, exc: ValueError) -> ModelLoadError:
+    """The weights (the index when sharded) named, and the config said to disagree with them."""
+    index = folder / "model.safetensors.index.json"
+    files = sorted({str(p) for p in weights.files.values()})
+    where = index if index.is_file() else files[0] if len(files) == 1 else folder
+    return ModelLoadError(where, f"weights do not match config.json: {exc}")

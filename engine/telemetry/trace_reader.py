@@ -87,9 +87,14 @@ def _gunzip(raw: bytes) -> tuple[bytearray, bool]:
     inflate = zlib.decompressobj(47)  # 47: gzip or zlib header, detected
     view = memoryview(raw)
     for start in range(0, len(view), GZIP_CHUNK):
-        data = view[start:start + GZIP_CHUNK]
+        end = min(start + GZIP_CHUNK, len(view))
+        data = view[start:end]
         while data:
             if inflate.eof:
+                # Zeros to the end of the file after a member: what a crash can leave where
+                # the filesystem had the file's blocks ready (gzip ignores them too).
+                if data[0] == 0 and not raw[end - len(data):].strip(b"\0"):
+                    return inflated, True
                 inflate = zlib.decompressobj(47)
             inflated += inflate.decompress(data)
             data = inflate.unused_data

@@ -114,3 +114,11 @@ class TraceWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether writing at `a` would write over `b` (through links and other spellings)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False  # one does not exist

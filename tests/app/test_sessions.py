@@ -96,6 +96,29 @@ def test_loading_a_model_while_replaying_never_writes_the_replayed_trace(
     assert Path(replayed).read_bytes() == before
 
 
+def test_a_session_never_records_over_the_trace_it_was_started_from(
+        window, qtbot, tmp_path, monkeypatch, fake_builds):
+    """`swarmscope --replay X --trace-out X`, then Ctrl+M: the named file is the replayed one."""
+    replayed = record_trace(tmp_path / "x.jsonl", 30)
+    before = Path(replayed).read_bytes()
+    window.traces = SessionTraces(replayed)
+    assert window.open_trace(replayed)
+    monkeypatch.setattr(main_window, "check_model_folder", lambda folder: None)
+    window.load_model("/models/other")
+    assert window.trace_path == str(tmp_path / "x-2.jsonl")
+    qtbot.waitUntil(lambda: len(window.history) > 5, timeout=5000)
+    window.stop_engine()
+    assert Path(replayed).read_bytes() == before
+
+
+def test_a_start_that_fails_before_any_step_does_not_claim_records_were_kept(window, qtbot):
+    def no_model(progress):
+        raise main_window.SwarmscopeError("/nope: no such model folder")
+    window.start_live(build=no_model)
+    qtbot.waitUntil(window.banner.isVisible, timeout=5000)
+    assert window.banner.text() == "⚠ /nope: no such model folder"
+
+
 def test_the_banner_goes_when_dismissed_or_when_a_trace_opens(window, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text("not json\n")

@@ -42,7 +42,7 @@ def test_bench_decode_bad_options_are_messages(capsys, option):
 def test_bench_swarm_bad_options_are_messages_that_name_them(capsys, option):
     assert main(["bench", "swarm", "--model", "tiny-test", *option]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"bench swarm: {option[0]} must be ") and len(err.splitlines()) == 1
+    assert err.startswith(f"swarmscope bench swarm: {option[0]} must be ") and len(err.splitlines()) == 1
 
 
 def test_swarm_policies_step_in_turn_until_each_has_run_its_session_time():

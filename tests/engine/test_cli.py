@@ -48,3 +48,15 @@ def test_output_cut_short_by_its_reader_is_not_an_error(monkeypatch, capfd):
     monkeypatch.setattr(trace_cmd, "check_cmd", cut_short)
     assert main(["trace", "check", "any.jsonl"]) == 0
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_ctrl_c_before_a_command_runs_is_one_line_too(monkeypatch, capfd):
+    """In the first second the command's modules are still being imported."""
+    import engine.cli.main as cli
+
+    def importing():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", importing)
+    assert main(["bench", "spec", "--batches", "1"]) == 130
+    assert capfd.readouterr().err == "swarmscope bench spec: interrupted\n"

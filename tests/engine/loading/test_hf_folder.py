@@ -320,3 +320,29 @@ def test_a_tokenizer_with_more_tokens_than_the_model_is_refused(tmp_path):
     with pytest.raises(ModelLoadError, match=rf"tokenizer.json: {VOCAB} tokens, but config.json's "
                                              rf"vocab_size is {VOCAB - 5}: not this model's"):
         load_model(str(folder), dtype="fp32", device="cpu")
+
+
+def test_checking_a_folder_reads_no_tensor_and_finds_what_loading_would(tiny_llama_folder,
+                                                                       monkeypatch):
+    """The window's Ctrl+M asks before it stops the session it has: config, tokenizer, the
+    weights' names and shapes, and a conversation the chat template must render."""
+    from engine.loading import check_model_folder
+
+    folder, _ = tiny_llama_folder
+    read = []
+    monkeypatch.setattr(Weights, "__getitem__", lambda self, name: read.append(name))
+    check_model_folder(str(folder))
+    cfg = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**cfg, "intermediate_size": 80}))
+    with pytest.raises(ModelLoadError, match=r"model.safetensors: weights do not match "
+                                             r"config.json: wrong shape: model.layers.0.mlp"):
+        check_model_folder(str(folder))
+    assert read == []
+    (folder / "config.json").write_text(json.dumps(cfg))
+    tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {**tokenizer_config, "chat_template": "{{ raise_exception('no tools given') }}"}))
+    with pytest.raises(ModelLoadError, match=r"a swarm's agents could not start: .*"
+                                             r"tokenizer_config.json: chat template refused "
+                                             r"the messages: no tools given"):
+        check_model_folder(str(folder))

@@ -162,7 +162,7 @@ def test_export_refuses_to_write_over_the_trace_it_reads(tmp_path, capsys):
     for out in (trace, tmp_path / "link.csv"):
         for target in ("--csv", "--perfetto"):
             assert cli(["trace", "export", str(trace), target, str(out)]) == 2
-            assert capsys.readouterr().err == (f"trace export: {out}: is the trace being "
+            assert capsys.readouterr().err == (f"swarmscope trace export: {out}: is the trace being "
                                                "exported; writing there would destroy it (choose "
                                                "another output file)\n")
     assert trace.read_bytes() == recorded
