@@ -7,6 +7,7 @@ import math
 import os
 import signal
 import sys
+from importlib.metadata import version
 from typing import Callable
 
 from PySide6.QtCore import QTimer
@@ -65,14 +66,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | rocm")
     parser.add_argument("--agents", type=int, default=8, help="swarm size at start")
     parser.add_argument("--trace-out", metavar="FILE",
-                        help="record the session here (default: a new file in the user data "
-                             "dir; 'none' records nothing)")
+                        help="record the session here, later ones (Ctrl+M) beside it, "
+                             "numbered (default: a new file in the user data dir each; 'none' "
+                             "records nothing)")
     parser.add_argument("--replay", metavar="TRACE", help="open a recorded trace instead of "
                         "running the engine")
     parser.add_argument("--screenshot", metavar="PNG", help="save the window here before quitting")
     parser.add_argument("--quit-after", type=float, metavar="SECONDS",
                         help="close the window after this many seconds")
     parser.add_argument("--theme", choices=THEMES, default="dark")
+    parser.add_argument("--version", action="version", version=f"swarmscope {version('swarmscope')}")
     parser.add_argument("--size", type=_size, default=None,
                         help=f"window size WxH (default {DEFAULT_SIZE[0]}x{DEFAULT_SIZE[1]}, "
                              "or the screen's size where that is smaller)")

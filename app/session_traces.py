@@ -57,7 +57,9 @@ class SessionTraces:
 
 
 def _check_writable(path: Path) -> None:
-    """Open it for appending (no harm to what is there), and leave no file that was not."""
+    """Open it for appending (no harm to what is there), and leave no file that was not. Its
+    folder is made, as `run --trace` makes it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     existed = path.exists()
     path.open("ab").close()
     if not existed:

@@ -35,6 +35,8 @@ def test_a_named_trace_is_the_first_session_and_later_ones_are_numbered_beside_i
     assert traces.next() == str(tmp_path / "run-2.jsonl")
     assert SessionTraces("none").next() is None
     assert not (tmp_path / "run-2.jsonl").exists()  # checked, not left behind
+    assert SessionTraces(str(tmp_path / "new" / "dir" / "s.jsonl.gz")).next()
+    assert (tmp_path / "new" / "dir").is_dir()
     with pytest.raises(IsADirectoryError):  # the window then runs the session unrecorded
         SessionTraces(str(tmp_path)).next()
     (tmp_path / "a.b.jsonl.gz").write_text("")

@@ -18,9 +18,10 @@ def test_help_lists_the_commands_and_the_windows_options(capsys):
         assert option in window
 
 
-def test_version(capsys):
+@pytest.mark.parametrize("argv", [["--version"], ["--model", "tiny-test", "--version"]])
+def test_version(capsys, argv):
     with pytest.raises(SystemExit) as exit_:
-        main(["--version"])
+        main(argv)
     assert exit_.value.code == 0
     assert capsys.readouterr().out.strip() == f"swarmscope {version('swarmscope')}"
 

