@@ -84,6 +84,7 @@ def run(args) -> int:
         check_drafter("--drafter", args.drafter)
         note = (lambda message, *_: print(message, file=sys.stderr)) if not args.json else None
         loaded = load_model(args.model, args.dtype, args.device, progress=note)
+        check_drafter("--drafter", args.drafter, loaded)  # now its tokenizer too
         results = generate(loaded, prompts, controls, args.max_tokens, sampling, args.chat,
                            progress=lambda message: print(message, file=sys.stderr))
     except SwarmscopeError as exc:

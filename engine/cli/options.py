@@ -17,11 +17,13 @@ def check_at_least(options: dict[str, tuple[float | None, float]]) -> None:
             raise SwarmscopeError(f"{option} must be {number}>= {lowest}, got {value:g}")
 
 
-def check_drafter(option: str, drafter: str) -> None:
+def check_drafter(option: str, drafter: str, target=None) -> None:
     """A drafter other than lookup and self is a draft model folder: its config, tokenizer and
-    weights' headers must read now, not when a step first drafts with it (in a short run, never).
+    weights' headers must read now, not when a step first drafts with it (in a short run, never),
+    and once the target (its LoadedModel) is loaded, its tokenizer must be the target's.
     `option` names where the value came from, as typed."""
     from engine.loading import check_model_folder
+    from engine.spec.draft_model import check_draft_folder
     from engine.spec.drafters import DRAFTER_NAMES
 
     if drafter in DRAFTER_NAMES:
@@ -31,5 +33,7 @@ def check_drafter(option: str, drafter: str) -> None:
                               f"{', '.join(DRAFTER_NAMES)} or a draft model folder")
     try:
         check_model_folder(drafter)
+        if target is not None:
+            check_draft_folder(drafter, target)
     except ModelLoadError as exc:
         raise SwarmscopeError(f"{option} {drafter}: {exc}") from None

@@ -119,6 +119,10 @@ def _run(args) -> int:
 
     loaded = load_model(args.model, dtype=args.dtype, device=args.device, progress=say)
     print(f"model {loaded.name} ({loaded.dtype}, {loaded.device})", file=sys.stderr)
+    for option, drafter in [("--drafter", args.drafter)] + [
+            (f"--change at {at:g} s: drafter", change["drafter"])
+            for at, change in changes if "drafter" in change]:
+        check_drafter(option, drafter, loaded)  # now its tokenizer too
     positions = loaded.config.max_position
     if args.max_context is not None and args.max_context > positions:
         raise SwarmscopeError(f"--max-context must be at most {positions}, the positions "

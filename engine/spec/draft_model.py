@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -26,6 +27,27 @@ from engine.sequence import Sequence
 from engine.spec.drafters import Draft
 
 TOKENIZER_PROBE = "def reverse(s):\n    return s[::-1]  # 42 héllo, wörld! {\"k\": [1, 2]}"
+
+
+def check_shares_tokenizer(spec: str, config, tokenizer, target) -> None:
+    """ModelLoadError unless the draft model `spec` (its config and tokenizer) has the tokenizer
+    of `target`, the target's LoadedModel."""
+    probe_target = target.tokenizer.encode(TOKENIZER_PROBE)
+    if (config.vocab_size != target.config.vocab_size
+            or tokenizer.encode(TOKENIZER_PROBE) != probe_target):
+        raise ModelLoadError(spec, f"draft model tokenizer differs from the target's "
+                                   f"({config.vocab_size} vs {target.config.vocab_size} tokens, "
+                                   f"or a different encoding); a draft model must share the "
+                                   f"target's tokenizer")
+
+
+def check_draft_folder(spec: str, target) -> None:
+    """What `from_path` refuses a draft model folder for that its config and tokenizer show,
+    without loading its weights: a session checks its drafters before it starts."""
+    from engine.loading.hf_folder import read_config, read_tokenizer
+    folder = Path(spec).expanduser()
+    config = read_config(folder)
+    check_shares_tokenizer(spec, config, read_tokenizer(folder, config), target)
 
 
 def first_layers(model, num_layers: int):
@@ -64,13 +86,7 @@ class DraftModelDrafter:
     def from_path(cls, spec: str, target, num_blocks: int | None = None) -> "DraftModelDrafter":
         from engine.loading import load_model
         loaded = load_model(spec, dtype=dtype_name(target.dtype), device=str(target.device))
-        probe_target = target.tokenizer.encode(TOKENIZER_PROBE)
-        if (loaded.config.vocab_size != target.config.vocab_size
-                or loaded.tokenizer.encode(TOKENIZER_PROBE) != probe_target):
-            raise ModelLoadError(spec, f"draft model tokenizer differs from the target's "
-                                       f"({loaded.config.vocab_size} vs {target.config.vocab_size}"
-                                       f" tokens, or a different encoding); a draft model must "
-                                       f"share the target's tokenizer")
+        check_shares_tokenizer(spec, loaded.config, loaded.tokenizer, target)
         return cls(loaded.model, loaded.name, num_blocks or 4096)
 
     def available(self, seq: Sequence, cap: int) -> int:

@@ -1,0 +1,40 @@
+"""A draft model folder must share the target's tokenizer: refused with a clear error, by the
+drafter and, before a session starts, by the commands that take --drafter."""
+import pytest
+
+from engine.cli.main import main
+from engine.errors import ModelLoadError
+from engine.loading import load_model
+from engine.spec.draft_model import DraftModelDrafter, check_draft_folder
+from tests.engine.loading.conftest import hf_tiny, save_hf_folder
+
+
+@pytest.fixture
+def draft_folder(tmp_path):
+    return save_hf_folder(hf_tiny("llama"), tmp_path / "draft")
+
+
+def test_a_draft_model_of_the_targets_tokenizer_drafts(draft_folder):
+    target = load_model(str(draft_folder), dtype="fp32", device="cpu")
+    check_draft_folder(str(draft_folder), target)
+    assert DraftModelDrafter.from_path(str(draft_folder), target).name == "draft"
+
+
+def test_a_draft_model_of_another_tokenizer_is_refused(draft_folder):
+    target = load_model("tiny-test", dtype="fp32", device="cpu")  # a byte tokenizer, 320 ids
+    says = r"draft model tokenizer differs from the target's \(265 vs 320 tokens"
+    with pytest.raises(ModelLoadError, match=says):
+        check_draft_folder(str(draft_folder), target)
+    with pytest.raises(ModelLoadError, match=says):
+        DraftModelDrafter.from_path(str(draft_folder), target)
+
+
+@pytest.mark.parametrize("command", [
+    ["run", "--headless", "--steps", "3", "--clock", "virtual"],
+    ["generate", "--prompt", "hi", "--max-tokens", "4"]])
+def test_the_commands_refuse_it_before_anything_runs(draft_folder, capsys, command):
+    assert main([*command, "--model", "tiny-test", "--dtype", "fp32",
+                 "--drafter", str(draft_folder)]) == 2
+    err = capsys.readouterr().err
+    assert f"--drafter {draft_folder}: {draft_folder}: draft model tokenizer differs" in err
+    assert "engine error" not in err and "Traceback" not in err
