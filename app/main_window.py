@@ -314,8 +314,9 @@ class MainWindow(QMainWindow):
             if trace is None or not trace.steps:
                 self.show_error(str(exc), records_kept=False)  # what the window shows stays
                 return False
+            skipped = sum(warning.endswith("(skipped)") for warning in trace.warnings)
             damage = (f"{exc}; replaying the {len(trace.steps)} steps that read "
-                      f"({len(trace.warnings)} line(s) skipped)")
+                      f"({skipped} line(s) skipped)")
         self.stop_engine()
         self.banner.hide()
         self.history = History()
@@ -387,14 +388,16 @@ class MainWindow(QMainWindow):
             self.load_model(folder)
 
     def load_model(self, folder: str) -> None:
-        """A new live session on the model in `folder`, with the last session's dtype, device
-        and swarm size; a folder that would not load is refused before the session shown stops."""
+        """A new live session on the model in `folder`, with the last session's dtype and device
+        and the swarm size the controls show; a folder that would not load is refused before the
+        session shown stops."""
         try:
             check_model_folder(folder)
         except SwarmscopeError as exc:
             self.show_error(f"{exc}; nothing changed", records_kept=False)
             return
-        self.start_session(replace(self._spec or EngineSpec(), model=folder))
+        self.start_session(replace(self._spec or EngineSpec(), model=folder,
+                                   agents=self.controls.swarm_size.value()))
 
     def _set_follow(self, follow: bool) -> None:
         self.dashboard.batch.follow = follow

@@ -12,31 +12,38 @@ import platformdirs
 from engine.telemetry.trace_writer import same_file
 
 
-def unused(path: Path) -> Path:
-    """`path`, or where a file is there already, the first of `name-2`, `name-3`, … with its
-    suffixes (session.jsonl.gz -> session-2.jsonl.gz)."""
+def unused(path: Path, given: set[str] = frozenset()) -> Path:
+    """`path`, or where a file is there already or the path was `given` to a session whose
+    engine has not made its file yet, the first of `name-2`, `name-3`, … with its suffixes
+    (session.jsonl.gz -> session-2.jsonl.gz)."""
     suffix = "".join(path.suffixes[-2:]) if path.suffix == ".gz" else path.suffix
     stem, n = path.name[:len(path.name) - len(suffix)], 1
-    while path.exists():
+    while path.exists() or str(path) in given:
         n += 1
         path = path.with_name(f"{stem}-{n}{suffix}")
     return path
 
 
-def default_trace_path() -> str:
+def default_trace_path(given: set[str] = frozenset()) -> str:
     """A new file in the user data dir's traces folder, named by the time."""
     folder = Path(platformdirs.user_data_dir("swarmscope")) / "traces"
     folder.mkdir(parents=True, exist_ok=True)
     # gzipped: a session writes ~11 KB a second as text, a seventh of that gzipped, and a window
     # killed mid-session still leaves a readable file (its sync-flushed stream). Numbered where
     # taken: two windows started within a second must not share a file.
-    return str(unused(folder / time.strftime("session-%Y%m%d-%H%M%S.jsonl.gz")))
+    return str(unused(folder / time.strftime("session-%Y%m%d-%H%M%S.jsonl.gz"), given))
 
 
 class SessionTraces:
+    """`requested` is --trace-out as given: None (not given) records to the default folder,
+    'none' records nothing, anything else names the file. A window built without one (tests,
+    the GUI bench) records nothing."""
+
     def __init__(self, requested: str | None = "none") -> None:
-        self.requested = requested  # --trace-out: None the default folder, 'none' nothing
-        self._sessions = 0
+        self.requested = requested
+        # paths handed out: a session's engine makes its file only once its model has loaded,
+        # and a session stopped while loading can still make it then
+        self._given: set[str] = set()
 
     def next(self, replayed: str | None = None) -> str | None:
         """The file for the window's next live session; None: not recorded. The first session
@@ -44,16 +51,18 @@ class SessionTraces:
         where the default folder cannot be made or the file named cannot be written: the
         session then runs unrecorded, where a failed trace would have stopped it before it
         began."""
-        self._sessions += 1
         if self.requested == "none":
             return None
         if self.requested is None:
-            return default_trace_path()
-        named = Path(self.requested)
-        if self._sessions > 1 or replayed and same_file(named, replayed):
-            named = unused(named)
-        _check_writable(named)
-        return str(named)
+            path = default_trace_path(self._given)
+        else:
+            named = Path(self.requested)
+            if self._given or replayed and same_file(named, replayed):
+                named = unused(named, self._given)
+            _check_writable(named)
+            path = str(named)
+        self._given.add(path)
+        return path
 
 
 def _check_writable(path: Path) -> None:

@@ -143,6 +143,6 @@ class BatchView(QWidget):
 
 def _top(peak: float, ceilings: tuple[int, ...]) -> float:
     """The batch axis's top: the batch and the ceilings near it (one far above would flatten the
-    batch; the headline names both), with room for a ceiling's label above its line."""
+    batch; the title names both), with room for a ceiling's label above its line."""
     near = [c for c in ceilings if c <= 2 * peak + 4 or c <= 16]
-    return 1.15 * max(peak, *near) + 1
+    return 1.15 * max([peak, *near]) + 1

@@ -19,21 +19,22 @@ def check_at_least(options: dict[str, tuple[float | None, float]]) -> None:
 
 def check_drafter(option: str, drafter: str, target=None) -> None:
     """A drafter other than lookup and self is a draft model folder: its config, tokenizer and
-    weights' headers must read now, not when a step first drafts with it (in a short run, never),
-    and once the target (its LoadedModel) is loaded, its tokenizer must be the target's.
+    weights' headers must read now, not when a step first drafts with it (in a short run, never);
+    asked again once the target (its LoadedModel) is loaded, its tokenizer must be the target's.
     `option` names where the value came from, as typed."""
-    from engine.loading import check_model_folder
+    from engine.loading import MODEL_NAMES, check_model_folder
     from engine.spec.draft_model import check_draft_folder
     from engine.spec.drafters import DRAFTER_NAMES
 
-    if drafter in DRAFTER_NAMES:
+    if drafter in DRAFTER_NAMES or drafter in MODEL_NAMES:  # by name: read as they load
         return
-    if not Path(drafter).expanduser().exists():  # the loader's message would offer its presets
+    if not Path(drafter).expanduser().exists():
         raise SwarmscopeError(f"{option} {drafter}: no such folder; a drafter is "
-                              f"{', '.join(DRAFTER_NAMES)} or a draft model folder")
+                              f"{', '.join(DRAFTER_NAMES + MODEL_NAMES)} or a draft model folder")
     try:
-        check_model_folder(drafter)
-        if target is not None:
+        if target is None:
+            check_model_folder(drafter, chats=False)
+        else:
             check_draft_folder(drafter, target)
     except ModelLoadError as exc:
         raise SwarmscopeError(f"{option} {drafter}: {exc}") from None

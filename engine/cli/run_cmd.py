@@ -103,7 +103,7 @@ def _run(args) -> int:
     from engine.engine import Engine
     from engine.loading import load_model
     from engine.spec.calibration import calibrate_or_load
-    from engine.swarm.config import DEFAULT_MAX_CONTEXT, SwarmConfig
+    from engine.swarm.config import SwarmConfig
 
     _check_numbers(args)
     check_drafter("--drafter", args.drafter)
@@ -127,8 +127,9 @@ def _run(args) -> int:
     if args.max_context is not None and args.max_context > positions:
         raise SwarmscopeError(f"--max-context must be at most {positions}, the positions "
                               f"{loaded.name} has, got {args.max_context}")
+    # without --max-context the config's default, which the engine holds to the model's positions
     config = SwarmConfig(seed=args.seed, clock=args.clock, temperature=args.temperature,
-                         max_context=args.max_context or min(DEFAULT_MAX_CONTEXT, positions))
+                         **({"max_context": args.max_context} if args.max_context else {}))
     engine = Engine(loaded, config, controls, calibration=calibrate_or_load(loaded, progress=say),
                     trace_path=args.trace)
     print(f"budget T = {engine.calibration.budget} (calibrated with lanes at context "

@@ -19,6 +19,7 @@ from engine.model import WARM_ROWS, LlamaModel, check_shapes, prepacks
 from engine.tokenizer import ByteTokenizer, Tokenizer
 
 Progress = Callable[[str, float], None]
+MODEL_NAMES = ("default", "tiny-test")  # what load_model takes besides a folder
 
 
 @dataclass(slots=True)
@@ -72,12 +73,13 @@ def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
     return LoadedModel(name, str(folder), config, model, tokenizer, torch_dtype, torch_device)
 
 
-def check_model_folder(path: str) -> None:
+def check_model_folder(path: str, chats: bool = True) -> None:
     """What `load_model` checks of a folder before it reads any tensor (the folder, its config
-    and tokenizer, the weight files' names and shapes against the config), and that its chat
-    template renders a conversation as a swarm's agents start one. Raises ModelLoadError naming
-    the file at fault. A window asks first, so a folder that would not load, or whose agents
-    could not start, does not stop the session it has."""
+    and tokenizer, the weight files' names and shapes against the config), and, for a model the
+    swarm's agents talk to (`chats`; not a draft model), that its chat template renders a
+    conversation as they start one. Raises ModelLoadError naming the file at fault. A window
+    asks first, so a folder that would not load, or whose agents could not start, does not stop
+    the session it has."""
     folder = _model_folder(path)
     config = read_config(folder)
     tokenizer = read_tokenizer(folder, config)
@@ -86,6 +88,8 @@ def check_model_folder(path: str) -> None:
         check_shapes(config, weights.shapes)
     except ValueError as exc:
         raise _mismatch(folder, weights, exc) from None
+    if not chats:
+        return
     try:
         tokenizer.chat_prompt("Hello.", system="You are a helpful assistant.")
     except ChatTemplateError as exc:  # names the template's file

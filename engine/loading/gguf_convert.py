@@ -157,10 +157,9 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path,
     out.mkdir(parents=True, exist_ok=True)
     # fp32 keeps the dequantized values exactly (Q4_1 scales are fp16, not bf16-representable).
     save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
-    mask = os.umask(0)  # safetensors writes 0600: readable as the folder's other files are
-    os.umask(mask)
-    os.chmod(out / "model.safetensors", 0o666 & ~mask)
     tok.save(str(out / "tokenizer.json"))
+    # safetensors writes 0600: as readable as the files written beside it, as the umask makes them
+    os.chmod(out / "model.safetensors", (out / "tokenizer.json").stat().st_mode & 0o777)
     tokens = g.get("tokenizer.ggml.tokens")
     bos, eos = tokens[config["bos_token_id"]], tokens[config["eos_token_id"]]
     tokenizer_config = {

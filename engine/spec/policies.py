@@ -119,7 +119,8 @@ class SpeculationPolicy:
                calibration: Calibration, draft_cost_ms: Callable[[list[int]], float],
                shadowed: bool = False,
                overhead: Callable[[], Overhead] = Overhead) -> Decision:
-        """The whole policy for a step: `idle`'s decision, else `plan`'s."""
+        """The whole policy for a step: `idle`'s decision, else `plan`'s (the executor asks the
+        two apart, and the drafter for its offers between them)."""
         return (self.idle([lane.seq_id for lane in lanes], controls, calibration)
                 or self.plan(lanes, prefill, controls, calibration, draft_cost_ms, shadowed,
                              overhead))

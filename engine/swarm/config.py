@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from engine.swarm.agent import MIN_CONTEXT
 
 CLOCKS = ("wall", "virtual", "measured")
-DEFAULT_MAX_CONTEXT = 3072
 
 
 @dataclass(slots=True)
@@ -20,7 +19,7 @@ class SwarmConfig:
     # (benchmarks: real step costs, no waiting for tools).
     clock: str = "wall"
     temperature: float = 0.0        # 0: greedy, so every policy emits the same text
-    max_context: int = DEFAULT_MAX_CONTEXT  # past this an agent starts a fresh task
+    max_context: int = 3072         # past this an agent starts a fresh task
     tool_latency_sigma: float = 1.0  # log-normal spread around Controls.tool_latency_s
     max_step_tokens: int = 256      # tokens fed per step (decode + prefill chunks)
     rotate_after_steps: int = 256   # fair rotation when agents wait for a batch slot

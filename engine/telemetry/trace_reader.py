@@ -31,7 +31,7 @@ class Trace:
 
 def read_trace(path: str | Path, lenient: bool = False) -> Trace:
     path = Path(path)
-    lines, warnings = _read_lines(path)
+    lines, warnings = _read_lines(path, lenient)
     if not lines:
         raise TraceError(path, None, "empty file (no session line)")
     trace = Trace(session=_parse_session(path, lines[0]), warnings=warnings)
@@ -52,7 +52,7 @@ def complete_lines(path: str | Path) -> list[str]:
     return [line for line in lines if not line.endswith("\0")]
 
 
-def _read_lines(path: Path) -> tuple[list[str], list[str]]:
+def _read_lines(path: Path, lenient: bool = False) -> tuple[list[str], list[str]]:
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -70,7 +70,12 @@ def _read_lines(path: Path) -> tuple[list[str], list[str]]:
     try:
         text = raw.decode()
     except UnicodeDecodeError as exc:
-        raise TraceError(path, raw[:exc.start].count(b"\n") + 1, "not UTF-8 text") from None
+        line = raw[:exc.start].count(b"\n") + 1
+        if not lenient:
+            raise TraceError(path, line, "not UTF-8 text") from None
+        # garbled bytes: a line whose record they broke is skipped as any bad line is
+        text = raw.decode(errors="replace")
+        warnings.append(f"line {line}: not UTF-8 text, read with replacement characters")
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -81,7 +86,20 @@ def _read_lines(path: Path) -> tuple[list[str], list[str]]:
 
 def _gunzip(raw: bytes) -> tuple[bytearray, bool]:
     """Every gzip member in turn (cat, pigz and bgzip write several), and whether the last one
-    ended. Fed in chunks: a member's end leaves the rest of its input as unused_data, a copy, so
+    ended. Zeros at the end of the file are ignored, as gzip ignores them: a crash can leave them
+    where the filesystem had the file's blocks ready, after a closed member or after the last
+    flush of one its writer never closed."""
+    try:
+        return _inflate_members(raw)
+    except zlib.error:
+        unpadded = raw.rstrip(b"\0")
+        if len(unpadded) == len(raw):
+            raise
+        return _inflate_members(unpadded)
+
+
+def _inflate_members(raw: bytes) -> tuple[bytearray, bool]:
+    """Fed in chunks: a member's end leaves the rest of its input as unused_data, a copy, so
     feeding the whole file would copy it again at each member of a bgzip file."""
     inflated = bytearray()
     inflate = zlib.decompressobj(47)  # 47: gzip or zlib header, detected
@@ -91,10 +109,8 @@ def _gunzip(raw: bytes) -> tuple[bytearray, bool]:
         data = view[start:end]
         while data:
             if inflate.eof:
-                # Zeros to the end of the file after a member: what a crash can leave where
-                # the filesystem had the file's blocks ready (gzip ignores them too).
                 if data[0] == 0 and not raw[end - len(data):].strip(b"\0"):
-                    return inflated, True
+                    return inflated, True  # zeros to the end after a closed member
                 inflate = zlib.decompressobj(47)
             inflated += inflate.decompress(data)
             data = inflate.unused_data

@@ -18,10 +18,11 @@ def test_sessions_started_within_a_second_get_a_trace_each(tmp_path, monkeypatch
     monkeypatch.setattr(session_traces.time, "strftime",
                         lambda pattern: "session-20261205-120000.jsonl.gz")
     traces = SessionTraces(None)
-    paths = []
-    for _ in range(3):
-        paths.append(traces.next())
-        Path(paths[-1]).write_text("")  # the window's engine opens it
+    # one window: a session's engine makes its file only once its model has loaded
+    paths = [traces.next(), traces.next()]
+    for path in paths:
+        Path(path).write_text("")
+    paths.append(SessionTraces(None).next())  # another window, the files made
     assert [Path(p).name for p in paths] == ["session-20261205-120000.jsonl.gz",
                                              "session-20261205-120000-2.jsonl.gz",
                                              "session-20261205-120000-3.jsonl.gz"]
@@ -33,8 +34,9 @@ def test_a_named_trace_is_the_first_session_and_later_ones_are_numbered_beside_i
     traces = SessionTraces(str(named))
     assert traces.next() == str(named)
     assert traces.next() == str(tmp_path / "run-2.jsonl")
+    assert traces.next() == str(tmp_path / "run-3.jsonl")  # run-2's engine has not made it yet
     assert SessionTraces("none").next() is None
-    assert not (tmp_path / "run-2.jsonl").exists()  # checked, not left behind
+    assert not (tmp_path / "run-3.jsonl").exists()  # checked, not left behind
     assert SessionTraces(str(tmp_path / "new" / "dir" / "s.jsonl.gz")).next()
     assert (tmp_path / "new" / "dir").is_dir()
     with pytest.raises(IsADirectoryError):  # the window then runs the session unrecorded
@@ -66,7 +68,9 @@ def test_loading_a_model_starts_a_session_of_its_own(window, qtbot, tmp_path, mo
     qtbot.waitUntil(lambda: len(window.history) > steps + 5, timeout=5000)
     assert window.engine is old_engine
 
-    # One that loads: a new session, recorded beside the first, with the same dtype and swarm.
+    # One that loads: a new session, recorded beside the first, with the same dtype and the
+    # swarm size the controls were set to.
+    window.controls.swarm_size.setValue(5)
     monkeypatch.setattr(main_window, "check_model_folder", lambda folder: None)
     window.load_model("/models/other")
     assert old_engine.closed and not window.banner.isVisible()
@@ -74,7 +78,7 @@ def test_loading_a_model_starts_a_session_of_its_own(window, qtbot, tmp_path, mo
     assert x is None or len(x) == 0
     assert window.trace_path == str(tmp_path / "first-2.jsonl")
     assert (window._spec.model, window._spec.dtype, window._spec.agents) == (
-        "/models/other", "fp32", 3)
+        "/models/other", "fp32", 5)
     qtbot.waitUntil(lambda: window.engine is not None and len(window.history) > 5,
                     timeout=5000)
     # the views start afresh: the new session's steps only, its clock from 0

@@ -248,3 +248,6 @@ def test_the_ceilings_are_named_and_drawn_where_near_the_batch(qtbot):
     assert "ceilings: batch 6, speculation 64" in view.batch_plot.getPlotItem().titleLabel.text
     top = view.batch_plot.getViewBox().viewRange()[1][1]
     assert 6 * 1.1 < top < 64  # the batch ceiling with room for its label; 64 is named only
+    view.set_ceilings(32, 64)  # both far above the batch: the batch alone sets the axis
+    dashboard.show_history(history, 10, force=True)
+    assert 4 < view.batch_plot.getViewBox().viewRange()[1][1] < 32

@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -203,6 +204,12 @@ def test_a_damaged_trace_replays_the_steps_that_read_and_says_what_was_skipped(w
     text = window.banner.text()
     assert window.banner.isVisible() and f"cut.jsonl:{steps[10] + 1}: not JSON" in text
     assert "replaying the 28 steps that read (2 line(s) skipped)" in text
+    # gzipped by a writer that never closed it: its warning is not a skipped line
+    deflate = zlib.compressobj(6, zlib.DEFLATED, 31)
+    unclosed = tmp_path / "cut.jsonl.gz"
+    unclosed.write_bytes(deflate.compress(cut.read_bytes()) + deflate.flush(zlib.Z_SYNC_FLUSH))
+    assert window.open_trace(str(unclosed))
+    assert "replaying the 28 steps that read (2 line(s) skipped)" in window.banner.text()
 
 
 def test_theme_switch_rebuilds_views(window, qtbot):
@@ -232,7 +239,7 @@ def test_a_session_with_nowhere_to_record_runs_and_says_so(qtbot, tmp_path, monk
     from app.main_window import MainWindow
     from engine.spec import calibration
 
-    def no_folder():
+    def no_folder(given):
         raise NotADirectoryError(20, "Not a directory", "/data/swarmscope/traces")
 
     monkeypatch.setattr(session_traces, "default_trace_path", no_folder)

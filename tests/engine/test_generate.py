@@ -69,12 +69,15 @@ def test_bad_model_exits_2_with_a_message(tmp_path, capsys):
 
 def test_a_draft_model_folder_is_read_at_the_start(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
-    for drafter, says in (("nonsense", "nonsense: no such folder; a drafter is lookup, self or a "
-                                       "draft model folder"),
+    for drafter, says in (("nonsense", "nonsense: no such folder; a drafter is lookup, self, "
+                                       "default, tiny-test or a draft model folder"),
                           (str(tmp_path / "empty"), f"{tmp_path}/empty/config.json: ")):
         rc, _, err = _generate(capsys, "--prompt", "hi", "--drafter", drafter)
         assert rc == 2 and err.startswith(f"swarmscope generate: --drafter {drafter}")
         assert says in err and len(err.splitlines()) == 1
+    # a model by name drafts as the loader reads it (tiny-test drafting for itself)
+    rc, rows, _ = _generate(capsys, "--prompt", "hi", "--drafter", "tiny-test", "--spec", "fixed")
+    assert rc == 0 and rows[0]["drafted"] > 0
 
 
 def test_calibrate_prints_the_curve_and_budget(capsys):

@@ -183,8 +183,8 @@ def test_export_refuses_to_write_over_the_trace_it_reads(tmp_path, capsys):
     (["--duration", "inf"], "--duration must be a finite number > 0, got inf"),
     (["--min-acceptance", "2"], "--min-acceptance must be in [0, 1], got 2"),
     (["--k", "99"], "--k: k must be in 0..64, got 99"),
-    (["--drafter", "nonsense"], "--drafter nonsense: no such folder; a drafter is lookup, self "
-                                "or a draft model folder"),
+    (["--drafter", "nonsense"], "--drafter nonsense: no such folder; a drafter is lookup, self, "
+                                "default, tiny-test or a draft model folder"),
 ])
 def test_a_bad_option_is_one_line_that_names_it(capsys, option, says):
     """Before the model loads, named as typed: the configs' own errors name their fields."""

@@ -165,6 +165,25 @@ def test_every_gzip_member_is_read(tmp_path, monkeypatch, chunk):
     path.write_bytes(gzip.compress(jsonl(lines)) + b"\0" * 20 + gzip.compress(jsonl(lines)))
     with pytest.raises(TraceError, match="not a readable gzip file"):
         read_trace(path)
+    # ... and after the last flush of a member its writer never closed
+    deflate = zlib.compressobj(6, zlib.DEFLATED, 31)
+    path.write_bytes(deflate.compress(jsonl(lines)) + deflate.flush(zlib.Z_SYNC_FLUSH)
+                     + b"\0" * 512)
+    trace = read_trace(path)
+    assert len(trace.steps) == 20 and "no end" in trace.warnings[0]
+
+
+def test_a_line_of_garbled_bytes_is_skipped_when_lenient(tmp_path):
+    write_sample(tmp_path / "t.jsonl")
+    raw = (tmp_path / "t.jsonl").read_bytes().split(b"\n")
+    raw[3] = raw[3][:10] + b"\xff\xfe" + raw[3][12:]
+    path = tmp_path / "garbled.jsonl"
+    path.write_bytes(b"\n".join(raw))
+    with pytest.raises(TraceError, match=r"garbled.jsonl:4: not UTF-8 text"):
+        read_trace(path)
+    trace = read_trace(path, lenient=True)
+    assert trace.warnings[0] == "line 4: not UTF-8 text, read with replacement characters"
+    assert any(w.startswith("line 4: ") and w.endswith("(skipped)") for w in trace.warnings)
 
 
 WRITER = """
