@@ -119,14 +119,7 @@ def _run(args) -> int:
 
     loaded = load_model(args.model, dtype=args.dtype, device=args.device, progress=say)
     print(f"model {loaded.name} ({loaded.dtype}, {loaded.device})", file=sys.stderr)
-    for option, drafter in [("--drafter", args.drafter)] + [
-            (f"--change at {at:g} s: drafter", change["drafter"])
-            for at, change in changes if "drafter" in change]:
-        check_drafter(option, drafter, loaded)  # now its tokenizer too
-    positions = loaded.config.max_position
-    if args.max_context is not None and args.max_context > positions:
-        raise SwarmscopeError(f"--max-context must be at most {positions}, the positions "
-                              f"{loaded.name} has, got {args.max_context}")
+    _check_against_model(args, changes, loaded)
     # without --max-context the config's default, which the engine holds to the model's positions
     config = SwarmConfig(seed=args.seed, clock=args.clock, temperature=args.temperature,
                          **({"max_context": args.max_context} if args.max_context else {}))
@@ -204,6 +197,19 @@ def _check_numbers(args) -> None:
         Controls(policy=args.policy, k=args.k)  # K's range is the controls'
     except ValueError as exc:
         raise SwarmscopeError(f"--k: {exc}") from None
+
+
+def _check_against_model(args, changes: list[tuple[float, dict]], loaded) -> None:
+    """What only the loaded model can tell: draft models share its tokenizer, and
+    --max-context fits its positions."""
+    for option, drafter in [("--drafter", args.drafter)] + [
+            (f"--change at {at:g} s: drafter", change["drafter"])
+            for at, change in changes if "drafter" in change]:
+        check_drafter(option, drafter, loaded)
+    positions = loaded.config.max_position
+    if args.max_context is not None and args.max_context > positions:
+        raise SwarmscopeError(f"--max-context must be at most {positions}, the positions "
+                              f"{loaded.name} has, got {args.max_context}")
 
 
 def _interrupted(*_) -> None:
