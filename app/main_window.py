@@ -183,9 +183,10 @@ class MainWindow(QMainWindow):
         self.stop_engine()
         self._leave_replay()
         self.banner.hide()
-        self.history = History(keep=LIVE_KEPT)
-        self.calibration = None  # the new engine's, once it is ready
-        self._new_dashboard()
+        if len(self.history) or self.calibration is not None:  # views that showed something
+            self.history = History(keep=LIVE_KEPT)
+            self.calibration = None  # the new engine's, once it is ready
+            self._new_dashboard()
         self._spec = spec
         self.trace_path = spec.trace_out if spec else None
         self.host = EngineHost(build or spec.build, self)

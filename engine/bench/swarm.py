@@ -38,7 +38,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from engine.cli.options import check_at_least
     from engine.errors import SwarmscopeError
-    from engine.swarm.agent import MIN_CONTEXT
+    from engine.swarm.config import MIN_CONTEXT
     try:
         if not 0 < args.duration < math.inf:
             raise ValueError(f"--duration must be a finite number > 0, got {args.duration:g}")

@@ -182,7 +182,7 @@ def _run(args) -> int:
 def _check_numbers(args) -> None:
     """The numeric options against their bounds, so that an error names the option as typed:
     the configs' own errors name their fields (swarm_size for --agents)."""
-    from engine.swarm.agent import MIN_CONTEXT
+    from engine.swarm.config import MIN_CONTEXT
 
     check_at_least({"--agents": (args.agents, 1), "--batch-ceiling": (args.batch_ceiling, 1),
                     "--spec-ceiling": (args.spec_ceiling, 0), "--budget": (args.budget, 1),

@@ -147,15 +147,15 @@ class SpeculationPolicy:
                               f"{controls.policy}: B={batch}, no lane has drafts to offer")
         self._park([lane.seq_id for lane in lanes if not lane.available], controls.policy)
         decision = self._plan_offers([lanes[i] for i in offering], batch, prefill, controls,
-                              calibration, draft_cost_ms, shadowed, overhead)
+                                     calibration, draft_cost_ms, shadowed, overhead)
         ks = [0] * batch
         for i, k in zip(offering, decision.ks):
             ks[i] = k
         return Decision(ks, decision.reason)
 
     def _plan_offers(self, lanes: list[LaneView], batch: int, prefill: int, controls: Controls,
-              calibration: Calibration, draft_cost_ms: Callable[[list[int]], float],
-              shadowed: bool, overhead: Callable[[], Overhead]) -> Decision:
+                     calibration: Calibration, draft_cost_ms: Callable[[list[int]], float],
+                     shadowed: bool, overhead: Callable[[], Overhead]) -> Decision:
         """The decision for the lanes with drafts on offer, in a batch of `batch` lanes whose
         others send none: they are priced as one more query group of a single query."""
         parked = {0} if batch > len(lanes) else set()  # the draft counts of the other lanes

@@ -21,9 +21,6 @@ from engine.swarm.workload import Task, Workload
 
 STATES = ("decode", "tool", "waiting", "done")
 MAX_SEGMENTS = 2000  # transcript segments kept per agent (older ones scroll away)
-# The shortest context an agent can work in: a turn writes at most half of it (_turn_tokens), so
-# two tokens leave the prompt one.
-MIN_CONTEXT = 2
 
 
 @dataclass(slots=True)
@@ -48,7 +45,6 @@ class AgentView:
 class Agent:
     def __init__(self, agent_id: int, workload: Workload, tokenizer, rng: random.Random,
                  temperature: float, max_context: int, record_text: bool = False) -> None:
-        assert max_context >= MIN_CONTEXT, max_context
         self.id = agent_id
         self.workload, self.tokenizer, self.rng = workload, tokenizer, rng
         self.temperature, self.max_context = temperature, max_context

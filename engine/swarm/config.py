@@ -4,9 +4,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from engine.swarm.agent import MIN_CONTEXT
-
 CLOCKS = ("wall", "virtual", "measured")
+# The shortest context an agent can work in: a turn writes at most half of it
+# (Agent._turn_tokens), so two tokens leave the prompt one.
+MIN_CONTEXT = 2
 
 
 @dataclass(slots=True)
@@ -34,8 +35,8 @@ class SwarmConfig:
         if not (0 <= self.temperature < math.inf and 0 <= self.tool_latency_sigma < math.inf):
             raise ValueError("temperature and tool_latency_sigma must be finite and >= 0")
         if self.max_context < MIN_CONTEXT:
-            raise ValueError(f"max_context must be >= {MIN_CONTEXT} (a prompt token and a turn's), "
-                             f"got {self.max_context}")
+            raise ValueError(f"max_context must be >= {MIN_CONTEXT} (a prompt token and a "
+                             f"turn's), got {self.max_context}")
         for name in ("max_step_tokens", "rotate_after_steps", "block_size", "record_capacity"):
             if getattr(self, name) < 1:
                 raise ValueError(f"SwarmConfig.{name} must be >= 1, got {getattr(self, name)}")
