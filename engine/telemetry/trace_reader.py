@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import zlib
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -35,14 +36,50 @@ def read_trace(path: str | Path, lenient: bool = False) -> Trace:
     if not lines:
         raise TraceError(path, None, "empty file (no session line)")
     trace = Trace(session=_parse_session(path, lines[0]), warnings=warnings)
+    step_lines = []  # the line each of trace.steps came from
     for number, text in enumerate(lines[1:], start=2):
+        steps_before = len(trace.steps)
         try:
-            _add_record(trace, number, text)
+            _add_record(trace, number, text, in_order=not lenient)
         except TraceError as exc:
             if not lenient:
                 raise TraceError(path, exc.line, exc.problem) from None
             trace.warnings.append(f"line {exc.line}: {exc.problem} (skipped)")
+        step_lines += [number] * (len(trace.steps) - steps_before)
+    if lenient:
+        _keep_steps_in_order(trace, step_lines)
     return trace
+
+
+def _keep_steps_in_order(trace: Trace, step_lines: list[int]) -> None:
+    """Lenient reading keeps the longest run of steps in order (step numbers rising, then t not
+    going back), so one damaged step is skipped, not every step after it."""
+    kept = range(len(trace.steps))
+    for value, strict in ((lambda s: s.step, True), (lambda s: s.t, False)):
+        run = _longest_rising([value(trace.steps[i]) for i in kept], strict)
+        kept = [kept[i] for i in run]
+    dropped = set(range(len(trace.steps))) - set(kept)
+    trace.warnings += [f"line {step_lines[i]}: step out of order: step {trace.steps[i].step} at "
+                       f"t={trace.steps[i].t} (skipped)" for i in sorted(dropped)]
+    trace.steps = [trace.steps[i] for i in kept]
+
+
+def _longest_rising(values: list, strict: bool) -> list[int]:
+    """Indices of a longest rising (strictly, or not falling) subsequence, the earliest such
+    indices: where the damage is later, it keeps what the strict reader would have."""
+    rising_from = [0] * len(values)  # longest run starting at i
+    tails = []  # tails[n]: the largest start of a run of n + 1 (negated, so they rise)
+    place = bisect_left if strict else bisect_right
+    for i in reversed(range(len(values))):
+        at = place(tails, -values[i])
+        tails[at:at + 1] = [-values[i]]
+        rising_from[i] = at + 1
+    kept, left, last = [], len(tails), -math.inf
+    for i, value in enumerate(values):
+        if rising_from[i] == left and (value > last or (not strict and value == last)):
+            kept.append(i)
+            left, last = left - 1, value
+    return kept
 
 
 def complete_lines(path: str | Path) -> list[str]:
@@ -142,12 +179,12 @@ def _parse_session(path: Path, text: str) -> dict:
     return obj
 
 
-def _add_record(trace: Trace, number: int, text: str) -> None:
+def _add_record(trace: Trace, number: int, text: str, in_order: bool) -> None:
     obj = _loads(number, text)
     kind = obj.get("type")
     if kind == "step":
         step = _parse_step(number, obj)
-        if trace.steps:
+        if in_order and trace.steps:
             _check_order(number, trace.steps[-1], step)
         trace.steps.append(step)
     elif kind == "control":

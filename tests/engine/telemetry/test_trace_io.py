@@ -111,6 +111,20 @@ def test_malformed_lines_are_errors_with_their_line_number(tmp_path, mutate, lin
         assert trace.warnings and f"line {line}:" in trace.warnings[0]
 
 
+@pytest.mark.parametrize("damage", [dict(step=10**9), dict(t=1e9), dict(step=0)])
+def test_lenient_reading_skips_one_damaged_step_not_every_step_after_it(tmp_path, damage):
+    path = tmp_path / "t.jsonl"
+    write_sample(path)
+    lines = lines_of(path)
+    _edit_line(6, lambda step: step.update(damage))(lines)  # line 7: step 4
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TraceError, match="step out of order"):
+        read_trace(path)
+    trace = read_trace(path, lenient=True)
+    assert [s.step for s in trace.steps] == [i for i in range(20) if i != 4]
+    assert len(trace.warnings) == 1 and trace.warnings[0].startswith("line 7: step out of order")
+
+
 def test_truncated_last_line_and_empty_and_missing_files(tmp_path):
     path = tmp_path / "t.jsonl"
     write_sample(path, steps=5)
