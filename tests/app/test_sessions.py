@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtWidgets import QToolButton
 
-from app import main_window, session_traces
+from app import live_session, session_traces
 from app.engine_factory import EngineSpec
 from app.session_traces import SessionTraces, unused
 from engine.telemetry.trace_reader import read_trace
@@ -71,7 +71,7 @@ def test_loading_a_model_starts_a_session_of_its_own(window, qtbot, tmp_path, mo
     # One that loads: a new session, recorded beside the first, with the same dtype and the
     # swarm size the controls were set to.
     window.controls.swarm_size.setValue(5)
-    monkeypatch.setattr(main_window, "check_model_folder", lambda folder: None)
+    monkeypatch.setattr(live_session, "check_model_folder", lambda folder: None)
     window.load_model("/models/other")
     assert old_engine.closed and not window.banner.isVisible()
     x, _ = window.dashboard.batch.batch_curve.getData()  # no old lines while the model loads
@@ -94,7 +94,7 @@ def test_loading_a_model_while_replaying_never_writes_the_replayed_trace(
     before = Path(replayed).read_bytes()
     window.traces = SessionTraces(str(tmp_path / "new.jsonl"))
     assert window.open_trace(replayed)
-    monkeypatch.setattr(main_window, "check_model_folder", lambda folder: None)
+    monkeypatch.setattr(live_session, "check_model_folder", lambda folder: None)
     window.load_model("/models/other")
     assert not window.replaying and window.trace_path == str(tmp_path / "new.jsonl")
     qtbot.waitUntil(lambda: len(window.history) > 5, timeout=5000)
@@ -109,7 +109,7 @@ def test_a_session_never_records_over_the_trace_it_was_started_from(
     before = Path(replayed).read_bytes()
     window.traces = SessionTraces(replayed)
     assert window.open_trace(replayed)
-    monkeypatch.setattr(main_window, "check_model_folder", lambda folder: None)
+    monkeypatch.setattr(live_session, "check_model_folder", lambda folder: None)
     window.load_model("/models/other")
     assert window.trace_path == str(tmp_path / "x-2.jsonl")
     qtbot.waitUntil(lambda: len(window.history) > 5, timeout=5000)
@@ -119,7 +119,7 @@ def test_a_session_never_records_over_the_trace_it_was_started_from(
 
 def test_a_start_that_fails_before_any_step_does_not_claim_records_were_kept(window, qtbot):
     def no_model(progress):
-        raise main_window.SwarmscopeError("/nope: no such model folder")
+        raise live_session.SwarmscopeError("/nope: no such model folder")
     window.start_live(build=no_model)
     qtbot.waitUntil(window.banner.isVisible, timeout=5000)
     assert window.banner.text() == "⚠ /nope: no such model folder"

@@ -1,0 +1,171 @@
+"""The window's live session: an engine built and stepped on the worker thread, its new records
+pulled at 25 Hz and drawn as often as the frame pacer allows (by default 3 % of one core, so the
+engine keeps the machine; View → Smooth redraw lifts it), the controls posted to its mailbox, and
+t(N) re-measured on request. Records are never dropped: a stopped or failed session's stay shown.
+
+A part of MainWindow (app/main_window.py), whose history, calibration, dashboard, controls and
+banner it shares with the replay of a trace."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from PySide6.QtCore import QTimer
+
+from app.agent_rows import AgentRow
+from app.engine_factory import EngineSpec
+from app.frame_pacer import ENGINE_FIRST_SHARE, SMOOTH_SHARE, FramePacer
+from app.history import History
+from app.session_traces import SessionTraces
+from app.views.agents_view import TRANSCRIPT_CHARS
+from app.worker import EngineBuilder, EngineHost
+from engine.errors import SwarmscopeError
+from engine.loading import check_model_folder
+
+FRAME_MS = 40  # 25 Hz: views redraw from the ring buffers on this timer, never once per step
+# Step records, and events, a live window keeps (its plots keep every step's numbers; the trace,
+# everything): the views read the newest few hundred, and a record is ~1.5 KB.
+LIVE_KEPT = 20_000
+
+
+class LiveSessionMixin:
+    def _init_live_session(self, traces: SessionTraces | None) -> None:
+        self.engine = None
+        self.host: EngineHost | None = None
+        self._stuck_hosts: list[EngineHost] = []
+        self.traces = traces or SessionTraces()  # where live sessions are recorded
+        self._spec: EngineSpec | None = None  # what the last session was started from
+        self._trace_error_shown = False  # the live engine's trace stopped, and the user was told
+        self._record_seq = self._event_seq = 0
+        self.pacer = FramePacer()
+        self._undrawn = False  # records pulled but not drawn yet (the pacer held the frame)
+        self.timer = QTimer(self)
+        self.timer.setInterval(FRAME_MS)
+        self.timer.timeout.connect(self.poll)
+
+    def start_session(self, spec: EngineSpec) -> None:
+        """A live session of `spec`'s model, recorded where `traces` says (`spec.trace_out` is
+        set here)."""
+        unrecorded = None
+        try:
+            trace = self.traces.next(replayed=self.trace_path if self.replaying else None)
+        except OSError as exc:  # a read-only or misplaced data dir: run, unrecorded
+            trace, unrecorded = None, (f"this session is not recorded: cannot write its trace "
+                                       f"({exc.filename}: {exc.strerror}); --trace-out FILE "
+                                       "records elsewhere")
+        self.start_live(replace(spec, trace_out=trace))
+        if unrecorded:
+            self.show_error(unrecorded, records_kept=False)
+
+    def start_live(self, spec: EngineSpec | None = None, build: EngineBuilder | None = None) -> None:
+        """Start an engine on the worker thread: from `spec`, or from `build` (tests, benches).
+        The views start afresh; the last session's records stay in its trace."""
+        self.stop_engine()
+        self._leave_replay()
+        self.banner.hide()
+        if len(self.history) or self.calibration is not None:  # views that showed something
+            self.history = History(keep=LIVE_KEPT)
+            self.calibration = None  # the new engine's, once it is ready
+            self._new_dashboard()
+        self._spec = spec
+        self.trace_path = spec.trace_out if spec else None
+        self.host = EngineHost(build or spec.build, self)
+        self.host.worker.progress.connect(self._on_progress)
+        self.host.worker.ready.connect(self._on_ready)
+        self.host.worker.recalibrated.connect(self._on_recalibrated)
+        self.host.worker.failed.connect(
+            lambda message: self.show_error(message, records_kept=len(self.history) > 0))
+        self.progress.show()
+        self.host.start()
+
+    def load_model(self, folder: str) -> None:
+        """A new live session on the model in `folder`, with the last session's dtype and device
+        and the swarm size the controls show; a folder that would not load is refused before the
+        session shown stops."""
+        try:
+            check_model_folder(folder)
+        except SwarmscopeError as exc:
+            self.show_error(f"{exc}; nothing changed", records_kept=False)
+            return
+        self.start_session(replace(self._spec or EngineSpec(), model=folder,
+                                   agents=self.controls.swarm_size.value()))
+
+    def _on_progress(self, message: str, fraction: float) -> None:
+        self.statusBar().showMessage(message)
+        self.progress.setValue(int(100 * fraction))
+        self.progress.setVisible(fraction < 1.0)
+
+    def _on_ready(self, engine) -> None:
+        self.engine = engine
+        self._record_seq = self._event_seq = 0
+        self._trace_error_shown = False
+        self.calibration = engine.calibration
+        self.dashboard.set_calibration(self.calibration)
+        self.controls.set_controls(engine.controls)
+        self.controls.setEnabled(True)
+        self.controls.recalibrate_button.setEnabled(True)
+        self._sync_ceilings()
+        self.timer.start()
+
+    def poll(self, force: bool = False) -> None:
+        """Pull what the engine recorded since the last frame, then redraw once if the pacer
+        allows (`force`: now, every view, as for a screenshot)."""
+        engine = self.engine
+        if engine is None:
+            return
+        if engine.trace_error and not self._trace_error_shown:  # once: the session runs on
+            self._trace_error_shown = True
+            self.show_error(engine.trace_error)
+        records, self._record_seq = engine.records.since(self._record_seq)
+        events, self._event_seq = engine.events.since(self._event_seq)
+        self.history.extend(records)
+        self.history.add_events(events)
+        self._undrawn = self._undrawn or bool(records or events)
+        if force or (self._undrawn and self.pacer.ready()):
+            self._undrawn = False
+            self.dashboard.show_history(self.history, len(self.history),
+                                        agents=lambda: self._live_agents(engine), force=force)
+
+    def _live_agents(self, engine) -> list[AgentRow]:
+        """The engine's agents, decoding only the shown agent's transcript tail."""
+        shown = self.dashboard.agents.selected
+        views = engine.agents(set() if shown is None else {shown}, TRANSCRIPT_CHARS)
+        return [AgentRow.from_view(view) for view in views]
+
+    def _set_smooth(self, smooth: bool) -> None:
+        self.pacer.share = SMOOTH_SHARE if smooth else ENGINE_FIRST_SHARE
+
+    def _post_controls(self, changes: dict) -> None:
+        if self.engine is not None:
+            self.engine.mailbox.post(**changes)
+        self._sync_ceilings()
+
+    def _recalibrate(self) -> None:
+        """Re-measure t(N) on the worker thread between steps; the views keep drawing meanwhile."""
+        if self.host is not None and self.engine is not None:
+            self.controls.recalibrate_button.setEnabled(False)
+            self.progress.show()
+            self.host.worker.request_recalibration()
+
+    def _on_recalibrated(self, calibration) -> None:
+        self.calibration = calibration
+        self.dashboard.set_calibration(calibration)
+        self.controls.recalibrate_button.setEnabled(self.engine is not None)
+
+    def stop_engine(self) -> None:
+        """Stop the worker and wait for it; the history (and the trace file) stay."""
+        self.timer.stop()
+        if self.host is not None:
+            if not self.host.stop():
+                # Stuck in one long call that reports no progress: keep the host referenced so
+                # its QThread is never destroyed while running (Qt aborts the process if it is).
+                self.show_error("the engine did not stop in time; it is left to finish")
+                self._stuck_hosts.append(self.host)
+            self.poll(force=True)  # the last records since the previous frame, drawn
+            self.host = None
+        self.engine = None
+        self.controls.setEnabled(False)
+
+    def join_threads(self, timeout_ms: int = 20_000) -> bool:
+        """Wait (bounded) for engines that did not stop when asked; True if none still runs."""
+        self._stuck_hosts = [h for h in self._stuck_hosts if not h.thread.wait(timeout_ms)]
+        return not self._stuck_hosts

@@ -1,0 +1,108 @@
+"""The window's menus and keyboard shortcuts, and what those actions do that no other part of the
+window owns: the file dialogs, pause and speculation toggles that mean one thing live and another
+in replay, the help texts.
+
+A part of MainWindow (app/main_window.py)."""
+from __future__ import annotations
+
+from importlib.metadata import version
+
+import torch
+from PySide6.QtCore import qVersion
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QFileDialog, QMessageBox
+
+from app.exporting import FILTERS, export
+from engine.errors import SwarmscopeError
+
+
+class WindowActionsMixin:
+    def _build_menus(self) -> None:
+        def action(menu, text: str, slot, shortcut=None, checkable=False) -> QAction:
+            act = QAction(text, self)
+            if shortcut:
+                act.setShortcut(QKeySequence(shortcut))
+            act.setCheckable(checkable)
+            act.triggered.connect(slot)
+            menu.addAction(act)
+            self.addAction(act)  # shortcuts work even when the menu bar is hidden
+            return act
+
+        file = self.menuBar().addMenu("&File")
+        action(file, "Open trace…", self._open_trace_dialog, "Ctrl+O")
+        action(file, "Export…", self._export_dialog, "Ctrl+E")
+        action(file, "Quit", self.close, "Ctrl+Q")
+        session = self.menuBar().addMenu("&Session")
+        action(session, "Pause / resume  (replay: play / pause)", self.toggle_pause, "Space")
+        action(session, "Speculation on / off", self.toggle_speculation, "S")
+        action(session, "Load model…", self._load_model_dialog, "Ctrl+M")
+        action(session, "Re-run calibration", self._recalibrate)
+        view = self.menuBar().addMenu("&View")
+        self.follow_action = action(view, "Follow live", self._set_follow, "F", checkable=True)
+        self.follow_action.setChecked(True)
+        self.controls_action = self._controls_dock.toggleViewAction()  # a small window's room
+        self.controls_action.setText("Controls panel")
+        self.controls_action.setShortcut(QKeySequence("C"))
+        view.addAction(self.controls_action)
+        self.addAction(self.controls_action)
+        self.smooth_action = action(view, "Smooth redraw (takes CPU from the engine)",
+                                    self._set_smooth, checkable=True)
+        for name in ("dark", "light"):
+            action(view, f"{name.title()} theme", lambda _=False, n=name: self.set_theme(n))
+        help_menu = self.menuBar().addMenu("&Help")
+        action(help_menu, "Keyboard shortcuts",
+               lambda: QMessageBox.information(self, "Keyboard shortcuts", self.shortcuts_text()),
+               "F1")
+        action(help_menu, "About swarmscope",
+               lambda: QMessageBox.about(self, "About swarmscope", self.about_text()))
+
+    def shortcuts_text(self) -> str:
+        """Every action that has a shortcut, as its menu names it."""
+        return "\n".join(
+            f"{act.shortcut().toString(QKeySequence.SequenceFormat.NativeText)}\t{act.text()}"
+            for act in self.actions() if not act.shortcut().isEmpty())
+
+    def about_text(self) -> str:
+        """Versions, and what the live engine runs: model, dtype, device and its budget."""
+        lines = [f"swarmscope {version('swarmscope')} · PyTorch {torch.__version__} · "
+                 f"Qt {qVersion()}"]
+        if self.engine is not None:
+            loaded, calibration = self.engine.loaded, self.calibration
+            context = ("" if calibration.context is None else
+                       f", calibrated with lanes at context {calibration.context}")
+            lines.append(f"{loaded.name} ({loaded.source}), {calibration.dtype} on "
+                         f"{calibration.device}: T = {calibration.budget}, "
+                         f"t(1) = {calibration.t_ms(1):.1f} ms{context}")
+        lines.append("The default model, SmolLM2-135M-Instruct, is Apache-2.0 (Hugging Face).")
+        return "\n".join(lines)
+
+    def toggle_pause(self) -> None:
+        if self.replaying:
+            self.replay.toggle()
+        elif self.engine is not None:
+            self.controls.pause.toggle()
+
+    def toggle_speculation(self) -> None:
+        if self.engine is not None and not self.replaying:
+            self.controls.toggle_speculation()
+
+    def _set_follow(self, follow: bool) -> None:
+        self.dashboard.batch.follow = follow
+
+    def _open_trace_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open trace", "", "Traces (*.jsonl *.jsonl.gz)")
+        if path:
+            self.open_trace(path)
+
+    def _export_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export", "", ";;".join(FILTERS))
+        if path:
+            try:
+                self.statusBar().showMessage(export(self.trace_path, path, self))
+            except SwarmscopeError as exc:
+                self.show_error(str(exc))
+
+    def _load_model_dialog(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Hugging Face model folder")
+        if folder:
+            self.load_model(folder)
