@@ -5,6 +5,7 @@ from datetime import datetime
 from functools import lru_cache
 
 import jinja2
+from jinja2.ext import Extension
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from engine.errors import SwarmscopeError
@@ -25,11 +26,22 @@ def _raise_exception(message: str) -> None:
     raise ChatTemplateError(f"chat template refused the messages: {message}")
 
 
+class _GenerationTag(Extension):
+    """`{% generation %}...{% endgeneration %}`, which transformers' templates may wrap an
+    assistant's reply in (its training masks find the reply's characters by it; fine-tuned
+    models ship such templates). A prompt renders just the body."""
+    tags = {"generation"}
+
+    def parse(self, parser):
+        next(parser.stream)
+        return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+
 @lru_cache(maxsize=16)
 def _compile(source: str) -> jinja2.Template:
     # The sandbox is what transformers uses too: templates come with downloaded models.
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=["jinja2.ext.loopcontrols"])
+                                        extensions=["jinja2.ext.loopcontrols", _GenerationTag])
     env.globals["raise_exception"] = _raise_exception
     # Llama 3.1-3.3 templates write today's date into the system header when they can
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
@@ -37,6 +49,20 @@ def _compile(source: str) -> jinja2.Template:
         return env.from_string(source)
     except jinja2.TemplateError as exc:
         raise ChatTemplateError(f"chat template does not parse: {exc}") from exc
+
+
+def pick_template(value):
+    """tokenizer_config.json's chat_template: its text, or, where it lists named templates
+    ([{"name", "template"}, ...]), the one named "default", which transformers renders a
+    conversation without tools in; without one it refuses, and so does this."""
+    if not isinstance(value, list):
+        return value
+    named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
+    if "default" not in named:
+        names = ", ".join(repr(n) for n in named) or "none"
+        raise ChatTemplateError("chat_template lists named templates but none named 'default' "
+                                f"(names: {names})")
+    return named["default"]
 
 
 def check_template(source) -> None:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import tokenizers
 
-from engine.chat_template import ChatTemplateError, render_chat
+from engine.chat_template import ChatTemplateError, pick_template, render_chat
 from engine.errors import ModelLoadError
 
 
@@ -30,13 +30,18 @@ class Tokenizer:
         known = [inner.token_to_id(t) for t in eos_tokens]
         self.eos_ids: tuple[int, ...] = tuple(dict.fromkeys(
             [*eos_ids, *(i for i in known if i is not None)]))
-        self.eos_token = inner.id_to_token(self.eos_ids[0]) if self.eos_ids else None
+        # A template's eos_token is tokenizer_config's, as transformers passes it (Llama 3.1's
+        # config.json lists <|end_of_text|> first, its tokenizer_config names <|eot_id|>).
+        named = [t for t, i in zip(eos_tokens, known) if i is not None]
+        self.eos_token = (named[0] if named else
+                          inner.id_to_token(self.eos_ids[0]) if self.eos_ids else None)
 
     @classmethod
     def from_file(cls, path: str | Path, tokenizer_config: dict | None = None, *,
                   eos_ids: tuple[int, ...] = ()) -> "Tokenizer":
         """Read tokenizer.json; tokenizer_config (the parsed tokenizer_config.json) adds the chat
-        template and special tokens; eos_ids (from config.json) are merged with its eos_token."""
+        template and special tokens; eos_ids (from config.json) are merged with its eos_token.
+        ChatTemplateError: its chat_template lists named ones and none is the default."""
         path = Path(path)
         if not path.is_file():
             raise ModelLoadError(path, "file not found")
@@ -45,10 +50,7 @@ class Tokenizer:
         except Exception as exc:  # the Rust side raises a bare Exception on malformed JSON
             raise ModelLoadError(path, f"not a valid tokenizer.json ({exc})") from None
         cfg = tokenizer_config or {}
-        template = cfg.get("chat_template")
-        if isinstance(template, list):  # a list of named templates: take "default"
-            template = next((t.get("template") for t in template
-                             if isinstance(t, dict) and t.get("name") == "default"), None)
+        template = pick_template(cfg.get("chat_template"))
         eos = _token_text(cfg.get("eos_token"))
         return cls(inner, chat_template=template, bos_token=_token_text(cfg.get("bos_token")),
                    eos_tokens=(eos,) if eos else (), eos_ids=eos_ids)
@@ -62,15 +64,34 @@ class Tokenizer:
         return self.inner.decode(list(ids), skip_special_tokens=skip_special)
 
     def chat_prompt(self, user: str, system: str | None = None) -> str:
+        """The prompt for a conversation of one user message, after a system message if given.
+        A template that refuses system messages (Mistral v0.1's, Gemma's) gets the system text
+        as the start of the user message instead, as other tools do; ChatTemplateError, naming
+        the template's file, when that is refused too."""
+        try:
+            return self._render(user, system)
+        except ChatTemplateError as exc:
+            if system is None:
+                raise self._named(exc) from None
+            try:
+                return self._render(f"{system}\n\n{user}", None)
+            except ChatTemplateError as folded:
+                if str(folded) == str(exc):
+                    raise self._named(exc) from None
+                raise self._named(f"{exc}; with the system message folded into the user's: "
+                                  f"{folded}") from None
+
+    def _render(self, user: str, system: str | None) -> str:
         messages = ([{"role": "system", "content": system}] if system is not None else [])
         messages.append({"role": "user", "content": user})
-        try:
-            return render_chat(self.chat_template, messages, bos_token=self.bos_token or "",
-                               eos_token=self.eos_token or "")
-        except ChatTemplateError as exc:  # the model's own template: name its file
-            if self.template_source is None or not self.chat_template:
-                raise
-            raise ChatTemplateError(f"{self.template_source}: {exc}") from None
+        return render_chat(self.chat_template, messages, bos_token=self.bos_token or "",
+                           eos_token=self.eos_token or "")
+
+    def _named(self, problem) -> ChatTemplateError:
+        """The model's own template's error names its file."""
+        if self.template_source is None or not self.chat_template:
+            return problem if isinstance(problem, ChatTemplateError) else ChatTemplateError(problem)
+        return ChatTemplateError(f"{self.template_source}: {problem}")
 
 
 class ByteTokenizer:

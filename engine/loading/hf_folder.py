@@ -53,11 +53,46 @@ def _rope(cfg: dict, path: Path, max_position: int) -> tuple[float, rope.RopeSca
     params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     if not isinstance(params, dict):
         raise ModelLoadError(path, f"rope parameters must be an object, got {params!r}")
+    theta = _number(params if "rope_theta" in params else cfg, path, "rope_theta", 10000.0)
     try:
-        theta = float(params.get("rope_theta", cfg.get("rope_theta", 10000.0)))
         return theta, rope.RopeScaling.from_params(params, max_position)
     except (KeyError, TypeError, ValueError) as exc:
         raise ModelLoadError(path, f"rope parameters {params!r}: {exc}") from None
+
+
+_REQUIRED = object()
+
+
+def _int(cfg: dict, path: Path, name: str, default=_REQUIRED) -> int:
+    """config.json's integer field `name`; absent or null, `default` where there is one."""
+    value = cfg.get(name)
+    if value is None and default is not _REQUIRED:
+        return default
+    if name not in cfg:
+        raise ModelLoadError(path, f"missing field {name!r}")
+    if isinstance(value, float) and value.is_integer():  # 4096.0, as some writers save it
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ModelLoadError(path, f"{name} must be an integer, got {value!r}")
+    return value
+
+
+def _number(cfg: dict, path: Path, name: str, default: float) -> float:
+    value = cfg.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise ModelLoadError(path, f"{name} must be a number, got {value!r}")
+    return float(value)
+
+
+def _bool(cfg: dict, path: Path, name: str, default: bool) -> bool:
+    value = cfg.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):  # "false" would read as true
+        raise ModelLoadError(path, f"{name} must be true or false, got {value!r}")
+    return value
 
 
 def read_config(folder: Path) -> ModelConfig:
@@ -74,35 +109,30 @@ def read_config(folder: Path) -> ModelConfig:
         raise ModelLoadError(path, f"hidden_act {cfg['hidden_act']!r} is not supported (silu)")
     if arch in ("llama", "mistral") and (cfg.get("attention_bias") or cfg.get("mlp_bias")):
         raise ModelLoadError(path, "attention_bias / mlp_bias are not supported for " + arch)
-    try:
-        max_position = int(cfg.get("max_position_embeddings", 8192))
-    except (TypeError, ValueError):
-        raise ModelLoadError(path, "max_position_embeddings must be an integer, got "
-                                   f"{cfg['max_position_embeddings']!r}") from None
+    max_position = _int(cfg, path, "max_position_embeddings", 8192)
     theta, scaling = _rope(cfg, path, max_position)
-    window = cfg.get("sliding_window")
-    if window and (arch == "mistral" or cfg.get("use_sliding_window")):
+    if arch == "mistral" or _bool(cfg, path, "use_sliding_window", False):
         # Within the window, sliding-window attention is full attention: cap the context there
         # instead of implementing the window.
-        max_position = min(max_position, int(window))
+        window = _int(cfg, path, "sliding_window", 0)
+        if window > 0:
+            max_position = min(max_position, window)
     generation = read_json(folder / "generation_config.json", required=False) or {}
     eos = tuple(dict.fromkeys(
         _ids(cfg.get("eos_token_id"), path, "eos_token_id")
         + _ids(generation.get("eos_token_id"), folder / "generation_config.json", "eos_token_id")))
-    heads = cfg.get("num_attention_heads")
+    heads = _int(cfg, path, "num_attention_heads")
     try:
         return ModelConfig(
-            vocab_size=int(cfg["vocab_size"]), hidden_size=int(cfg["hidden_size"]),
-            intermediate_size=int(cfg["intermediate_size"]),
-            num_layers=int(cfg["num_hidden_layers"]), num_heads=int(heads),
-            num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
-            head_dim=int(cfg.get("head_dim") or 0), rope_theta=theta, rope_scaling=scaling,
-            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), max_position=max_position,
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            vocab_size=_int(cfg, path, "vocab_size"), hidden_size=_int(cfg, path, "hidden_size"),
+            intermediate_size=_int(cfg, path, "intermediate_size"),
+            num_layers=_int(cfg, path, "num_hidden_layers"), num_heads=heads,
+            num_kv_heads=_int(cfg, path, "num_key_value_heads", heads) or heads,
+            head_dim=_int(cfg, path, "head_dim", 0), rope_theta=theta, rope_scaling=scaling,
+            rms_norm_eps=_number(cfg, path, "rms_norm_eps", 1e-6), max_position=max_position,
+            tie_word_embeddings=_bool(cfg, path, "tie_word_embeddings", False),
             bos_token_id=cfg.get("bos_token_id"), eos_token_ids=eos, architecture=arch,
             **switches)
-    except KeyError as exc:
-        raise ModelLoadError(path, f"missing field {exc.args[0]!r}") from None
     except (TypeError, ValueError) as exc:
         raise ModelLoadError(path, f"invalid model shape: {exc}") from None
 
@@ -184,8 +214,11 @@ def read_tokenizer(folder: Path, config: ModelConfig) -> Tokenizer:
         except (OSError, UnicodeDecodeError) as exc:
             raise ModelLoadError(template_file, f"cannot read the chat template ({exc})") from None
         template_source = template_file
-    tokenizer = Tokenizer.from_file(folder / "tokenizer.json", tokenizer_config,
-                                    eos_ids=config.eos_token_ids)
+    try:
+        tokenizer = Tokenizer.from_file(folder / "tokenizer.json", tokenizer_config,
+                                        eos_ids=config.eos_token_ids)
+    except ChatTemplateError as exc:  # a list of named templates without a default
+        raise ModelLoadError(template_source, str(exc)) from None
     if tokenizer.vocab_size > config.vocab_size:  # its last ids would index past the embeddings
         raise ModelLoadError(folder / "tokenizer.json",
                              f"{tokenizer.vocab_size} tokens, but config.json's vocab_size is "

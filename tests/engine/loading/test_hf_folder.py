@@ -247,7 +247,17 @@ def test_bad_side_files_name_themselves(tiny_llama_folder, file_name, content, w
     ({"rope_parameters": "yes"}, ("rope parameters",)),
     ({"max_position_embeddings": "lots"}, ("max_position_embeddings", "lots")),
     ({"num_attention_heads": 3}, ("invalid model shape",)),
-    ({"vocab_size": None}, ("invalid model shape",)),
+    ({"vocab_size": None}, ("vocab_size must be an integer, got None",)),
+    # each wrong-typed field named, not a bare int()/float() message or a silent cast
+    ({"hidden_size": 64.5}, ("hidden_size must be an integer, got 64.5",)),
+    ({"num_key_value_heads": "two"}, ("num_key_value_heads must be an integer, got 'two'",)),
+    ({"num_hidden_layers": [2]}, ("num_hidden_layers must be an integer, got [2]",)),
+    ({"rms_norm_eps": "tiny"}, ("rms_norm_eps must be a number, got 'tiny'",)),
+    ({"tie_word_embeddings": "false"}, ("tie_word_embeddings must be true or false",)),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": "big"}},
+     ("rope_theta must be a number, got 'big'",)),
+    ({"architectures": ["MistralForCausalLM"], "sliding_window": "x"},
+     ("sliding_window must be an integer, got 'x'",)),
     ({"architectures": 5}, ("architecture 5",)),
     ({"eos_token_id": "x"}, ("eos_token_id", "'x'")),
     ({"eos_token_id": [2, -1]}, ("eos_token_id",)),
@@ -259,12 +269,13 @@ def test_bad_config_values(tiny_llama_folder, changes, words):
     _raises(folder, "config.json", *words)
 
 
-def test_config_missing_field_and_bad_json(tiny_llama_folder):
+@pytest.mark.parametrize("field", ["hidden_size", "num_attention_heads"])
+def test_config_missing_field_and_bad_json(tiny_llama_folder, field):
     folder, _ = tiny_llama_folder
     cfg = json.loads((folder / "config.json").read_text())
-    del cfg["hidden_size"]
+    del cfg[field]
     (folder / "config.json").write_text(json.dumps(cfg))
-    _raises(folder, "config.json", "hidden_size")
+    _raises(folder, "config.json", f"missing field {field!r}")
     (folder / "config.json").write_text("{not json")
     _raises(folder, "config.json", "not valid JSON")
 
@@ -306,6 +317,63 @@ def test_a_template_that_refuses_the_messages_names_its_file(tiny_llama_folder, 
                                                 r"the messages: no system$"):
         tokenizer.chat_prompt("hi")
     assert tokenizer.chat_prompt("hi", system="be brief") == ""  # rendered, if to nothing
+
+
+def _set_template(folder, template) -> None:
+    cfg = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**cfg, "chat_template": template}))
+
+
+# As Gemma's and Mistral v0.1's templates do, refusing a system message.
+NO_SYSTEM = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'system' %}"
+             "{{ raise_exception('System role not supported') }}{% endif %}"
+             "<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}<assistant>")
+
+
+def test_a_template_that_refuses_a_system_message_gets_it_in_the_users(tiny_llama_folder):
+    """The swarm's agents open with a system message: its text starts the user message
+    instead, as other tools do, and the folder loads for a swarm."""
+    from engine.loading import check_model_folder
+
+    folder, _ = tiny_llama_folder
+    _set_template(folder, NO_SYSTEM)
+    check_model_folder(str(folder))
+    tokenizer = load_model(str(folder), dtype="fp32", device="cpu").tokenizer
+    assert tokenizer.chat_prompt("hi", system="be brief") == \
+        "<|im_start|><user>be brief\n\nhi\n<assistant>"
+    assert tokenizer.chat_prompt("hi") == "<|im_start|><user>hi\n<assistant>"
+
+
+def test_a_template_refusing_the_folded_message_too_names_both_refusals(tiny_llama_folder):
+    from engine.chat_template import ChatTemplateError
+    from engine.loading import check_model_folder
+
+    folder, _ = tiny_llama_folder
+    _set_template(folder, "{% if '\n\n' in messages[-1]['content'] %}"
+                          "{{ raise_exception('one paragraph only') }}{% endif %}" + NO_SYSTEM)
+    tokenizer = load_model(str(folder), dtype="fp32", device="cpu").tokenizer
+    with pytest.raises(ChatTemplateError, match=rf"^{folder}/tokenizer_config.json: chat template "
+                                                r"refused the messages: System role not supported; "
+                                                r"with the system message folded into the user's: "
+                                                r"chat template refused the messages: one "
+                                                r"paragraph only$"):
+        tokenizer.chat_prompt("hi", system="be brief")
+    with pytest.raises(ModelLoadError, match="a swarm's agents could not start: .*one paragraph"):
+        check_model_folder(str(folder))
+
+
+def test_named_chat_templates_need_a_default(tiny_llama_folder):
+    """transformers refuses a conversation without tools when none of a list of named templates
+    is "default"; it is the folder's fault, not a reason to fall back to ChatML."""
+    folder, _ = tiny_llama_folder
+    named = [{"name": "tool_use", "template": "{{ 'tools' }}"},
+             {"name": "rag", "template": "{{ 'documents' }}"}]
+    _set_template(folder, named)
+    _raises(folder, "tokenizer_config.json",
+            "chat_template lists named templates but none named 'default' (names: 'tool_use', "
+            "'rag')")
+    _set_template(folder, named + [{"name": "default", "template": "<{{ messages[0].content }}>"}])
+    assert load_model(str(folder), dtype="fp32", device="cpu").tokenizer.chat_prompt("hi") == "<hi>"
 
 
 def test_corrupt_tokenizer_json(tiny_llama_folder):

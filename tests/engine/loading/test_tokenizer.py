@@ -46,8 +46,9 @@ def test_byte_tokenizer_specials_are_single_ids():
 def test_bpe_specials_eos_and_vocab(bpe):
     assert bpe.encode("<|im_start|>x<|im_end|>") == [1, bpe.inner.token_to_id("x"), 2]
     assert bpe.decode([1, 2], skip_special=True) == ""
-    # config's eos first, then tokenizer_config's eos_token (an AddedToken dict here).
-    assert bpe.eos_ids == (0, 2) and bpe.eos_token == "<|endoftext|>"
+    # config's eos first, then tokenizer_config's eos_token (an AddedToken dict here), which is
+    # the template's eos_token, as transformers passes it.
+    assert bpe.eos_ids == (0, 2) and bpe.eos_token == "<|im_end|>"
     assert bpe.vocab_size == 265
 
 
@@ -76,6 +77,30 @@ def test_chat_template_has_transformers_helpers():
     before = datetime.date.today()
     rendered = render_chat(template, [{"role": "user", "content": "q"}])
     assert rendered in (f"{before}q", f"{datetime.date.today()}q")  # midnight may pass
+
+
+def test_a_template_renders_tokenizer_configs_eos_token(tmp_path):
+    """Llama 3.1's config.json lists <|end_of_text|> first and its tokenizer_config names
+    <|eot_id|>: a template's eos_token is the latter, as in transformers. An eos_token the
+    vocabulary lacks leaves config.json's first."""
+    path = make_tokenizer_json(tmp_path / "tokenizer.json")
+    template = "{{ messages[0]['content'] }}{{ eos_token }}"
+    tok = Tokenizer.from_file(path, {"eos_token": "<|im_end|>", "chat_template": template},
+                              eos_ids=(0,))
+    assert tok.chat_prompt("q") == "q<|im_end|>" and tok.eos_ids == (0, 2)
+    tok = Tokenizer.from_file(path, {"eos_token": "<nope>", "chat_template": template},
+                              eos_ids=(0,))
+    assert tok.chat_prompt("q") == "q<|endoftext|>" and tok.eos_ids == (0,)
+
+
+def test_a_template_marking_the_reply_for_training_renders():
+    """transformers' {% generation %} tag (fine-tuned models' templates wrap the assistant's
+    reply in it for training masks) is its body in a prompt, not a parse error."""
+    template = ("{% for m in messages %}{% if m['role'] == 'assistant' %}{% generation %}"
+                "{{ m['content'] }}{% endgeneration %}{% else %}[{{ m['content'] }}]{% endif %}"
+                "{% endfor %}")
+    messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    assert render_chat(template, messages) == "[q]a"
 
 
 def test_tokenizer_file_errors(tmp_path):
