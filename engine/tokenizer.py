@@ -49,6 +49,10 @@ class Tokenizer:
             inner = tokenizers.Tokenizer.from_file(str(path))
         except Exception as exc:  # the Rust side raises a bare Exception on malformed JSON
             raise ModelLoadError(path, f"not a valid tokenizer.json ({exc})") from None
+        # A tokenizer.json saved with truncation or padding on would cut a long prompt or pad a
+        # short one with every encode; transformers turns both off unless a call asks for them.
+        inner.no_truncation()
+        inner.no_padding()
         cfg = tokenizer_config or {}
         template = pick_template(cfg.get("chat_template"))
         eos = _token_text(cfg.get("eos_token"))

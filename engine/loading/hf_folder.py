@@ -147,7 +147,10 @@ def weight_files(folder: Path) -> dict[str, Path]:
         if not all(isinstance(file, str) for file in weight_map.values()):
             raise ModelLoadError(index_path, "weight_map must name a file for every tensor")
         return {name: folder / file for name, file in weight_map.items()}
-    files = sorted(folder.glob("*.safetensors"))
+    single = folder / "model.safetensors"
+    # As transformers, only model.safetensors where it is: Mistral's repos also hold their own
+    # format's consolidated.safetensors, and a merged fine-tune may keep adapter_model.safetensors.
+    files = [single] if single.is_file() else sorted(folder.glob("*.safetensors"))
     if not files:
         pickled = sorted(p.name for pattern in ("*.bin", "*.pt", "*.pth")
                          for p in folder.glob(pattern))

@@ -71,6 +71,21 @@ def test_sharded_folder_loads(tmp_path):
                                reference_logits(hf, PROMPT), atol=1e-4, rtol=0)
 
 
+def test_only_model_safetensors_is_read_where_it_is(tiny_llama_folder):
+    """As in transformers: Mistral's repos also hold consolidated.safetensors (their own names),
+    and a merged fine-tune may keep its adapter's file; neither is this model's weights."""
+    from safetensors.torch import save_file
+
+    folder, hf = tiny_llama_folder
+    save_file({"layers.0.attention.wq.weight": torch.zeros(4, 4)},
+              str(folder / "consolidated.safetensors"))
+    save_file({"base_model.model.lm_head.lora_A.weight": torch.zeros(2, 4)},
+              str(folder / "adapter_model.safetensors"))
+    loaded = load_model(str(folder), dtype="fp32", device="cpu")
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT),
+                               reference_logits(hf, PROMPT), atol=1e-4, rtol=0)
+
+
 def test_weights_that_outgrow_free_memory_are_refused_before_any_is_read(tiny_llama_folder,
                                                                            monkeypatch):
     """Past the machine's memory a load swaps it to a crawl or is killed without a word."""

@@ -103,6 +103,23 @@ def test_a_template_marking_the_reply_for_training_renders():
     assert render_chat(template, messages) == "[q]a"
 
 
+def test_truncation_or_padding_saved_in_tokenizer_json_is_not_applied(tmp_path):
+    """A tokenizer.json saved with them on would cut every long prompt, or pad a short one with
+    pad tokens, without a word; transformers turns both off unless a call asks for them."""
+    import json
+
+    path = make_tokenizer_json(tmp_path / "tokenizer.json")
+    saved = json.loads(path.read_text())
+    saved["truncation"] = {"direction": "Right", "max_length": 4, "strategy": "LongestFirst",
+                           "stride": 0}
+    saved["padding"] = {"strategy": {"Fixed": 64}, "direction": "Right", "pad_to_multiple_of": None,
+                        "pad_id": 0, "pad_type_id": 0, "pad_token": "<|endoftext|>"}
+    path.write_text(json.dumps(saved))
+    tok = Tokenizer.from_file(path)
+    text = "the agent reads the whole prompt"
+    assert tok.decode(tok.encode(text)) == text
+
+
 def test_tokenizer_file_errors(tmp_path):
     with pytest.raises(ModelLoadError, match="not found"):
         Tokenizer.from_file(tmp_path / "tokenizer.json")
