@@ -50,6 +50,25 @@ def make_tokenizer_json(path: Path) -> Path:
 VOCAB = len(vocab_tokens())  # 265
 
 
+def make_sentencepiece_tokenizer_json(path: Path) -> Path:
+    """Llama 2 / Mistral style: <unk> <s> </s>, the 256 byte tokens <0x00>..<0xFF> that
+    characters outside the vocab fall back to, then pieces marked with the Metaspace "▁"."""
+    pieces = ["▁", *"abcdefghijklmnopqrstuvwxyz", "▁t", "he", "▁the", "▁c", "at", "▁cat"]
+    merges = [("▁", "t"), ("h", "e"), ("▁t", "he"), ("▁", "c"), ("a", "t"), ("▁c", "at")]
+    vocab = {t: i for i, t in enumerate(["<unk>", "<s>", "</s>",
+                                         *(f"<0x{b:02X}>" for b in range(256)), *pieces])}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", byte_fallback=True,
+                               fuse_unk=True))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first",
+                                                 split=False)
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
+                                     decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                            for t in ("<unk>", "<s>", "</s>")])
+    tok.save(str(path))
+    return path
+
+
 def hf_tiny(arch: str, **overrides):
     """A random transformers model of `arch` small enough to build in milliseconds."""
     transformers = pytest.importorskip("transformers")

@@ -71,6 +71,22 @@ def test_sharded_folder_loads(tmp_path):
                                reference_logits(hf, PROMPT), atol=1e-4, rtol=0)
 
 
+@pytest.mark.parametrize("stored", [torch.bfloat16, torch.float16])
+def test_half_precision_weights_on_disk_load_in_fp32(tmp_path, stored):
+    """Checkpoints are saved in bf16 (Llama 3, Mistral) or fp16 (Llama 2), and the config's
+    torch_dtype, a note only, may be missing: each tensor is cast from its file's dtype."""
+    hf = hf_tiny("mistral").to(stored)
+    folder = save_hf_folder(hf, tmp_path / "half")
+    cfg = json.loads((folder / "config.json").read_text())
+    for key in ("torch_dtype", "dtype"):
+        cfg.pop(key, None)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    loaded = load_model(str(folder), dtype="fp32", device="cpu")
+    assert loaded.model.dtype == torch.float32
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT),
+                               reference_logits(hf.float(), PROMPT), atol=1e-4, rtol=0)
+
+
 def test_only_model_safetensors_is_read_where_it_is(tiny_llama_folder):
     """As in transformers: Mistral's repos also hold consolidated.safetensors (their own names),
     and a merged fine-tune may keep its adapter's file; neither is this model's weights."""

@@ -11,7 +11,7 @@ from engine.errors import ModelLoadError
 from engine.loading import load_model
 from engine.tokenizer import ByteTokenizer, Tokenizer
 
-from .conftest import make_tokenizer_json
+from .conftest import make_sentencepiece_tokenizer_json, make_tokenizer_json
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +101,19 @@ def test_a_template_marking_the_reply_for_training_renders():
                 "{% endfor %}")
     messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
     assert render_chat(template, messages) == "[q]a"
+
+
+def test_sentencepiece_style_text_round_trips_through_byte_fallback(tmp_path):
+    """Llama 2 and Mistral tokenizers spell a character outside their vocab (CJK, emoji) as its
+    UTF-8 bytes; generated ids decode back to it, and a character cut short decodes to U+FFFD,
+    not an error."""
+    tok = Tokenizer.from_file(make_sentencepiece_tokenizer_json(tmp_path / "tokenizer.json"))
+    for text in ("the cat", "你好，世界", "naïve café 😀🚀", "def f(x):\n\treturn x", "<s>the</s>"):
+        assert tok.decode(tok.encode(text)) == text
+    assert [tok.inner.id_to_token(i) for i in tok.encode("the 😀")] == \
+        ["▁the", "▁", "<0xF0>", "<0x9F>", "<0x98>", "<0x80>"]
+    assert tok.decode(tok.encode("😀")[:3]) == "\ufffd" * 2  # one for each byte
+    assert tok.decode(tok.encode("<s>the</s>"), skip_special=True) == "the"
 
 
 def test_truncation_or_padding_saved_in_tokenizer_json_is_not_applied(tmp_path):
