@@ -223,9 +223,14 @@ def read_tokenizer(folder: Path, config: ModelConfig) -> Tokenizer:
     except ChatTemplateError as exc:  # a list of named templates without a default
         raise ModelLoadError(template_source, str(exc)) from None
     if tokenizer.vocab_size > config.vocab_size:  # its last ids would index past the embeddings
+        past = range(config.vocab_size, tokenizer.vocab_size)
+        which = (", ".join(f"{tokenizer.inner.id_to_token(i)!r} (id {i})" for i in past)
+                 if len(past) <= 3 else f"ids {past[0]}-{past[-1]}")
         raise ModelLoadError(folder / "tokenizer.json",
                              f"{tokenizer.vocab_size} tokens, but config.json's vocab_size is "
-                             f"{config.vocab_size}: not this model's tokenizer")
+                             f"{config.vocab_size}: {which} would index past the model's "
+                             "embeddings (tokens added without resizing the model, or another "
+                             "model's tokenizer)")
     if tokenizer.chat_template:  # a broken template is the folder's fault: say so at load
         tokenizer.template_source = template_source
         try:

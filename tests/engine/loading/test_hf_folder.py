@@ -417,8 +417,26 @@ def test_a_tokenizer_with_more_tokens_than_the_model_is_refused(tmp_path):
     """Its last ids would index past the embedding table mid-generation (an IndexError)."""
     folder = save_hf_folder(hf_tiny("llama", vocab_size=VOCAB - 5), tmp_path / "short-vocab")
     with pytest.raises(ModelLoadError, match=rf"tokenizer.json: {VOCAB} tokens, but config.json's "
-                                             rf"vocab_size is {VOCAB - 5}: not this model's"):
+                                             rf"vocab_size is {VOCAB - 5}: ids {VOCAB - 5}-"
+                                             rf"{VOCAB - 1} would index past the model's "
+                                             r"embeddings \(tokens added"):
         load_model(str(folder), dtype="fp32", device="cpu")
+
+
+def test_added_tokens_past_the_embeddings_are_named(tmp_path):
+    """A fine-tune's tokenizer often gains a <pad> the model's embeddings never did: the
+    refusal names it. Added tokens within a padded vocab_size (Qwen's) load."""
+    from tokenizers import AddedToken, Tokenizer as RustTokenizer
+
+    folder = save_hf_folder(hf_tiny("llama", vocab_size=VOCAB), tmp_path / "added-pad")
+    rust = RustTokenizer.from_file(str(folder / "tokenizer.json"))
+    rust.add_special_tokens([AddedToken("<pad>", special=True, normalized=False)])
+    rust.save(str(folder / "tokenizer.json"))
+    _raises(folder, "tokenizer.json", f"{VOCAB + 1} tokens", f"'<pad>' (id {VOCAB}) would index "
+                                                             "past the model's embeddings")
+    save_hf_folder(hf_tiny("llama", vocab_size=VOCAB + 16), folder)  # embeddings padded past it
+    rust.save(str(folder / "tokenizer.json"))
+    assert load_model(str(folder), dtype="fp32", device="cpu").tokenizer.encode("<pad>") == [VOCAB]
 
 
 def test_checking_a_folder_reads_no_tensor_and_finds_what_loading_would(tiny_llama_folder,
