@@ -1,12 +1,16 @@
 """All views in one grid, redrawn together from one History up to one step (live: the newest;
-replay: the scrubber's). The window owns when to redraw; the dashboard owns what."""
+replay: the scrubber's). The window owns when to redraw; the dashboard owns what.
+
+Each view has a least size at which its text stays whole and apart; in a window too small for all
+of them at once the grid keeps those sizes and scrolls, where it used to hold the window larger
+than asked (818x611 for --size 800x500)."""
 from __future__ import annotations
 
 import time
 from typing import Callable
 
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QGroupBox, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtWidgets import QFrame, QGroupBox, QScrollArea, QSplitter, QVBoxLayout, QWidget
 
 from app.agent_rows import AgentRow, AgentTally
 from app.history import History
@@ -25,7 +29,7 @@ SLOW_REFRESH_S = 0.25  # tables and text change slowly; redrawing them at frame 
 def _boxed(title: str, widget: QWidget) -> QGroupBox:
     box = QGroupBox(title)
     layout = QVBoxLayout(box)
-    layout.setContentsMargins(4, 4, 4, 4)
+    layout.setContentsMargins(2, 2, 2, 2)
     layout.addWidget(widget)
     return box
 
@@ -60,9 +64,18 @@ class Dashboard(QWidget):
                            ("Cost curve", self.cost, 3)))
         rows.addWidget(row(("Decisions", self.decisions, 4), ("Agents", self.agents, 7)))
         rows.setSizes([380, 300, 240])
+        self.grid = QScrollArea()
+        self.grid.setFrameShape(QFrame.Shape.NoFrame)
+        self.grid.setWidgetResizable(True)
+        self.grid.setWidget(rows)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
-        layout.addWidget(rows)
+        layout.addWidget(self.grid)
+
+    def least_grid_size(self) -> QSize:
+        """The least size at which every view's text stays whole and apart; below it the grid
+        scrolls."""
+        return self.grid.widget().minimumSizeHint()
 
     def _refresh_slow_views_soon(self) -> None:
         self._slow_at, self._slow_drawn = 0.0, None  # the next redraw refreshes them

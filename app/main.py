@@ -100,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     theme = Theme.load(args.theme)
     apply_theme(app, theme)
     window = MainWindow(theme, SessionTraces(args.trace_out))
+    least = window.minimumSize()
+    if args.size and (args.size[0] < least.width() or args.size[1] < least.height()):
+        print(f"swarmscope: --size {args.size[0]}x{args.size[1]} is below the window's least size "
+              f"{least.width()}x{least.height()}; it opens at that or larger", file=sys.stderr)
     window.resize(*(args.size or _default_size(app)))
     stop_closing_on_signals = _close_on_signals(window)
     window.show()

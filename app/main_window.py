@@ -21,11 +21,17 @@ from app.trace_replay import TraceReplayMixin
 from app.views.banner import Banner
 from app.window_actions import WindowActionsMixin
 
+# The least window: the menus, the replay bar and a screenful of the grid (which scrolls; it
+# used to hold the window larger than asked). Smaller, the menu bar and the replay bar crowd.
+LEAST_SIZE = (640, 400)
+CONTROLS_DOCK_PX = 270
+
 
 class MainWindow(LiveSessionMixin, TraceReplayMixin, WindowActionsMixin, QMainWindow):
     def __init__(self, theme: Theme, traces: SessionTraces | None = None) -> None:
         super().__init__()
         self.setWindowTitle("swarmscope")
+        self.setMinimumSize(*LEAST_SIZE)
         self.setWindowIcon(QIcon(str(RESOURCES / "icons" / "swarmscope.svg")))
         self.theme = theme
         # What the views show: the live session's, or the replayed trace's.
@@ -60,9 +66,10 @@ class MainWindow(LiveSessionMixin, TraceReplayMixin, WindowActionsMixin, QMainWi
         dock.setWidget(scroll)
         dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable
                          | QDockWidget.DockWidgetFeature.DockWidgetClosable)
-        dock.setMinimumWidth(270)
+        dock.setMinimumWidth(CONTROLS_DOCK_PX)
         self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, dock)
         self._controls_dock = dock
+        self._fitted_to_width = False
 
         self.progress = QProgressBar()
         self.progress.setMaximumWidth(220)
@@ -105,6 +112,21 @@ class MainWindow(LiveSessionMixin, TraceReplayMixin, WindowActionsMixin, QMainWi
         self._wire_dashboard()
         self._sync_ceilings()
         self.dashboard.set_calibration(self.calibration)
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().showEvent(event)
+        if not self._fitted_to_width:
+            self._fitted_to_width = True
+            self._fit_controls_to_width()
+
+    def _fit_controls_to_width(self) -> None:
+        """A window opened too narrow for both the controls and every view's columns opens with
+        the controls hidden, rather than the grid scrolling sideways; C shows them. Only at the
+        first show: later the panel is where the user put it."""
+        if self.width() < CONTROLS_DOCK_PX + self.dashboard.least_grid_size().width():
+            self._controls_dock.hide()
+            self.statusBar().showMessage("the controls panel is hidden to leave the views room; "
+                                         "C shows it")
 
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt's name
         self.hide()  # gone at once, while the engine finishes its step or calibration point

@@ -6,10 +6,10 @@ import bisect
 import time
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QPushButton, QSizePolicy, QSlider,
-                               QWidget)
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QSlider, QWidget
 
 from app.history import History
+from app.views.live_label import LiveLabel
 from engine.controls import Controls
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 50.0)
@@ -30,10 +30,9 @@ class ReplayPanel(QWidget):
         self.scrubber = QSlider(Qt.Orientation.Horizontal)
         self.scrubber.setRange(0, 0)
         self.position = QLabel("no trace")
-        self.stats = QLabel("select a range on the batch plot for aggregate stats")
-        self.stats.setProperty("role", "muted")
-        # a long range's stats must not widen the window: cut at its edge, whole in the tooltip
-        self.stats.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        # a long range's stats must not widen the window: cut short, whole in the tooltip
+        self.stats = LiveLabel("select a range on the batch plot for aggregate stats",
+                               role="muted")
         row = QHBoxLayout(self)
         row.setContentsMargins(4, 0, 4, 0)
         row.addWidget(self.play)
@@ -61,7 +60,6 @@ class ReplayPanel(QWidget):
     def show_range(self, lo: int, hi: int) -> None:
         if self._history is not None:
             self.stats.setText("range: " + self._history.stats(lo, hi).describe())
-            self.stats.setToolTip(self.stats.text())
 
     def toggle(self) -> None:
         self.play.toggle()

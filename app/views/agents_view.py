@@ -11,8 +11,15 @@ from PySide6.QtWidgets import (QHeaderView, QSplitter, QTableWidget, QTableWidge
 
 from app.agent_rows import AgentRow
 from app.theme import Theme
+from engine.controls import CATEGORIES
 
 COLUMNS = ("agent", "state", "category", "tokens", "acceptance")
+# The widest text each column holds besides its name: columns sized to them once, the table is
+# as wide as its columns whatever rows come (columns sized to their contents cut the last one
+# when the table was given a share of a 1366-px window, and changed width as rows filled in).
+WIDEST_CELLS = ("999", "waiting", max(CATEGORIES, key=len), "999999", "100%")
+CELL_PADDING_PX = 16
+TRANSCRIPT_MIN_PX = 120
 TRANSCRIPT_CHARS = 6000  # the tail shown; long transcripts would make every refresh slow
 # A small random model emits arbitrary bytes; control characters would blank the HTML pane.
 _UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ufffd]")
@@ -30,21 +37,28 @@ class AgentsView(QWidget):
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.verticalHeader().setVisible(False)
-        # Columns as wide as their text (equal shares cut 'category' and 'acceptance' in a 320 px
-        # pane); the last takes what is left.
         header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
         header.setStretchLastSection(True)
+        metrics = self.table.fontMetrics()
+        widths = [CELL_PADDING_PX + max(map(metrics.horizontalAdvance, texts))
+                  for texts in zip(COLUMNS, WIDEST_CELLS)]
+        for column, width in enumerate(widths):
+            header.resizeSection(column, width)
+        self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.table.setMinimumWidth(sum(widths) + 2 * self.table.frameWidth()
+                                   + self.table.verticalScrollBar().sizeHint().width())
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QTableWidget.SelectionMode.SingleSelection)
         self.table.itemSelectionChanged.connect(self._on_select)
         self.transcript = QTextEdit()
         self.transcript.setReadOnly(True)
+        self.transcript.setMinimumWidth(TRANSCRIPT_MIN_PX)
         splitter = QSplitter(Qt.Orientation.Horizontal)
         splitter.addWidget(self.table)
         splitter.addWidget(self.transcript)
-        splitter.setSizes([360, 440])
+        splitter.setStretchFactor(1, 1)  # the table keeps its width; the transcript the rest
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(splitter)

@@ -9,11 +9,18 @@ from PySide6.QtWidgets import QVBoxLayout, QWidget
 from app.history import History
 from app.theme import Theme
 from app.views.live_label import LiveLabel
-from app.views.plot_factory import TITLE_SIZE, hline, make_plot
+from app.views.plot_factory import hline, make_plot
+from app.views.plot_text import AxisLabel, PlotTitle
 from engine.controls import Controls
 
 FOLLOW_WINDOW_S = 60.0  # seconds of history on screen while following live
 FOLLOW_LEAD = 0.2       # share of the window left empty ahead of the live edge after a jump
+# Below these the plots' text would run into each other: the batch plot's data and ceilings, the
+# tok/s plot's data, its time ticks and their label.
+BATCH_PLOT_MIN_PX = (240, 60)
+RATE_PLOT_MIN_PX = (240, 90)
+TITLED_PX = 110  # the batch plot names the ceilings in a title down to this height
+CEILING_LABEL_SHARE = 0.3  # the most of the batch plot's height the ceilings' labels may take
 
 
 class BatchView(QWidget):
@@ -30,8 +37,17 @@ class BatchView(QWidget):
 
         self._theme = theme
         self.batch_plot = make_plot(theme, left="lanes")
-        self.rate_plot = make_plot(theme, "", left="tok/s", bottom="session time (s)")
+        self.batch_plot.setMinimumSize(*BATCH_PLOT_MIN_PX)
+        self.batch_title = PlotTitle(self.batch_plot, theme, "", titled_px=TITLED_PX)
+        self.rate_plot = make_plot(theme, left="tok/s")
+        # Seconds, whatever the range: a replay under a second long read "(x0.001)". Before its
+        # label is set, which would scale it once (pyqtgraph scales on showing a label).
+        self.rate_plot.getAxis("bottom").enableAutoSIPrefix(False)
+        self.time_label = AxisLabel(self.rate_plot, theme, "session time (s)", "time (s)")
+        self.rate_plot.setMinimumSize(*RATE_PLOT_MIN_PX)
         self.rate_plot.setXLink(self.batch_plot)
+        # the time axis under both: the batch plot's own would repeat it
+        self.batch_plot.getAxis("bottom").setStyle(showValues=False)
         for plot in (self.batch_plot, self.rate_plot):
             plot.getPlotItem().setClipToView(True)
             plot.getPlotItem().setDownsampling(auto=True, mode="peak")
@@ -40,8 +56,10 @@ class BatchView(QWidget):
         self.rate_plot.getViewBox().setMouseEnabled(y=False)
         self.batch_curve = self.batch_plot.plot(stepMode="right", pen=pg.mkPen(theme.line, width=2))
         self.rate_curve = self.rate_plot.plot(pen=pg.mkPen(theme.line_alt, width=1.5))
-        self.batch_ceiling = hline(theme, "free", "batch ceiling")
-        self.spec_ceiling = hline(theme, "accepted", "speculation ceiling")
+        self.batch_ceiling = hline(theme, "free", "batch ceiling {value:.0f}")
+        self.spec_ceiling = hline(theme, "accepted", "speculation ceiling {value:.0f}", at=0.98)
+        self._ceiling_label_px = self.batch_ceiling.label.boundingRect().height()
+        self.batch_plot.getViewBox().sigResized.connect(self._on_plot_resized)
         self.batch_plot.addItem(self.batch_ceiling)
         self.batch_plot.addItem(self.spec_ceiling)
         self.cursor = pg.InfiniteLine(angle=90, pen=pg.mkPen(theme.text, width=1))
@@ -63,9 +81,10 @@ class BatchView(QWidget):
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
         layout.addWidget(self.headline)
-        layout.addWidget(self.batch_plot, 3)
-        layout.addWidget(self.rate_plot, 2)
+        layout.addWidget(self.batch_plot, 1)  # (its time axis is the tok/s plot's)
+        layout.addWidget(self.rate_plot, 1)
         layout.addWidget(self.hover)
 
     def set_replay(self, replay: bool) -> None:
@@ -78,8 +97,10 @@ class BatchView(QWidget):
         self.batch_ceiling.setValue(batch_ceiling)
         self.spec_ceiling.setValue(spec_ceiling)
         # named in the title too: a ceiling far above the batch is off the axis (_top)
-        self.batch_plot.setTitle(f"Batch (B) · ceilings: batch {batch_ceiling}, speculation "
-                                 f"{spec_ceiling}", color=self._theme.text, size=TITLE_SIZE)
+        self.batch_title.set(
+            f"Batch (B) · ceilings: batch {batch_ceiling}, speculation {spec_ceiling}",
+            f"ceilings: batch {batch_ceiling}, speculation {spec_ceiling}",
+            f"ceilings: batch {batch_ceiling}, spec. {spec_ceiling}")
 
     def show_history(self, history: History, stop: int) -> None:
         self._history, self._stop = history, stop
@@ -90,14 +111,29 @@ class BatchView(QWidget):
         rate = history.tokens_per_s(0, stop)
         self.batch_curve.setData(t, batch)
         self.rate_curve.setData(t, rate)
-        ceilings = (int(self.batch_ceiling.value()), int(self.spec_ceiling.value()))
         self.headline.setText(f"B = {int(batch[-1])}   ·   {rate[-1]:.1f} tok/s")
         if self.cursor.isVisible():
             self.cursor.setValue(t[-1])
-        self.batch_plot.setYRange(0, _top(float(batch.max()), ceilings), padding=0)
-        # (unchanged ranges cost nothing)
+        self._fit_batch_axis()
         if self.follow:
             self._follow(float(t[-1]), rate)
+
+    def _on_plot_resized(self) -> None:
+        if self._stop:  # in replay no new step comes to refit the axis
+            self._fit_batch_axis()
+
+    def _fit_batch_axis(self) -> None:
+        """The batch axis's top, with room above a ceiling for its label; a plot too short to
+        keep that room draws the lines unlabelled (the title names them while it shows).
+        (Unchanged ranges cost nothing.)"""
+        peak = float(self._history.column("batch", 0, self._stop).max())
+        view_px = self.batch_plot.getViewBox().height()
+        labelled = view_px <= 0 or self._ceiling_label_px <= CEILING_LABEL_SHARE * view_px
+        for line in (self.batch_ceiling, self.spec_ceiling):
+            line.label.setVisible(labelled)
+        label_share = self._ceiling_label_px / view_px if labelled and view_px > 0 else 0.0
+        ceilings = (int(self.batch_ceiling.value()), int(self.spec_ceiling.value()))
+        self.batch_plot.setYRange(0, _top(peak, ceilings, label_share), padding=0)
 
     def _follow(self, end: float, rate) -> None:
         """Scroll in jumps, not every frame: a moved range repaints both plots, their axes and
@@ -136,13 +172,15 @@ class BatchView(QWidget):
         t, batch, drafted, accepted, dt_ms = (float(history.column(name, i, i + 1)[0]) for name
                                               in ("t", "batch", "drafted", "accepted", "dt_ms"))
         rec = history.record(i)  # None for a live session's old step: its reason is not kept
-        self.hover.setText(f"step {i} · t {t:.2f} s · B {batch:.0f} · drafted {drafted:.0f} · "
-                           f"accepted {accepted:.0f} · {dt_ms:.1f} ms"
-                           + (f" · {rec.policy}: {rec.reason}" if rec else ""))
+        numbers = (f"step {i} · t {t:.2f} s · B {batch:.0f} · drafted {drafted:.0f} · "
+                   f"accepted {accepted:.0f} · {dt_ms:.1f} ms")
+        # the reason is the first to go in a narrow pane (the Decisions pane lists it too)
+        self.hover.setText(numbers + (f" · {rec.policy}: {rec.reason}" if rec else ""), numbers)
 
 
-def _top(peak: float, ceilings: tuple[int, ...]) -> float:
+def _top(peak: float, ceilings: tuple[int, ...], label_share: float = 0.0) -> float:
     """The batch axis's top: the batch and the ceilings near it (one far above would flatten the
-    batch; the title names both), with room for a ceiling's label above its line."""
-    near = [c for c in ceilings if c <= 2 * peak + 4 or c <= 16]
-    return 1.15 * max([peak, *near]) + 1
+    batch; the title names both), with room for a ceiling's label above its line: at least
+    `label_share` of the axis."""
+    highest = max([peak, *(c for c in ceilings if c <= 2 * peak + 4 or c <= 16)])
+    return max(1.15 * highest + 1, highest / (1 - label_share))

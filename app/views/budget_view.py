@@ -15,6 +15,7 @@ from app.history import History
 from app.theme import Theme
 from app.views.live_label import LiveLabel
 from app.views.plot_factory import dashed, make_plot
+from app.views.plot_text import AxisLabel, PlotTitle
 
 REFERENCE_BATCHES = (1, 2, 4, 8, 16)
 LIVE_Y = len(REFERENCE_BATCHES) + 0.6   # the live bar sits above the reference bars
@@ -30,6 +31,11 @@ RANGE_STEPS = 32    # the x axis covers the widest pass of this many recent step
 MOST_ZOOMED_OUT = 2
 NARROW_PX = 700     # below this width the chart alone, without the table beside it
 LABELLED_PX = 260   # below this chart height "budget full" would sit on the B=1 row's label
+# Below this the chart's rows (a line of text each) and its axis would run into each other; its
+# title gives its row to them below TITLED_PX.
+CHART_MIN_PX = (260, 140)
+TITLED_PX = 200
+LEGEND_LINES = 2
 
 
 def per_agent_draft(budget: int, batch: int) -> float:
@@ -51,8 +57,12 @@ class BudgetView(QWidget):
         super().__init__(parent)
         self._theme = theme
         self._budget = None
-        self.plot = make_plot(theme, "Batching eats the free speculation budget",
-                              bottom="tokens of compute per step")
+        self.plot = make_plot(theme)
+        self.tokens_label = AxisLabel(self.plot, theme, "tokens of compute per step",
+                                      "tokens per step")
+        self.plot.setMinimumSize(*CHART_MIN_PX)
+        self.title = PlotTitle(self.plot, theme, "Batching eats the free speculation budget",
+                               titled_px=TITLED_PX)
         self.plot.getViewBox().setMouseEnabled(x=False, y=False)
         self.bars = pg.BarGraphItem(x0=[], y=[], width=[], height=BAR_HEIGHT)
         self.overflow = pg.BarGraphItem(x0=[], y=[], width=[], height=BAR_HEIGHT + 0.2,
@@ -78,6 +88,9 @@ class BudgetView(QWidget):
         self.plot.getAxis("left").setStyle(hideOverlappingLabels=False)
         self.legend = QLabel(self._legend_html())
         self.legend.setWordWrap(True)
+        # Two lines at the chart's least width: a wrapped label's own least height is one line's,
+        # and a pane held at its least size then drew the legend over the chart's axis.
+        self.legend.setMinimumHeight(LEGEND_LINES * self.legend.fontMetrics().lineSpacing())
         self.detail = LiveLabel(role="muted", lines=2)
 
         self.table = _SeedTable()
@@ -159,10 +172,11 @@ class BudgetView(QWidget):
         self.plot.setXRange(0, widest / (1 - label_share) + 1, padding=0)
         self.plot.setYRange(-0.6, LIVE_Y + 0.6, padding=0)
         self._place_labels(rec, budget, widest)
-        self.detail.setText(
-            f"step {rec.step}: B={rec.batch}, {rec.drafted} drafted ({rec.accepted} accepted), "
-            f"prefill {rec.prefill}, padding {rec.padding} → {rec.pass_tokens} of T={budget}"
-            + (f", {over} over budget" if over > 0 else ""))
+        parts = (f"B={rec.batch}, {rec.drafted} drafted ({rec.accepted} accepted), "
+                 f"prefill {rec.prefill}, padding {rec.padding}")
+        self.detail.setText(  # the live bar's label gives the total where the step's is cut
+            f"step {rec.step}: {parts} → {rec.pass_tokens} of T={budget}"
+            + (f", {over} over budget" if over > 0 else ""), parts)
         if budget != self._budget or self.table.property("live") != rec.batch:
             self._fill_table(budget, rec.batch)
 

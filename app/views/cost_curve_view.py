@@ -7,23 +7,28 @@ from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from app.history import History
 from app.theme import Theme
-from app.views.plot_factory import TITLE_SIZE, dashed, make_plot
+from app.views.plot_factory import dashed, make_plot
+from app.views.plot_text import AxisLabel, PlotTitle
 
 TRAIL_STEPS = 64  # recent operating points drawn faintly behind the live one
+PLOT_MIN_PX = (180, 120)  # the ms axis, the N axis's label, and a knee to see
 
 
-def _title_text(context: int | None) -> str:
+def _title_wordings(context: int | None) -> tuple[str, ...]:
     """Live steps at longer contexts (a swarm's lanes hold thousands of tokens) sit above the
     curve: the title says what context it was measured at, where the calibration says."""
-    return "t(N) calibrated" + ("" if context is None else f" (ctx {context})") + " · live point"
+    ctx = "" if context is None else f" (ctx {context})"
+    return f"t(N) calibrated{ctx} · live point", f"t(N){ctx} · live point", f"t(N){ctx}"
 
 
 class CostCurveView(QWidget):
     def __init__(self, theme: Theme, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self._theme = theme
-        self.plot = make_plot(theme, _title_text(None), left="ms",
-                              bottom="query tokens per pass (N)")
+        self.plot = make_plot(theme, left="ms")
+        self.tokens_label = AxisLabel(self.plot, theme, "query tokens per pass (N)",
+                                      "tokens per pass (N)", "pass tokens (N)", "N")
+        self.plot.setMinimumSize(*PLOT_MIN_PX)
+        self.title = PlotTitle(self.plot, theme, *_title_wordings(None))
         # the fit the policies plan with, over the points as measured
         self.curve = self.plot.plot(pen=pg.mkPen(theme.committed, width=2))
         self.measured = pg.ScatterPlotItem(size=5, brush=theme.committed, pen=None)
@@ -52,9 +57,9 @@ class CostCurveView(QWidget):
             self.curve.setData([], [])
             self.measured.setData([], [])
             self.budget_line.setVisible(False)
-            self._title(_title_text(None))
+            self.title.set(*_title_wordings(None))
             return
-        self._title(_title_text(calibration.context))
+        self.title.set(*_title_wordings(calibration.context))
         ns, ms = zip(*calibration.points)
         self.curve.setData(list(ns), [calibration.t_ms(n) for n in ns])
         self.measured.setData(list(ns), list(ms))
@@ -63,9 +68,6 @@ class CostCurveView(QWidget):
         self.budget_line.setValue(calibration.budget)
         self.budget_line.setVisible(True)  # first: a hidden label ignores a new format
         self.budget_line.label.setFormat(f"T = {calibration.budget}")
-
-    def _title(self, text: str) -> None:
-        self.plot.getPlotItem().setTitle(text, color=self._theme.text, size=TITLE_SIZE)
 
     def show_history(self, history: History, stop: int) -> None:
         if stop == 0:

@@ -37,19 +37,21 @@ class DecisionsView(QWidget):
         emitted = history.column("emitted", lo, stop).sum()
         busy_ms = history.column("dt_ms", lo, stop).sum()
         rate = 1000 * emitted / max(busy_ms, 1e-9)
-        text = f"emitted {rate:.1f} tok/s of step time"
+        whole, short, shortest = (f"emitted {rate:.1f} tok/s of step time",
+                                  f"emitted {rate:.1f} tok/s", f"{rate:.1f} tok/s")
         if self._calibration is not None:
             off_rate = self._spec_off_rate(history, lo, stop)
-            text += f" · spec-off estimate {off_rate:.1f} tok/s"
+            whole += f" · spec-off estimate {off_rate:.1f} tok/s"
+            short += f" · spec off {off_rate:.1f}"
             if emitted and off_rate:  # no ratio where nothing was emitted yet
-                text += f" · ×{rate / off_rate:.2f}"
-        self.goodput.setText(text)
+                ratio = f" · ×{rate / off_rate:.2f}"
+                whole, short, shortest = whole + ratio, short + ratio, shortest + ratio + " vs off"
+        self.goodput.setText(whole, short, shortest)
         lines = _folded_reasons(history, max(0, stop - 4 * WINDOW_STEPS), stop)[-SHOWN_REASONS:]
         if lines != self._shown:
             self._shown = lines
             self.reasons.clear()
             self.reasons.addItems(list(reversed(lines)))
-
 
     def _spec_off_rate(self, history: History, lo: int, stop: int) -> float:
         """Tokens a second with speculation off doing the window's work: its prefill, and its

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
+from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from app.history import History
 from app.theme import Theme
 from app.views.live_label import LiveLabel
 from app.views.plot_factory import make_plot
+from app.views.plot_text import AxisLabel, PlotTitle, thinned_row_ticks
 
 RECENT_STEPS = 16     # columns on screen
 MAX_SLOTS = 17        # cell width cap: 1 committed + 16 drafts (wider passes are clipped)
+STRIP_MIN_PX = (190, 90)  # the agent axis and a few rows, the steps' label under them
 
 
 class LaneStripView(QWidget):
@@ -22,13 +25,21 @@ class LaneStripView(QWidget):
         self._theme = theme
         self._palette = {name: np.array(theme.rgb(name), dtype=np.uint8)
                          for name in ("background", "committed", "accepted", "rejected", "padding")}
-        self.plot = make_plot(theme, "Lanes: accepted vs rejected drafts, padding to pass width",
-                              left="agent", bottom="recent steps →")
+        self.plot = make_plot(theme, left="agent")
+        self.steps_label = AxisLabel(self.plot, theme, "recent steps →", "steps →")
+        self.plot.setMinimumSize(*STRIP_MIN_PX)
+        self.title = PlotTitle(self.plot, theme,
+                               "Lanes: accepted vs rejected drafts, padding to pass width",
+                               "accepted vs rejected drafts, padding to pass width",
+                               "accepted vs rejected drafts")
+        self._tick_metrics = QFontMetricsF(self.plot.font())
+        self.plot.getViewBox().sigResized.connect(self._tick_agents)
         self.plot.getViewBox().setMouseEnabled(x=False, y=False)
         self.plot.getViewBox().invertY(True)
         self.plot.getAxis("bottom").setTicks([[]])
         self.image = pg.ImageItem()
         self._agents: list[int] = []
+        self._ticked: tuple[list[int], list] | None = None  # the agents, and their ticks shown
         self.plot.addItem(self.image)
         self.plot.setXRange(0, RECENT_STEPS, padding=0)  # before the first step: one empty row
         self.plot.setYRange(-0.5, 0.5, padding=0)
@@ -67,14 +78,29 @@ class LaneStripView(QWidget):
         self.image.setRect(0, -0.5, RECENT_STEPS, len(agents))
         self.plot.setXRange(0, RECENT_STEPS, padding=0)
         self.plot.setYRange(-0.5, max(len(agents), 1) - 0.5, padding=0)
-        if agents != self._agents:  # new ticks redraw the axis; the lanes change rarely
-            self._agents = agents
-            self.plot.getAxis("left").setTicks([[(i, str(a)) for i, a in enumerate(agents)]])
+        self._agents = agents
+        self._tick_agents()
         pad = history.column("padding", 0, stop).sum()
         would = history.column("pad_if_padded", 0, stop).sum()
         pass_tokens = history.column("pass_tokens", 0, stop).sum()
         layout = history.record(stop - 1).ragged
-        text = f"padding waste ({layout}): {pad / max(pass_tokens, 1):.1%} of pass tokens"
+        waste = f"{pad / max(pass_tokens, 1):.1%}"
         if layout == "packed":
-            text += f" · padded layout would waste {would / max(pass_tokens + would, 1):.1%}"
-        self.waste.setText(text)
+            padded = f"{would / max(pass_tokens + would, 1):.1%}"
+            self.waste.setText(f"padding waste ({layout}): {waste} of pass tokens · padded "
+                               f"layout would waste {padded}",
+                               f"padding waste ({layout}) {waste} · padded would waste {padded}",
+                               f"waste {waste} · padded {padded}")
+        else:
+            self.waste.setText(f"padding waste ({layout}): {waste} of pass tokens",
+                               f"padding waste ({layout}) {waste}", f"waste {waste}")
+
+    def _tick_agents(self, *_) -> None:
+        """An agent's tick a row, thinned where the rows are lower than their labels. Set only
+        when they change: new ticks redraw the axis, and the lanes change rarely."""
+        rows = max(len(self._agents), 1)
+        ticks = thinned_row_ticks([(i, str(a)) for i, a in enumerate(self._agents)],
+                                  self.plot.getViewBox().height() / rows, self._tick_metrics)
+        if (self._agents, ticks) != self._ticked:
+            self._ticked = (self._agents, ticks)
+            self.plot.getAxis("left").setTicks([ticks])

@@ -6,26 +6,30 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QGraphicsItem
 
 from app.theme import Theme
+from app.views.plot_text import SpacedValueAxis
 
 pg.setConfigOptions(imageAxisOrder="row-major", antialias=False)
 LEFT_AXIS_PX = 52
-TITLE_SIZE = "10pt"
+RIGHT_MARGIN_PX = 10  # half a tick label: one at the right end of the axis is not cut
 
 
-def make_plot(theme: Theme, title: str = "", left: str = "", bottom: str = "") -> pg.PlotWidget:
-    plot = pg.PlotWidget(background=theme.background)
+def make_plot(theme: Theme, left: str = "") -> pg.PlotWidget:
+    """A plot with its axes themed; its title and bottom axis label, if any, are a PlotTitle and
+    an AxisLabel (plot_text.py)."""
+    plot = pg.PlotWidget(background=theme.background,
+                         axisItems={"left": SpacedValueAxis(orientation="left")})
     item = plot.getPlotItem()
-    if title:
-        item.setTitle(title, color=theme.text, size=TITLE_SIZE)
-    for side, label in (("left", left), ("bottom", bottom)):
+    left_margin, top_margin, _, bottom_margin = item.layout.getContentsMargins()
+    item.layout.setContentsMargins(left_margin, top_margin, RIGHT_MARGIN_PX, bottom_margin)
+    for side in ("left", "bottom"):
         axis = item.getAxis(side)
         # Axes replay a QPicture of their text on every viewport repaint (~2 ms each); a pixmap
         # cache redraws them only when their range changes.
         axis.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
         axis.setPen(pg.mkPen(theme.grid))
         axis.setTextPen(pg.mkPen(theme.muted))
-        if label:
-            axis.setLabel(label, color=theme.muted)
+    if left:
+        item.getAxis("left").setLabel(left, color=theme.muted)
     # A fixed width: a left axis that sized itself to its tick text would re-lay out the plot
     # (and repaint it whole) whenever the widest tick label changed; it also aligns stacked plots.
     item.getAxis("left").setWidth(LEFT_AXIS_PX)
@@ -39,7 +43,10 @@ def dashed(theme: Theme, field: str, width: float = 1.5) -> pg.QtGui.QPen:
     return pg.mkPen(getattr(theme, field), width=width, style=Qt.PenStyle.DashLine)
 
 
-def hline(theme: Theme, field: str, label: str) -> pg.InfiniteLine:
+def hline(theme: Theme, field: str, label: str, at: float = 0.02) -> pg.InfiniteLine:
+    """A dashed horizontal line, its label above it `at` that share of the plot's width (from the
+    left edge if under half, else up to the right one: two lines' labels apart)."""
+    edge = 0 if at < 0.5 else 1
     return pg.InfiniteLine(angle=0, movable=False, pen=dashed(theme, field, 1.2), label=label,
-                           labelOpts={"color": getattr(theme, field), "position": 0.02,
-                                      "anchors": [(0, 1), (0, 1)]})
+                           labelOpts={"color": getattr(theme, field), "position": at,
+                                      "anchors": [(edge, 1), (edge, 1)]})

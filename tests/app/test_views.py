@@ -65,8 +65,9 @@ def test_every_view_draws_a_live_history_whose_old_records_are_gone(qtbot):
     assert history.record(0) is None
     dashboard.show_history(history, len(history), force=True)  # agents from the kept records
     assert dashboard.batch.headline.text().startswith(f"B = {history.record(-1).batch}")
-    old = dashboard.batch.batch_plot.getViewBox().mapViewToScene(
-        QPointF(float(history.column("t")[5]), 1.0))
+    t = history.column("t")
+    old = dashboard.batch.batch_plot.getViewBox().mapViewToScene(  # within step 5's span
+        QPointF(float(t[5] + t[6]) / 2, 1.0))
     dashboard.batch._on_mouse([old])  # hovering an old step: its numbers, no reason
     assert dashboard.batch.hover.text().startswith("step 5 · ") and "fixed" not in \
         dashboard.batch.hover.text()
