@@ -335,16 +335,24 @@ def check_shapes(config: ModelConfig, shapes: Mapping[str, tuple[int, ...]]) -> 
     expected = _hf_shapes(config.with_(num_layers=min(config.num_layers, held)))
     missing = sorted(set(expected) - set(shapes))
     if config.num_layers > held:
-        missing.append(f"model.layers.{held}.*" if config.num_layers == held + 1 else
+        missing.insert(0, f"model.layers.{held}.*" if config.num_layers == held + 1 else
                        f"model.layers.{held}-{config.num_layers - 1}.*")
     unexpected = sorted(set(shapes) - set(expected))
     misshapen = [f"{name}: {shapes[name]} != {shape}" for name, shape in expected.items()
                  if name in shapes and shapes[name] != shape]
-    problems = [f"{label}: {', '.join(names)}" for label, names in
+    problems = [f"{label}: {_first_few(names)}" for label, names in
                 (("missing", missing), ("unexpected", unexpected), ("wrong shape", misshapen))
                 if names]
     if problems:
         raise ValueError("; ".join(problems))
+
+
+def _first_few(names: list[str], most: int = 6) -> str:
+    """A checkpoint of another layout (quantized, another naming) differs in every tensor of
+    every layer: its message names a few and counts the rest, not hundreds of names."""
+    if len(names) <= most:
+        return ", ".join(names)
+    return f"{', '.join(names[:most])} and {len(names) - most} more"
 
 
 def _hf_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:

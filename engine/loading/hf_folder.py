@@ -105,6 +105,12 @@ def read_config(folder: Path) -> ModelConfig:
         raise ModelLoadError(path, f"architecture {named!r} is not supported; supported: "
                                    f"{', '.join(SUPPORTED)}")
     arch, switches = SUPPORTED[named]
+    quantization = cfg.get("quantization_config")
+    if quantization:  # packed integer weights, or fp8 with scales: none of them a plain matrix
+        method = (quantization.get("quant_method") if isinstance(quantization, dict) else None)
+        raise ModelLoadError(path, f"quantized checkpoints (quantization_config: "
+                                   f"{method or quantization!r}) are not supported; use the "
+                                   "model's unquantized weights (bf16, fp16 or fp32)")
     if cfg.get("hidden_act", "silu") != "silu":
         raise ModelLoadError(path, f"hidden_act {cfg['hidden_act']!r} is not supported (silu)")
     if arch in ("llama", "mistral") and (cfg.get("attention_bias") or cfg.get("mlp_bias")):

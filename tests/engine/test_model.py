@@ -65,6 +65,21 @@ def test_from_state_dict_names_problems(tiny_config):
     assert "model.layers.0.self_attn.q_proj.weight: (3, 3)" in message
 
 
+def test_a_checkpoint_of_another_layout_is_named_in_a_few_names(tiny_config):
+    """A quantized checkpoint differs in every linear of every layer: hundreds of names for a
+    real model. The message names a few of each kind and counts the rest."""
+    from engine.model import check_shapes
+
+    shapes = {name.replace(".weight", ".qweight") if "proj" in name else name: tuple(t.shape)
+              for name, t in LlamaModel.random(tiny_config).hf_state_dict().items()}
+    with pytest.raises(ValueError) as err:
+        check_shapes(tiny_config.with_(num_layers=40), shapes)
+    message = str(err.value)
+    assert message.startswith("missing: model.layers.2-39.*, model.layers.0.mlp.down_proj.weight")
+    assert "and 9 more; unexpected: " in message and message.endswith(" and 8 more")
+    assert len(message) < 800
+
+
 def test_tied_head_must_equal_embedding(tiny_config):
     tensors = LlamaModel.random(tiny_config).hf_state_dict()
     tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()

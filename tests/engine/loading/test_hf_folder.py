@@ -293,6 +293,8 @@ def test_bad_side_files_name_themselves(tiny_llama_folder, file_name, content, w
     ({"eos_token_id": "x"}, ("eos_token_id", "'x'")),
     ({"eos_token_id": [2, -1]}, ("eos_token_id",)),
     ({"eos_token_id": 10**12}, ("outside the vocabulary",)),
+    ({"quantization_config": {"quant_method": "gptq", "bits": 4}},
+     ("quantized checkpoints (quantization_config: 'gptq') are not supported",)),
 ])
 def test_bad_config_values(tiny_llama_folder, changes, words):
     folder, _ = tiny_llama_folder
