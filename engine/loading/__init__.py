@@ -51,7 +51,7 @@ def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
         folder, name = default_model.ensure_default_model(progress), default_model.NAME
     else:
         folder = _model_folder(spec)
-        name = folder.resolve().name
+        name = _folder_name(folder)
     report(f"reading {folder / 'config.json'}", 0.0)
     with _damage_hint(spec == "default"):
         config = read_config(folder)
@@ -94,6 +94,16 @@ def check_model_folder(path: str, chats: bool = True) -> None:
         tokenizer.chat_prompt("Hello.", system="You are a helpful assistant.")
     except ChatTemplateError as exc:  # names the template's file
         raise ModelLoadError(folder, f"a swarm's agents could not start: {exc}") from None
+
+
+def _folder_name(folder: Path) -> str:
+    """The folder's name, or, for a Hugging Face hub cache's snapshot
+    (models--meta-llama--Llama-3.1-8B-Instruct/snapshots/<commit>), the model's."""
+    folder = folder.resolve()
+    repo = folder.parent.parent.name
+    if folder.parent.name == "snapshots" and repo.startswith("models--"):
+        return repo.removeprefix("models--").split("--", 1)[-1]
+    return folder.name
 
 
 def _model_folder(path: str) -> Path:

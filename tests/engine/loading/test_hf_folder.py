@@ -87,6 +87,22 @@ def test_half_precision_weights_on_disk_load_in_fp32(tmp_path, stored):
                                reference_logits(hf.float(), PROMPT), atol=1e-4, rtol=0)
 
 
+def test_a_hub_cache_snapshot_is_named_for_its_model(tmp_path):
+    """huggingface_hub keeps a download as models--ORG--NAME/snapshots/COMMIT/, each file a link
+    into blobs/: it loads, and is called NAME, not the commit hash (in the window's title, the
+    trace, the calibration cache)."""
+    plain = save_hf_folder(hf_tiny("llama"), tmp_path / "plain")
+    repo = tmp_path / "hub" / "models--acme--Tiny-Llama-3.1"
+    snapshot = repo / "snapshots" / "0123abcd"
+    (repo / "blobs").mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    for index, file in enumerate(sorted(plain.iterdir())):
+        blob = repo / "blobs" / f"blob{index}"
+        file.rename(blob)
+        (snapshot / file.name).symlink_to(f"../../blobs/{blob.name}")
+    assert load_model(str(snapshot), dtype="fp32", device="cpu").name == "Tiny-Llama-3.1"
+
+
 def test_only_model_safetensors_is_read_where_it_is(tiny_llama_folder):
     """As in transformers: Mistral's repos also hold consolidated.safetensors (their own names),
     and a merged fine-tune may keep its adapter's file; neither is this model's weights."""
