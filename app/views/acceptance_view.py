@@ -25,7 +25,6 @@ COLUMN_STRETCH = (6, 5, 4)  # the first plot's scale takes its share; the agents
 class AcceptanceView(QWidget):
     def __init__(self, theme: Theme, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self._theme = theme
         self.headline = LiveLabel("mean acceptance length –", role="headline", lines=2)
         # The titles say what the x axes count: axis labels under them would cost each plot a
         # text line of its height.

@@ -35,9 +35,9 @@ class BatchView(QWidget):
         self.headline = LiveLabel("B = –   ·   – tok/s", role="headline")
         self.hover = LiveLabel(role="muted")
 
-        self._theme = theme
         self.batch_plot = make_plot(theme, left="lanes")
         self.batch_plot.setMinimumSize(*BATCH_PLOT_MIN_PX)
+        # worded by set_ceilings
         self.batch_title = PlotTitle(self.batch_plot, theme, "", titled_px=TITLED_PX)
         self.rate_plot = make_plot(theme, left="tok/s")
         # Seconds, whatever the range: a replay under a second long read "(x0.001)". Before its

@@ -22,7 +22,6 @@ STRIP_MIN_PX = (190, 90)  # the agent axis and a few rows, the steps' label unde
 class LaneStripView(QWidget):
     def __init__(self, theme: Theme, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self._theme = theme
         self._palette = {name: np.array(theme.rgb(name), dtype=np.uint8)
                          for name in ("background", "committed", "accepted", "rejected", "padding")}
         self.plot = make_plot(theme, left="agent")
