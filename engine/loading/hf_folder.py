@@ -101,8 +101,11 @@ def read_config(folder: Path) -> ModelConfig:
     cfg = read_json(path)
     archs = cfg.get("architectures")
     named = archs[0] if isinstance(archs, list) and archs else archs
+    if named is None:  # older conversions name only the model_type, as transformers then reads
+        named = {a: name for name, (a, _) in SUPPORTED.items()}.get(cfg.get("model_type"))
     if not isinstance(named, str) or named not in SUPPORTED:
-        raise ModelLoadError(path, f"architecture {named!r} is not supported; supported: "
+        kind = f" (model_type {cfg.get('model_type')!r})" if archs is None else ""
+        raise ModelLoadError(path, f"architecture {named!r}{kind} is not supported; supported: "
                                    f"{', '.join(SUPPORTED)}")
     arch, switches = SUPPORTED[named]
     quantization = cfg.get("quantization_config")
@@ -223,6 +226,11 @@ def read_tokenizer(folder: Path, config: ModelConfig) -> Tokenizer:
         except (OSError, UnicodeDecodeError) as exc:
             raise ModelLoadError(template_file, f"cannot read the chat template ({exc})") from None
         template_source = template_file
+    if not (folder / "tokenizer.json").is_file() and (folder / "tokenizer.model").is_file():
+        raise ModelLoadError(folder / "tokenizer.json",
+                             "file not found; tokenizer.model (SentencePiece) is not read: "
+                             "save a tokenizer.json beside it with transformers, "
+                             "AutoTokenizer.from_pretrained(folder).save_pretrained(folder)")
     try:
         tokenizer = Tokenizer.from_file(folder / "tokenizer.json", tokenizer_config,
                                         eos_ids=config.eos_token_ids)

@@ -233,6 +233,21 @@ def test_missing_shard(tmp_path):
     _raises(folder, shard.name, "not found")
 
 
+def test_a_config_without_architectures_is_read_by_its_model_type(tiny_llama_folder):
+    folder, _ = tiny_llama_folder
+    _edit_config(folder, architectures=None, model_type="mistral")
+    assert read_config(folder).architecture == "mistral"
+    _edit_config(folder, model_type="gpt2")
+    _raises(folder, "config.json", "architecture None (model_type 'gpt2') is not supported")
+
+
+def test_a_sentencepiece_model_without_tokenizer_json_says_how_to_make_one(tiny_llama_folder):
+    folder, _ = tiny_llama_folder
+    (folder / "tokenizer.json").rename(folder / "tokenizer.model")  # its bytes do not matter
+    _raises(folder, "tokenizer.json", "file not found; tokenizer.model (SentencePiece) is not read",
+            "save_pretrained")
+
+
 def test_unknown_architecture_lists_supported(tiny_llama_folder):
     folder, _ = tiny_llama_folder
     _edit_config(folder, architectures=["GPTNeoXForCausalLM"])
