@@ -57,6 +57,7 @@ class BudgetView(QWidget):
         super().__init__(parent)
         self._theme = theme
         self._budget = None
+        self._shown: tuple[History, int] | None = None  # what the chart shows, for a resize
         self.plot = make_plot(theme)
         self.tokens_label = AxisLabel(self.plot, theme, "tokens of compute per step",
                                       "tokens per step")
@@ -64,6 +65,7 @@ class BudgetView(QWidget):
         self.title = PlotTitle(self.plot, theme, "Batching eats the free speculation budget",
                                titled_px=TITLED_PX)
         self.plot.getViewBox().setMouseEnabled(x=False, y=False)
+        self.plot.getViewBox().sigResized.connect(self._on_plot_resized)
         self.bars = pg.BarGraphItem(x0=[], y=[], width=[], height=BAR_HEIGHT)
         self.overflow = pg.BarGraphItem(x0=[], y=[], width=[], height=BAR_HEIGHT + 0.2,
                                         brush=theme.qcolor("overflow", 70),
@@ -128,9 +130,16 @@ class BudgetView(QWidget):
         return " ".join(f"<span style='color:{getattr(th, f)}'>■</span>&nbsp;{text}"
                         for f, text in parts)
 
+    def _on_plot_resized(self, *_) -> None:
+        """The axis's room for the live label, and "budget full"'s, are in pixels: refitted
+        when the chart is resized, not only at the next step (a replay may not have one)."""
+        if self._shown is not None:
+            self.show_history(*self._shown)
+
     def show_history(self, history: History, stop: int) -> None:
         if stop == 0:
             return
+        self._shown = (history, stop)
         rec = history.record(stop - 1)
         th = self._theme
         budget = rec.budget

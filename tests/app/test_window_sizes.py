@@ -10,8 +10,11 @@ from PySide6.QtWidgets import QApplication, QLayout, QWidget
 from app.main import main
 from app.main_window import CONTROLS_DOCK_PX, LEAST_SIZE, MainWindow
 from app.theme import Theme
+from app.history import History
+from app.views.budget_view import BudgetView
 from app.views.live_label import LiveLabel
 from app.views.plot_text import AxisLabel, PlotTitle, thinned_row_ticks
+from engine.telemetry.records import LaneRecord, StepRecord
 from tests.app.fake_engine import FakeEngine, record_trace
 
 SIZES = [(1600, 1000), (1366, 740), (1024, 640), (800, 500)]
@@ -188,3 +191,23 @@ def test_row_ticks_thin_to_what_the_rows_leave_room_for(qapp):
     ticks = [(i, str(i)) for i in range(8)]
     assert thinned_row_ticks(ticks, 3 * metrics.height(), metrics) == ticks
     assert thinned_row_ticks(ticks, metrics.height() / 2, metrics) == ticks[::3]
+
+
+def test_the_budget_charts_live_label_stays_whole_when_the_chart_narrows_between_steps(qtbot):
+    """In replay no step may come after a resize (the grid's scroll bar appearing, the controls
+    shown): the axis's room for the live bar's label follows the chart's width, not only the
+    next step ('231 of T=5, +226 over' was cut at 1024x640)."""
+    view = BudgetView(Theme.load("dark"))
+    qtbot.addWidget(view)
+    view.resize(900, 300)
+    view.show()
+    history = History()
+    lanes = [LaneRecord(i, "chat", 6, 2, 0, 10) for i in range(3)]
+    history.extend([StepRecord(0, 0.0, 30.0, 3, 210, 5, "fixed", "packed", lanes, "k=6")])
+    view.show_history(history, 1)
+    view.resize(720, 300)  # the table still beside the chart, which narrows
+    _settle()
+    live = view._labels[0]
+    assert live.toPlainText() == "231 of T=5, +226 over"
+    drawn = live.mapRectToScene(live.boundingRect())
+    assert drawn.right() <= view.plot.viewport().width() + 1
