@@ -72,6 +72,22 @@ def check_template(source) -> None:
     _compile(source)
 
 
+TURN_MARK = "\x1fswarmscope-turn\x1f"  # stands for the assistant's words; no template writes it
+
+
+def render_follow_up(template: str | None, user: str, *, bos_token: str = "",
+                     eos_token: str = "") -> str | None:
+    """The text that continues a conversation after an assistant's turn with a user message,
+    ending with the prompt for the next assistant turn: the tail of a whole conversation past the
+    assistant's words, so what a template writes once (BOS, a default system message, a date
+    header) is not written again. None when the template does not show those words as given."""
+    messages = [{"role": "user", "content": "Go on."}, {"role": "assistant", "content": TURN_MARK},
+                {"role": "user", "content": user}]
+    text = render_chat(template, messages, bos_token=bos_token, eos_token=eos_token)
+    at = text.rfind(TURN_MARK)
+    return None if at < 0 else text[at + len(TURN_MARK):]
+
+
 def render_chat(template: str | None, messages: list[dict[str, str]], *,
                 bos_token: str = "", eos_token: str = "") -> str:
     """Text of `messages` in the template, ending with the prompt for the assistant's turn."""

@@ -77,7 +77,7 @@ def generate(loaded, prompts: list[str], controls: Controls, max_new_tokens: int
     context = loaded.config.max_position  # a lane stops there: the model knows no further
     seqs = []
     for i, text in enumerate(texts):
-        ids = tok.encode(text)
+        ids = tok.encode(text) if chat else tok.encode_plain(text)
         if not 0 < len(ids) < context:
             raise SwarmscopeError(f"prompt {i + 1} is {len(ids)} tokens; it needs at least one, "
                                   f"and {loaded.name} holds {context} in all")

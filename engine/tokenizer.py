@@ -5,7 +5,7 @@ from pathlib import Path
 
 import tokenizers
 
-from engine.chat_template import ChatTemplateError, pick_template, render_chat
+from engine.chat_template import ChatTemplateError, pick_template, render_chat, render_follow_up
 from engine.errors import ModelLoadError
 
 
@@ -64,6 +64,11 @@ class Tokenizer:
         # no BOS/EOS is added: prompts come from the chat template, which places its own.
         return self.inner.encode(text, add_special_tokens=False).ids
 
+    def encode_plain(self, text: str) -> list[int]:
+        """Text that no chat template wraps, as transformers' tokenizer(text) encodes it: with
+        what tokenizer.json's post-processor adds (Llama's and Mistral's BOS; Qwen's nothing)."""
+        return self.inner.encode(text).ids
+
     def decode(self, ids: list[int], skip_special: bool = False) -> str:
         return self.inner.decode(list(ids), skip_special_tokens=skip_special)
 
@@ -84,6 +89,17 @@ class Tokenizer:
                     raise self._named(exc) from None
                 raise self._named(f"{exc}; with the system message folded into the user's: "
                                   f"{folded}") from None
+
+    def follow_up(self, user: str) -> str:
+        """What follows an assistant's turn when the user (a tool) answers: the turn's close, the
+        message and the next turn's prompt, without the conversation's once-only start. A template
+        that cannot render it so gets the message as a conversation of its own."""
+        try:
+            text = render_follow_up(self.chat_template, user, bos_token=self.bos_token or "",
+                                    eos_token=self.eos_token or "")
+        except ChatTemplateError:
+            text = None
+        return self.chat_prompt(user) if text is None else text
 
     def _render(self, user: str, system: str | None) -> str:
         messages = ([{"role": "system", "content": system}] if system is not None else [])
@@ -122,6 +138,8 @@ class ByteTokenizer:
             pos = nxt[0] + len(nxt[1])
         return ids
 
+    encode_plain = encode  # no post-processor: plain text is its bytes
+
     def decode(self, ids: list[int], skip_special: bool = False) -> str:
         out, run = [], bytearray()
         for i in ids:
@@ -140,3 +158,6 @@ class ByteTokenizer:
         messages = ([{"role": "system", "content": system}] if system is not None else [])
         messages.append({"role": "user", "content": user})
         return render_chat(None, messages)
+
+    def follow_up(self, user: str) -> str:
+        return render_follow_up(None, user)  # ChatML shows the assistant's words as given

@@ -32,13 +32,14 @@ TOKENIZER_PROBE = "def reverse(s):\n    return s[::-1]  # 42 héllo, wörld! {\"
 def check_shares_tokenizer(spec: str, config, tokenizer, target) -> None:
     """ModelLoadError unless the draft model `spec` (its config and tokenizer) has the tokenizer
     of `target`, the target's LoadedModel."""
-    probe_target = target.tokenizer.encode(TOKENIZER_PROBE)
-    if (config.vocab_size != target.config.vocab_size
-            or tokenizer.encode(TOKENIZER_PROBE) != probe_target):
-        raise ModelLoadError(spec, f"draft model tokenizer differs from the target's "
-                                   f"({config.vocab_size} vs {target.config.vocab_size} tokens, "
-                                   f"or a different encoding); a draft model must share the "
-                                   f"target's tokenizer")
+    if config.vocab_size != target.config.vocab_size:
+        how = f"{config.vocab_size} vs {target.config.vocab_size} tokens"
+    elif tokenizer.encode(TOKENIZER_PROBE) != target.tokenizer.encode(TOKENIZER_PROBE):
+        how = "the same number of tokens, encoding text differently"
+    else:
+        return
+    raise ModelLoadError(spec, f"draft model tokenizer differs from the target's ({how}); a "
+                               f"draft model must share the target's tokenizer")
 
 
 def check_draft_folder(spec: str, target) -> None:

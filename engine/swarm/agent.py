@@ -96,8 +96,14 @@ class Agent:
         return need <= self.max_context
 
     def tool_output(self) -> tuple[str, list[int]]:
-        text = self.tokenizer.chat_prompt(self.workload.tool_output(self.task, self.rng))
-        return text, self.tokenizer.encode(text)
+        """The tool's answer as the conversation's next turn, and its ids."""
+        text = self.tokenizer.follow_up(self.workload.tool_output(self.task, self.rng))
+        ids = self.tokenizer.encode(text)
+        last = self.seq.token_ids[-1]
+        if ids and ids[0] == last and last in self.seq.stop_ids:
+            # the turn's close the template writes is the stop token the model already wrote
+            ids, text = ids[1:], text.removeprefix(self.tokenizer.decode([last]))
+        return text, ids
 
     def resume(self, text: str, ids: list[int], t: float) -> None:
         self.seq.token_ids.extend(ids)

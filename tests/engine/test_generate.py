@@ -111,3 +111,16 @@ def test_a_lane_stops_at_the_models_context():
     assert len(result.token_ids) == 24 - len("hello")  # bytes: one token a character
     with pytest.raises(SwarmscopeError, match="prompt 1 is 30 tokens.*holds 24"):
         generate(short, ["x" * 30], Controls(policy="off"), chat=False, calibration=calibration)
+
+
+def test_plain_prompts_are_encoded_as_plain_text(monkeypatch):
+    """--no-chat prompts get what the tokenizer adds to plain text (Llama's BOS), as in
+    transformers; here a BOS put before the prompt takes one more position of the context."""
+    loaded = load_model("tiny-test", dtype="fp32", device="cpu")
+    config = loaded.config.with_(max_position=24)
+    short = dataclasses.replace(loaded, config=config, model=LlamaModel.random(config, seed=0))
+    encode = short.tokenizer.encode
+    monkeypatch.setattr(short.tokenizer, "encode_plain", lambda text: [256, *encode(text)])
+    [result] = generate(short, ["hello"], Controls(policy="off"), max_new_tokens=100, chat=False,
+                        calibration=Calibration.make_dummy())
+    assert len(result.token_ids) == 24 - 1 - len("hello")

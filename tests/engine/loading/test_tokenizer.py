@@ -4,6 +4,7 @@ from __future__ import annotations
 import datetime
 
 import pytest
+import tokenizers
 from hypothesis import given, settings, strategies as st
 
 from engine.chat_template import CHATML, ChatTemplateError, render_chat
@@ -103,6 +104,35 @@ def test_a_template_marking_the_reply_for_training_renders():
     assert render_chat(template, messages) == "[q]a"
 
 
+# SmolLM2's template: a default system message when the conversation starts without one.
+DEFAULT_SYSTEM = ("{% for m in messages %}{% if loop.first and m['role'] != 'system' %}"
+                  "<|im_start|>system\nYou are SmolLM.<|im_end|>\n{% endif %}<|im_start|>"
+                  "{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                  "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+# Llama 2's shape: BOS once, the assistant's turn closed by EOS.
+LLAMA2 = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}[INST] "
+          "{{ m['content'] }} [/INST]{% else %}{{ m['content'] }}{{ eos_token }}{% endif %}"
+          "{% endfor %}")
+USER_ONLY = "{% for m in messages %}{% if m['role'] == 'user' %}[{{ m['content'] }}]{% endif %}{% endfor %}"
+
+
+@pytest.mark.parametrize("template, follow_up", [
+    (DEFAULT_SYSTEM, "<|im_end|>\n<|im_start|>user\nls: 3 files<|im_end|>\n<|im_start|>assistant\n"),
+    (LLAMA2, "<|endoftext|>[INST] ls: 3 files [/INST]"),
+    (USER_ONLY, "[ls: 3 files]"),  # the assistant's words not shown: a conversation of its own
+    ("{% if messages | length > 1 %}{{ raise_exception('one only') }}{% endif %}"
+     "{{ messages[0]['content'] }}", "ls: 3 files"),
+])
+def test_a_tool_answer_continues_the_conversation_without_writing_its_start_again(
+        tmp_path, template, follow_up):
+    path = make_tokenizer_json(tmp_path / "tokenizer.json")
+    tok = Tokenizer.from_file(path, {"chat_template": template, "bos_token": "<s>",
+                                     "eos_token": "<|endoftext|>"})
+    assert tok.follow_up("ls: 3 files") == follow_up
+    assert ByteTokenizer().follow_up("hi") == ("<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+                                               "<|im_start|>assistant\n")
+
+
 def test_sentencepiece_style_text_round_trips_through_byte_fallback(tmp_path):
     """Llama 2 and Mistral tokenizers spell a character outside their vocab (CJK, emoji) as its
     UTF-8 bytes; generated ids decode back to it, and a character cut short decodes to U+FFFD,
@@ -114,6 +144,18 @@ def test_sentencepiece_style_text_round_trips_through_byte_fallback(tmp_path):
         ["▁the", "▁", "<0xF0>", "<0x9F>", "<0x98>", "<0x80>"]
     assert tok.decode(tok.encode("😀")[:3]) == "\ufffd" * 2  # one for each byte
     assert tok.decode(tok.encode("<s>the</s>"), skip_special=True) == "the"
+
+
+def test_plain_text_gets_what_the_post_processor_adds_and_chat_text_does_not(tmp_path):
+    """Llama 2's tokenizer.json adds BOS to plain text; a chat template writes its own."""
+    path = make_sentencepiece_tokenizer_json(tmp_path / "tokenizer.json")
+    inner = tokenizers.Tokenizer.from_file(str(path))
+    inner.post_processor = tokenizers.processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", 1)])
+    inner.save(str(path))
+    tok = Tokenizer.from_file(path)
+    assert tok.encode_plain("the cat") == [1, *tok.encode("the cat")]
+    assert tok.encode("the cat")[0] != 1
 
 
 def test_truncation_or_padding_saved_in_tokenizer_json_is_not_applied(tmp_path):

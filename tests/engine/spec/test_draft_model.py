@@ -29,6 +29,14 @@ def test_a_draft_model_of_another_tokenizer_is_refused(draft_folder):
         DraftModelDrafter.from_path(str(draft_folder), target)
 
 
+def test_a_draft_model_of_as_many_tokens_encoding_otherwise_is_refused(tmp_path):
+    folder = save_hf_folder(hf_tiny("llama", vocab_size=320), tmp_path / "draft")  # BPE, 320
+    target = load_model("tiny-test", dtype="fp32", device="cpu")
+    with pytest.raises(ModelLoadError, match=r"\(the same number of tokens, encoding text "
+                                             r"differently\); a draft model must share"):
+        check_draft_folder(str(folder), target)
+
+
 @pytest.mark.parametrize("command", [
     ["run", "--headless", "--steps", "3", "--clock", "virtual"],
     ["generate", "--prompt", "hi", "--max-tokens", "4"]])

@@ -4,6 +4,7 @@ import random
 
 from engine.controls import Controls
 from engine.engine import Engine
+from engine.sequence import Sequence
 from engine.swarm.agent import Agent
 from engine.swarm.config import SwarmConfig
 from engine.telemetry.trace_reader import read_trace
@@ -80,3 +81,23 @@ def test_an_agent_that_records_no_text_keeps_nothing_for_the_trace():
     agent = Agent(0, None, ByteTokenizer(), random.Random(0), 0.0, 100)
     agent.on_tokens([ord("a")], accepted=0, drafted=0)
     assert agent.take_text() == [] and agent.view().transcript == [("a", "committed")]
+
+
+class _OneTool:
+    """A workload whose tool always answers the same."""
+    def tool_output(self, task, rng):
+        return "3 files"
+
+
+def test_a_tool_answer_follows_the_turn_once_closed():
+    """The model's own end-of-turn token is not written twice; a turn cut at its token limit
+    gets the template's close. No second system message or BOS either way."""
+    tok = ByteTokenizer()
+    agent = Agent(0, _OneTool(), tok, random.Random(0), 0.0, 100)
+    turn = tok.encode(tok.chat_prompt("ls", "sys") + "done")
+    for ended, expected in ((True, "\n"), (False, "<|im_end|>\n")):
+        agent.seq = Sequence(seq_id=0, token_ids=turn + [tok.IM_END] * ended, prompt_len=1,
+                             stop_ids=tok.eos_ids)
+        text, ids = agent.tool_output()
+        assert text == expected + "<|im_start|>user\n3 files<|im_end|>\n<|im_start|>assistant\n"
+        assert ids == tok.encode(text)
