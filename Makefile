@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-fast bench kernels-check install-desktop bundle
+.PHONY: setup run test test-fast kernels-check install-desktop bundle screenshots
 
 # Debian tools the checks use (command:package), installed when missing and we are root with
 # apt-get: hipcc for the HIP compile test, the desktop-entry and AppStream validators.
@@ -38,6 +38,14 @@ test-fast: setup
 # Compile every HIP kernel with each compiler found (Debian's hipcc, nvcc); no GPU needed.
 kernels-check: setup
 	$(BIN)/python -m hip_kernels.build --check
+
+# The README's two screenshots: a 75 s live session on the default model, then its replay.
+screenshots: setup
+	trace=$$(mktemp -d)/session.jsonl.gz; \
+	QT_QPA_PLATFORM=offscreen $(BIN)/swarmscope --trace-out $$trace --size 1600x1000 \
+	  --screenshot docs/screenshots/live.png --quit-after 75 && \
+	QT_QPA_PLATFORM=offscreen $(BIN)/swarmscope --replay $$trace --size 1600x1000 \
+	  --screenshot docs/screenshots/replay.png --quit-after 3
 
 # Add swarmscope to this user's app menu (under $XDG_DATA_HOME, default ~/.local/share), running
 # this checkout's venv with the default model; packaging/install_desktop.sh --uninstall removes it.
