@@ -15,13 +15,14 @@ import math
 import sys
 
 from engine.bench import in_turn
+from engine.cli.options import MODEL_HELP, check_at_least
 from engine.controls import ADAPTIVE_CAP, FIXED_K, Controls
 
 POLICIES = ("off", "fixed", "uniform", "goodput")
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--model", default="default", help="default | tiny-test | a model folder")
+    parser.add_argument("--model", default="default", help=MODEL_HELP)
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--agents", type=int, default=8)
@@ -36,7 +37,6 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from engine.cli.options import check_at_least
     from engine.errors import SwarmscopeError
     from engine.swarm.config import MIN_CONTEXT
     try:

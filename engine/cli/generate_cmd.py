@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from engine.cli.options import check_drafter
+from engine.cli.options import MODEL_HELP, check_drafter
 from engine.controls import Controls
 from engine.errors import SwarmscopeError
 from engine.sampling import SamplingParams
@@ -43,7 +43,7 @@ def read_prompts(path: str) -> list[str]:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("generate", help="generate text for one or more prompts")
-    p.add_argument("--model", default="default", help="default | tiny-test | a model folder")
+    p.add_argument("--model", default="default", help=MODEL_HELP)
     p.add_argument("--prompt", action="append", default=[], help="a prompt (repeatable)")
     p.add_argument("--prompts", help="JSON Lines file of prompts (strings or {\"prompt\": ...})")
     p.add_argument("--max-tokens", type=int, default=64)

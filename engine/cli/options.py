@@ -4,9 +4,10 @@ first drafts with it."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 from engine.errors import ModelLoadError, SwarmscopeError
+
+MODEL_HELP = "default | tiny-test | a model folder | ORG/NAME in the Hugging Face cache"
 
 
 def check_at_least(options: dict[str, tuple[float | None, float]]) -> None:
@@ -23,15 +24,17 @@ def check_drafter(option: str, drafter: str, target=None) -> None:
     asked again once the target (its LoadedModel) is loaded, its tokenizer must be the target's.
     `option` names where the value came from, as typed."""
     from engine.loading import MODEL_NAMES, check_model_folder
+    from engine.loading.hub_cache import cache_dir, model_folder
     from engine.spec.draft_model import check_draft_folder
     from engine.spec.drafters import DRAFTER_NAMES
 
     if drafter in DRAFTER_NAMES or drafter in MODEL_NAMES:  # by name: read as they load
         return
-    if not Path(drafter).expanduser().exists():
-        raise SwarmscopeError(f"{option} {drafter}: no such folder; a drafter is "
-                              f"{', '.join(DRAFTER_NAMES + MODEL_NAMES)} or a draft model folder")
     try:
+        if not model_folder(drafter).exists():
+            raise SwarmscopeError(f"{option} {drafter}: no such folder; a drafter is "
+                                  f"{', '.join(DRAFTER_NAMES + MODEL_NAMES)}, a draft model "
+                                  f"folder or a repo id downloaded to {cache_dir()}")
         if target is None:
             check_model_folder(drafter, chats=False)
         else:

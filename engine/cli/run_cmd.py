@@ -8,7 +8,7 @@ import signal
 import sys
 import time
 
-from engine.cli.options import check_at_least, check_drafter
+from engine.cli.options import MODEL_HELP, check_at_least, check_drafter
 from engine.controls import (ADAPTIVE_CAP, DEFAULT_K, FIXED_K, Controls, parse_change,
                              parse_mix)
 from engine.errors import SwarmscopeError
@@ -22,7 +22,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("run", help="run a swarm session headless and print a summary")
     p.add_argument("--headless", action="store_true",
                    help="run without a window (required; the window is `swarmscope`)")
-    p.add_argument("--model", default="default", help="default | tiny-test | a model folder")
+    p.add_argument("--model", default="default", help=MODEL_HELP)
     p.add_argument("--dtype", default="auto", help="auto | bf16 | fp32 | fp16")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--agents", type=int, default=8, help="swarm size (default 8)")

@@ -13,7 +13,7 @@ from engine.chat_template import ChatTemplateError
 from engine.config import PRESETS, ModelConfig
 from engine.devices import dtype_name, free_memory_bytes, resolve_device, resolve_dtype
 from engine.errors import ModelLoadError
-from engine.loading import default_model
+from engine.loading import default_model, hub_cache
 from engine.loading.hf_folder import Weights, read_config, read_tokenizer
 from engine.model import WARM_ROWS, LlamaModel, check_shapes, prepacks
 from engine.tokenizer import ByteTokenizer, Tokenizer
@@ -51,7 +51,7 @@ def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
         folder, name = default_model.ensure_default_model(progress), default_model.NAME
     else:
         folder = _model_folder(spec)
-        name = _folder_name(folder)
+        name = hub_cache.model_name(folder)
     report(f"reading {folder / 'config.json'}", 0.0)
     with _damage_hint(spec == "default"):
         config = read_config(folder)
@@ -96,26 +96,17 @@ def check_model_folder(path: str, chats: bool = True) -> None:
         raise ModelLoadError(folder, f"a swarm's agents could not start: {exc}") from None
 
 
-def _folder_name(folder: Path) -> str:
-    """The folder's name, or, for a Hugging Face hub cache's snapshot
-    (models--meta-llama--Llama-3.1-8B-Instruct/snapshots/<commit>), the model's."""
-    folder = folder.resolve()
-    repo = folder.parent.parent.name
-    if folder.parent.name == "snapshots" and repo.startswith("models--"):
-        return repo.removeprefix("models--").split("--", 1)[-1]
-    return folder.name
-
-
 def _model_folder(path: str) -> Path:
-    folder = Path(path).expanduser()
+    folder = hub_cache.model_folder(path)
     if folder.is_file():
         raise ModelLoadError(folder, "a file, not a model folder: give the Hugging Face "
                                      "folder (config.json, *.safetensors, tokenizer.json)"
                              + (" (GGUF files are read only for the embedded default "
                                 "model)" if folder.suffix.lower() == ".gguf" else ""))
     if not folder.is_dir():
-        raise ModelLoadError(folder, "no such model folder (expected 'default', "
-                                     "'tiny-test' or a Hugging Face model folder)")
+        raise ModelLoadError(folder, "no such model folder (expected 'default', 'tiny-test', a "
+                                     "Hugging Face model folder or a repo id downloaded to "
+                                     f"{hub_cache.cache_dir()})")
     return folder
 
 

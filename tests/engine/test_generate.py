@@ -70,7 +70,7 @@ def test_bad_model_exits_2_with_a_message(tmp_path, capsys):
 def test_a_draft_model_folder_is_read_at_the_start(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     for drafter, says in (("nonsense", "nonsense: no such folder; a drafter is lookup, self, "
-                                       "default, tiny-test or a draft model folder"),
+                                       "default, tiny-test, a draft model folder or a repo id"),
                           (str(tmp_path / "empty"), f"{tmp_path}/empty/config.json: ")):
         rc, _, err = _generate(capsys, "--prompt", "hi", "--drafter", drafter)
         assert rc == 2 and err.startswith(f"swarmscope generate: --drafter {drafter}")

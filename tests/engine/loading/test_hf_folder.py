@@ -6,7 +6,8 @@ import json
 import pytest
 import torch
 
-from engine.errors import ModelLoadError
+from engine.cli.options import check_drafter
+from engine.errors import ModelLoadError, SwarmscopeError
 from engine.loading import load_model
 from engine.loading.hf_folder import Weights, read_config
 
@@ -101,6 +102,28 @@ def test_a_hub_cache_snapshot_is_named_for_its_model(tmp_path):
         file.rename(blob)
         (snapshot / file.name).symlink_to(f"../../blobs/{blob.name}")
     assert load_model(str(snapshot), dtype="fp32", device="cpu").name == "Tiny-Llama-3.1"
+
+
+def test_a_repo_id_or_repo_folder_in_the_hub_cache_loads_its_main_snapshot(tmp_path,
+                                                                          monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    repo = tmp_path / "hub" / "models--acme--Tiny"
+    save_hf_folder(hf_tiny("llama"), repo / "snapshots" / "0123abcd")
+    save_hf_folder(hf_tiny("qwen2"), repo / "snapshots" / "4567ef01")
+    with pytest.raises(ModelLoadError, match=r"models--acme--Tiny: a Hugging Face cache folder "
+                                             r"with 2 snapshots and no refs/main"):
+        load_model("acme/Tiny", dtype="fp32", device="cpu")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("4567ef01")
+    for spec in ("acme/Tiny", str(repo)):
+        loaded = load_model(spec, dtype="fp32", device="cpu")
+        assert loaded.name == "Tiny" and loaded.source == str(repo / "snapshots" / "4567ef01")
+    with pytest.raises(ModelLoadError, match=f"no such model folder .*repo id downloaded to "
+                                             f"{tmp_path / 'hub'}"):
+        load_model("acme/Other", dtype="fp32", device="cpu")
+    check_drafter("--drafter", "acme/Tiny")  # a draft model by repo id too
+    with pytest.raises(SwarmscopeError, match="--drafter acme/Other: no such folder"):
+        check_drafter("--drafter", "acme/Other")
 
 
 def test_only_model_safetensors_is_read_where_it_is(tiny_llama_folder):

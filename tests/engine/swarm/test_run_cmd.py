@@ -11,6 +11,7 @@ import pytest
 from engine.cli import run_cmd, trace_cmd
 from engine.controls import ADAPTIVE_CAP, Controls
 from engine.errors import SwarmscopeError
+from engine.loading.hub_cache import cache_dir
 from engine.telemetry.records import StepRecord
 from engine.telemetry.trace_reader import read_trace
 from engine.telemetry.trace_writer import TraceWriter
@@ -184,11 +185,13 @@ def test_export_refuses_to_write_over_the_trace_it_reads(tmp_path, capsys):
     (["--min-acceptance", "2"], "--min-acceptance must be in [0, 1], got 2"),
     (["--k", "99"], "--k: k must be in 0..64, got 99"),
     (["--drafter", "nonsense"], "--drafter nonsense: no such folder; a drafter is lookup, self, "
-                                "default, tiny-test or a draft model folder"),
+                                "default, tiny-test, a draft model folder or a repo id "
+                                "downloaded to {hub}"),
 ])
 def test_a_bad_option_is_one_line_that_names_it(capsys, option, says):
     """Before the model loads, named as typed: the configs' own errors name their fields."""
     assert cli(["run", "--headless", "--model", "/no/such/model", *option]) == 2
+    says = says.replace("{hub}", str(cache_dir()))  # the Hugging Face cache, where a drafter may be
     assert capsys.readouterr().err == f"swarmscope run: {says}\n"
 
 
