@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import time
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -46,7 +45,8 @@ def check_draft_folder(spec: str, target) -> None:
     """What `from_path` refuses a draft model folder for that its config and tokenizer show,
     without loading its weights: a session checks its drafters before it starts."""
     from engine.loading.hf_folder import read_config, read_tokenizer
-    folder = Path(spec).expanduser()
+    from engine.loading.hub_cache import model_folder
+    folder = model_folder(spec)
     config = read_config(folder)
     check_shares_tokenizer(spec, config, read_tokenizer(folder, config), target)
 

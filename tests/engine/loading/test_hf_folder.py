@@ -121,7 +121,8 @@ def test_a_repo_id_or_repo_folder_in_the_hub_cache_loads_its_main_snapshot(tmp_p
     with pytest.raises(ModelLoadError, match=f"no such model folder .*repo id downloaded to "
                                              f"{tmp_path / 'hub'}"):
         load_model("acme/Other", dtype="fp32", device="cpu")
-    check_drafter("--drafter", "acme/Tiny")  # a draft model by repo id too
+    check_drafter("--drafter", "acme/Tiny")  # a draft model by repo id too,
+    check_drafter("--drafter", "acme/Tiny", target=loaded)  # and once the target has loaded
     with pytest.raises(SwarmscopeError, match="--drafter acme/Other: no such folder"):
         check_drafter("--drafter", "acme/Other")
 
