@@ -16,6 +16,12 @@ def _token_text(value) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _conversation(user: str, system: str | None) -> list[dict[str, str]]:
+    """One user message, after a system message if given."""
+    return ([{"role": "system", "content": system}] if system is not None else []) + [
+        {"role": "user", "content": user}]
+
+
 class Tokenizer:
     """Text <-> ids for one model, plus its chat template."""
 
@@ -102,10 +108,8 @@ class Tokenizer:
         return self.chat_prompt(user) if text is None else text
 
     def _render(self, user: str, system: str | None) -> str:
-        messages = ([{"role": "system", "content": system}] if system is not None else [])
-        messages.append({"role": "user", "content": user})
-        return render_chat(self.chat_template, messages, bos_token=self.bos_token or "",
-                           eos_token=self.eos_token or "")
+        return render_chat(self.chat_template, _conversation(user, system),
+                           bos_token=self.bos_token or "", eos_token=self.eos_token or "")
 
     def _named(self, problem) -> ChatTemplateError:
         """The model's own template's error names its file."""
@@ -155,9 +159,7 @@ class ByteTokenizer:
         return "".join(out)
 
     def chat_prompt(self, user: str, system: str | None = None) -> str:
-        messages = ([{"role": "system", "content": system}] if system is not None else [])
-        messages.append({"role": "user", "content": user})
-        return render_chat(None, messages)
+        return render_chat(None, _conversation(user, system))
 
     def follow_up(self, user: str) -> str:
         return render_follow_up(None, user)  # ChatML shows the assistant's words as given

@@ -29,15 +29,11 @@ def model_folder(spec: str) -> Path:
     is none of these comes back as given, for the caller to say it is missing."""
     folder = Path(spec).expanduser()
     if not folder.exists() and REPO_ID.fullmatch(spec):
-        cached = repo_folder(spec)
+        cached = cache_dir() / ("models--" + spec.replace("/", "--"))
         folder = cached if cached.is_dir() else folder
     if (folder / "snapshots").is_dir():
         return _main_snapshot(folder)
     return folder
-
-
-def repo_folder(repo_id: str) -> Path:
-    return cache_dir() / ("models--" + repo_id.replace("/", "--"))
 
 
 def model_name(folder: Path) -> str:

@@ -54,14 +54,17 @@ def read_trace(path: str | Path, lenient: bool = False) -> Trace:
 def _keep_steps_in_order(trace: Trace, step_lines: list[int]) -> None:
     """Lenient reading keeps the longest run of steps in order (step numbers rising, then t not
     going back), so one damaged step is skipped, not every step after it."""
-    kept = range(len(trace.steps))
+    steps = trace.steps
+    if all(a.step < b.step and a.t <= b.t for a, b in zip(steps, steps[1:])):
+        return  # the usual trace: nothing to search
+    kept = range(len(steps))
     for value, strict in ((lambda s: s.step, True), (lambda s: s.t, False)):
-        run = _longest_rising([value(trace.steps[i]) for i in kept], strict)
+        run = _longest_rising([value(steps[i]) for i in kept], strict)
         kept = [kept[i] for i in run]
-    dropped = set(range(len(trace.steps))) - set(kept)
-    trace.warnings += [f"line {step_lines[i]}: step out of order: step {trace.steps[i].step} at "
-                       f"t={trace.steps[i].t} (skipped)" for i in sorted(dropped)]
-    trace.steps = [trace.steps[i] for i in kept]
+    dropped = set(range(len(steps))) - set(kept)
+    trace.warnings += [f"line {step_lines[i]}: step out of order: step {steps[i].step} at "
+                       f"t={steps[i].t} (skipped)" for i in sorted(dropped)]
+    trace.steps = [steps[i] for i in kept]
 
 
 def _longest_rising(values: list, strict: bool) -> list[int]:
@@ -76,7 +79,7 @@ def _longest_rising(values: list, strict: bool) -> list[int]:
         rising_from[i] = at + 1
     kept, left, last = [], len(tails), -math.inf
     for i, value in enumerate(values):
-        if rising_from[i] == left and (value > last or (not strict and value == last)):
+        if rising_from[i] == left and (value > last if strict else value >= last):
             kept.append(i)
             left, last = left - 1, value
     return kept
