@@ -19,6 +19,7 @@ import sys
 import time
 
 from app.display import display_problem
+from engine.cli.options import DTYPE_HELP
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lanes", type=int, default=16)
     parser.add_argument("--frames", type=int, default=90, help="redraws timed for the fps test")
     parser.add_argument("--model", default="tiny-test", help="model for the tokens/s comparison")
-    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--dtype", default="auto", help=DTYPE_HELP)
     parser.add_argument("--engine-steps", type=int, default=150,
                         help="engine steps per run (each round: headless, then windowed)")
     parser.add_argument("--rounds", type=int, default=3,

@@ -18,7 +18,7 @@ from app.display import display_problem
 from app.main_window import MainWindow
 from app.session_traces import SessionTraces
 from app.theme import THEMES, Theme, apply_theme
-from engine.cli.options import MODEL_HELP
+from engine.cli.options import DEVICE_HELP, DTYPE_HELP, MODEL_HELP
 
 
 DEFAULT_SIZE = (1600, 1000)
@@ -63,8 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="swarmscope", description="The swarmscope window.")
     parser.add_argument("--model", default="default",
                         help=MODEL_HELP)
-    parser.add_argument("--dtype", default="auto", help="auto | fp32 | bf16 | fp16")
-    parser.add_argument("--device", default="auto", help="auto | cpu | cuda | rocm")
+    parser.add_argument("--dtype", default="auto", help=DTYPE_HELP)
+    parser.add_argument("--device", default="auto", help=DEVICE_HELP)
     parser.add_argument("--agents", type=int, default=8, help="swarm size at start")
     parser.add_argument("--trace-out", metavar="FILE",
                         help="record the session here, later ones (Ctrl+M) beside it, "

@@ -14,6 +14,7 @@ import time
 
 import torch
 
+from engine.cli.options import DEVICE_HELP, DTYPE_HELP
 from engine.config import PRESETS
 from engine.devices import dtype_name, resolve_device, resolve_dtype, synchronize
 from engine.errors import SwarmscopeError
@@ -30,8 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="default",
                         help="anything `swarmscope generate --model` takes, or random:PRESET for "
                              f"random weights of a preset's shapes ({', '.join(PRESETS)})")
-    parser.add_argument("--dtype", default="auto", help="fp32 | bf16 | fp16 (GPU) | auto")
-    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="auto", help=DTYPE_HELP)
+    parser.add_argument("--device", default="auto", help=DEVICE_HELP)
     parser.add_argument("--ctx", type=int, default=256, help="context length of every lane")
     parser.add_argument("--repeats", type=int, default=7, help="timed steps per point (best of; the minimum is what the code can do on a machine shared with other work)")
     parser.add_argument("--layout", default="packed", choices=("packed", "padded"))

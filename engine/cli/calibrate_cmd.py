@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import sys
 
-from engine.cli.options import MODEL_HELP
+from engine.cli.options import DEVICE_HELP, DTYPE_HELP, MODEL_HELP
 from engine.errors import SwarmscopeError
 from engine.spec.calibration import DEFAULT_CONTEXT
 
@@ -12,8 +12,8 @@ from engine.spec.calibration import DEFAULT_CONTEXT
 def register(subparsers) -> None:
     p = subparsers.add_parser("calibrate", help="measure t(N) and the speculation budget T")
     p.add_argument("--model", default="default", help=MODEL_HELP)
-    p.add_argument("--dtype", default="auto", help="fp32 | bf16 | fp16 (GPU) | auto")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda | rocm")
+    p.add_argument("--dtype", default="auto", help=DTYPE_HELP)
+    p.add_argument("--device", default="auto", help=DEVICE_HELP)
     p.add_argument("--eps", type=float, default=0.10, help="T = largest N with t(N) <= (1+eps) t(1)")
     p.add_argument("--context", type=int, metavar="TOKENS",
                    help=f"tokens each timed lane has cached (default {DEFAULT_CONTEXT}, or "

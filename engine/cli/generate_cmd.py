@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from engine.cli.options import MODEL_HELP, check_drafter
+from engine.cli.options import DEVICE_HELP, DTYPE_HELP, MODEL_HELP, check_drafter
 from engine.controls import Controls
 from engine.errors import SwarmscopeError
 from engine.sampling import SamplingParams
@@ -51,8 +51,8 @@ def register(subparsers) -> None:
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dtype", default="auto", help="fp32 | bf16 | fp16 (GPU) | auto")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda | rocm")
+    p.add_argument("--dtype", default="auto", help=DTYPE_HELP)
+    p.add_argument("--device", default="auto", help=DEVICE_HELP)
     p.add_argument("--chat", action=argparse.BooleanOptionalAction, default=True,
                    help="wrap prompts in the model's chat template (default on)")
     p.add_argument("--json", action="store_true", help="one JSON object per prompt")

@@ -8,6 +8,8 @@ import math
 from engine.errors import ModelLoadError, SwarmscopeError
 
 MODEL_HELP = "default | tiny-test | a model folder | ORG/NAME in the Hugging Face cache"
+DTYPE_HELP = "auto (bf16 on GPUs and on CPUs with bf16 dot instructions, else fp32) | bf16 | fp32 | fp16 (GPU)"
+DEVICE_HELP = "auto | cpu | cuda | rocm | cuda:N"
 
 
 def check_at_least(options: dict[str, tuple[float | None, float]]) -> None:

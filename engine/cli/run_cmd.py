@@ -8,7 +8,7 @@ import signal
 import sys
 import time
 
-from engine.cli.options import MODEL_HELP, check_at_least, check_drafter
+from engine.cli.options import DEVICE_HELP, DTYPE_HELP, MODEL_HELP, check_at_least, check_drafter
 from engine.controls import (ADAPTIVE_CAP, DEFAULT_K, FIXED_K, Controls, parse_change,
                              parse_mix)
 from engine.errors import SwarmscopeError
@@ -23,8 +23,8 @@ def register(subparsers) -> None:
     p.add_argument("--headless", action="store_true",
                    help="run without a window (required; the window is `swarmscope`)")
     p.add_argument("--model", default="default", help=MODEL_HELP)
-    p.add_argument("--dtype", default="auto", help="auto | bf16 | fp32 | fp16")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--dtype", default="auto", help=DTYPE_HELP)
+    p.add_argument("--device", default="auto", help=DEVICE_HELP)
     p.add_argument("--agents", type=int, default=8, help="swarm size (default 8)")
     length = p.add_mutually_exclusive_group()
     length.add_argument("--duration", type=float, help="session seconds to run (default 30)")
