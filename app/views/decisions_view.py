@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import functools
 
-from PySide6.QtWidgets import QListWidget, QVBoxLayout, QWidget
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QListView, QListWidget, QVBoxLayout, QWidget
 
 from app.history import History
 from app.theme import Theme
@@ -21,6 +22,12 @@ class DecisionsView(QWidget):
         self._calibration = None
         self.goodput = LiveLabel("emitted –", role="headline", lines=2)
         self.reasons = QListWidget()
+        # A reason reads whole in a narrow pane: it wraps, where it used to run off the right
+        # edge behind a sideways scroll bar.
+        self.reasons.setWordWrap(True)
+        self.reasons.setResizeMode(QListView.ResizeMode.Adjust)
+        self.reasons.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.reasons.setSpacing(2)  # wrapped lines: where one reason ends and the next begins
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.goodput)
@@ -96,4 +103,5 @@ def _folded_reasons(history: History, lo: int, stop: int) -> list[str]:
 
 def _line(key: tuple[str, str], step: int, count: int) -> str:
     policy, reason = key
-    return f"step {step}: [{policy}] {reason}" + (f"  ×{count}" if count > 1 else "")
+    named = reason if reason.startswith(policy) else f"[{policy}] {reason}"  # not "goodput" twice
+    return f"step {step}: {named}" + (f"  ×{count}" if count > 1 else "")

@@ -252,3 +252,29 @@ def test_the_ceilings_are_named_and_drawn_where_near_the_batch(qtbot):
     view.set_ceilings(32, 64)  # both far above the batch: the batch alone sets the axis
     dashboard.show_history(history, 10, force=True)
     assert 4 < view.batch_plot.getViewBox().viewRange()[1][1] < 32
+
+
+def test_decisions_wrap_long_reasons_and_name_the_policy_once(qtbot):
+    view = DecisionsView(Theme.load("dark"))
+    qtbot.addWidget(view)
+    view.resize(320, 300)
+    view.show()
+    lanes = [LaneRecord(i, "chat", 2, 1, 0, 900) for i in range(5)]
+    reason = ("goodput: B=5 T=5 -> sum k=10, 9.5 tok in 38.9 ms; two lanes drafting, the rest "
+              "below their acceptance floor")
+    history = History()
+    history.extend([StepRecord(i, i * 0.1, 40.0, 5, 0, 5, "goodput", "packed", lanes,
+                               f"{reason} ({i})") for i in range(3)]
+                   + [StepRecord(3, 0.3, 40.0, 5, 0, 5, "fixed", "packed", lanes, "B=5 > spec "
+                                 "ceiling 4")])
+    view.show_history(history, 4)
+    qtbot.waitUntil(lambda: view.reasons.count() == 4)
+    lines = [view.reasons.item(i).text() for i in range(4)]
+    assert lines[0] == "step 3: [fixed] B=5 > spec ceiling 4"
+    assert lines[1] == f"step 2: {reason} (2)"
+    listed = view.reasons
+    assert listed.horizontalScrollBar().maximum() == 0
+    for i in range(4):
+        rect = listed.visualItemRect(listed.item(i))
+        assert rect.width() <= listed.viewport().width()
+    assert listed.visualItemRect(listed.item(1)).height() > 2 * listed.fontMetrics().height()
