@@ -114,8 +114,11 @@ class AgentsView(QWidget):
         style = {"prompt": f"color:{th.muted}", "tool": f"color:{th.prefill}",
                  "committed": f"color:{th.text}",
                  "accepted_draft": f"background:{th.free};color:{th.background}"}
+        # A task's prompt starts a fresh conversation (a new sequence): marked, it does not read
+        # as a system message in the middle of the last one.
+        new_task = f"\n<span style='{style['prompt']}'>── new task ──</span>\n"
         parts, budget = [], TRANSCRIPT_CHARS
-        for text, kind in reversed(row.transcript):
+        for back, (text, kind) in enumerate(reversed(row.transcript), 1):
             text = text[-budget:]
             shown = html.escape(_UNPRINTABLE.sub("\u00b7", text))
             if kind in ("committed", "accepted_draft"):
@@ -124,6 +127,8 @@ class AgentsView(QWidget):
             budget -= len(text)
             if budget <= 0:
                 break
+            if kind == "prompt" and back < len(row.transcript):  # an earlier task before it
+                parts.append(new_task)
         body = "".join(reversed(parts)).replace("\n", "<br>")
         legend = (f"<p style='color:{th.muted}'>agent {row.id} · {row.cat} · {row.state} — "
                   f"<span style='{style['accepted_draft']}'>accepted draft</span> "

@@ -278,3 +278,19 @@ def test_decisions_wrap_long_reasons_and_name_the_policy_once(qtbot):
         rect = listed.visualItemRect(listed.item(i))
         assert rect.width() <= listed.viewport().width()
     assert listed.visualItemRect(listed.item(1)).height() > 2 * listed.fontMetrics().height()
+
+
+def test_a_transcript_marks_where_a_new_task_begins(qtbot):
+    """A new task is a fresh conversation: its system prompt must not read as part of the last
+    one's text; the first task needs no mark."""
+    from app.agent_rows import AgentRow
+    from app.views.agents_view import AgentsView
+
+    view = AgentsView(Theme.load("dark"))
+    qtbot.addWidget(view)
+    view.set_rows([AgentRow(0, "decode", "chat", 9, None, [
+        ("<|im_start|>system\nfirst task", "prompt"), ("an answer", "committed"),
+        ("<|im_start|>system\nsecond task", "prompt"), ("more", "committed")])])
+    text = view.transcript.toPlainText()
+    assert text.count("new task") == 1
+    assert text.index("an answer") < text.index("new task") < text.index("second task")
