@@ -38,6 +38,7 @@ class AcceptanceView(QWidget):
                                  titled_px=0),
                        PlotTitle(self.lane_plot, theme, "by agent", "agent", titled_px=0)]
         self.bars = {}
+        self._category_ticks: list | None = None
         for name, plot, field in (("position", self.position_plot, "accepted"),
                                   ("category", self.category_plot, "free"),
                                   ("lane", self.lane_plot, "committed")):
@@ -73,9 +74,12 @@ class AcceptanceView(QWidget):
         cats = sorted(stats.by_category)
         self.bars["category"].setOpts(x=list(range(len(cats))),
                                       height=[stats.by_category[c] for c in cats], width=0.7)
-        # Short tick names: three bars share a narrow plot.
-        self.category_plot.getAxis("bottom").setTicks([[(i, c.split("-")[0]) for i, c in
-                                                         enumerate(cats)]])
+        # Short tick names: three bars share a narrow plot. Set only when they change: new ticks
+        # repaint the axis.
+        ticks = [[(i, c.split("-")[0]) for i, c in enumerate(cats)]]
+        if ticks != self._category_ticks:
+            self._category_ticks = ticks
+            self.category_plot.getAxis("bottom").setTicks(ticks)
         self.category_plot.setXRange(-0.6, max(len(cats), 3) - 0.4, padding=0)
         agents = sorted(stats.by_agent)
         self.bars["lane"].setOpts(x=agents, height=[stats.by_agent[a] for a in agents], width=0.7)

@@ -12,6 +12,11 @@ from app.views.plot_text import AxisLabel, PlotTitle
 
 TRAIL_STEPS = 64  # recent operating points drawn faintly behind the live one
 PLOT_MIN_PX = (180, 120)  # the ms axis, the N axis's label, and a knee to see
+# Past the calibrated curve the axes grow to this much beyond the recent points, and shrink back
+# only once they need under half of that: a swarm's long contexts keep the live point above the
+# curve, moving every step, and axes that followed it repainted themselves and the grid every
+# frame.
+ROOM_PAST_CURVE = 1.3
 
 
 def _title_wordings(context: int | None) -> tuple[str, ...]:
@@ -40,12 +45,12 @@ class CostCurveView(QWidget):
         for item in (self.measured, self.trail, self.live, self.budget_line):
             self.plot.addItem(item)
         self.budget_line.setVisible(False)
-        # The axes fit the calibrated curve, stretched only while the live point lies beyond it:
-        # a range that followed every trail point would redraw the axes and grid each frame, and
-        # one slow outlier (a long prefill) would flatten the curve's knee for good.
+        # The axes fit the calibrated curve, stretched only while recent points lie beyond it
+        # (_cover): a range that followed every point would redraw the axes and grid each frame,
+        # and one slow outlier (a long prefill) would flatten the curve's knee for good.
         self.plot.disableAutoRange()
         self._curve_extent = (1.0, 1.0)  # (N, ms) of the calibrated points
-        self._shown: tuple[float, float] | None = None
+        self._shown: tuple[float, float] | None = None  # (N, ms) the axes hold
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.plot)
@@ -64,6 +69,7 @@ class CostCurveView(QWidget):
         self.curve.setData(list(ns), [calibration.t_ms(n) for n in ns])
         self.measured.setData(list(ns), list(ms))
         self._curve_extent = (float(max(ns)), float(max(ms)))
+        self._shown = None  # fitted afresh to the new curve
         self._cover(1.0, 1.0)
         self.budget_line.setValue(calibration.budget)
         self.budget_line.setVisible(True)  # first: a hidden label ignores a new format
@@ -77,12 +83,17 @@ class CostCurveView(QWidget):
         ms = history.column("dt_ms", lo, stop)
         self.trail.setData(n, ms)
         self.live.setData([n[-1]], [ms[-1]])
-        self._cover(float(n[-1]), float(ms[-1]))
+        self._cover(float(n.max()), float(ms.max()))  # the trail in view too
 
     def _cover(self, n: float, ms: float) -> None:
-        shown = (max(n, self._curve_extent[0]), max(ms, self._curve_extent[1]))
-        if shown != self._shown:
-            self._shown = shown
-            self.plot.setXRange(0, shown[0] * 1.05, padding=0)
-            # headroom: the live point stays below the T label (at 0.92 of the height)
-            self.plot.setYRange(0, shown[1] * 1.25, padding=0)
+        """Axes holding the calibrated curve and the point (n, ms): unchanged while they hold it
+        and it needs at least half of them; else refitted, with room past the curve."""
+        need = (max(n, self._curve_extent[0]), max(ms, self._curve_extent[1]))
+        if self._shown is not None and all(0.5 * held <= x <= held
+                                           for x, held in zip(need, self._shown)):
+            return
+        self._shown = tuple(x if x == curve else x * ROOM_PAST_CURVE
+                            for x, curve in zip(need, self._curve_extent))
+        self.plot.setXRange(0, self._shown[0] * 1.05, padding=0)
+        # headroom: the live point stays below the T label (at 0.92 of the height)
+        self.plot.setYRange(0, self._shown[1] * 1.25, padding=0)

@@ -294,3 +294,34 @@ def test_a_transcript_marks_where_a_new_task_begins(qtbot):
     text = view.transcript.toPlainText()
     assert text.count("new task") == 1
     assert text.index("an answer") < text.index("new task") < text.index("second task")
+
+
+def test_the_cost_curve_holds_its_axes_while_a_live_point_above_the_curve_moves(qtbot):
+    """A swarm's steps at long contexts sit above the calibrated curve and move every step: the
+    axes grow once to hold them and their trail, not every frame (each change repainted the axes
+    and grid), and shrink back to the curve once the steps need under half."""
+    view = CostCurveView(Theme.load("dark"))
+    qtbot.addWidget(view)
+    view.set_calibration(Calibration(points=[(1, 10.0), (8, 16.0), (64, 40.0)]))
+    box = view.plot.getViewBox()
+    curve_range = box.viewRange()
+    changes, last = 0, box.viewRange()
+
+    def show(dt_ms: list[float]) -> None:
+        nonlocal changes, last
+        lanes = [LaneRecord(i, "chat", 0, 0, 0, 2000) for i in range(8)]
+        history = History()
+        history.extend([StepRecord(i, 0.1 * i, ms, 8, 0, 8, "off", "packed", lanes, "off")
+                        for i, ms in enumerate(dt_ms)])
+        for stop in range(1, len(dt_ms) + 1):
+            view.show_history(history, stop)
+            shown = box.viewRange()
+            assert shown[1][0] <= min(dt_ms[:stop]) and max(dt_ms[:stop]) <= shown[1][1]
+            changes, last = changes + (shown != last), shown
+
+    show([50.0, 57.0, 52.0, 60.0, 55.0, 62.0, 51.0, 58.0])  # above the curve, moving
+    assert changes == 1
+    show([150.0])  # far above: the axes grow at once
+    assert changes == 2
+    show([20.0, 18.0])  # back on the curve: the axes fit it again
+    assert changes == 3 and box.viewRange() == curve_range
