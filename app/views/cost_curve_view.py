@@ -12,8 +12,8 @@ from app.views.plot_text import AxisLabel, PlotTitle
 
 TRAIL_STEPS = 64  # recent operating points drawn faintly behind the live one
 PLOT_MIN_PX = (180, 120)  # the ms axis, the N axis's label, and a knee to see
-# Past the calibrated curve the axes grow to this much beyond the recent points, and shrink back
-# only once they need under half of that: a swarm's long contexts keep the live point above the
+# Past the calibrated curve the axes grow to this much beyond the live point, and shrink back
+# only once it needs under half of that: a swarm's long contexts keep the live point above the
 # curve, moving every step, and axes that followed it repainted themselves and the grid every
 # frame.
 ROOM_PAST_CURVE = 1.3
@@ -45,9 +45,9 @@ class CostCurveView(QWidget):
         for item in (self.measured, self.trail, self.live, self.budget_line):
             self.plot.addItem(item)
         self.budget_line.setVisible(False)
-        # The axes fit the calibrated curve, stretched only while recent points lie beyond it
-        # (_cover): a range that followed every point would redraw the axes and grid each frame,
-        # and one slow outlier (a long prefill) would flatten the curve's knee for good.
+        # The axes fit the calibrated curve, stretched only while the live point lies beyond it
+        # (_cover): a range that followed every trail point would redraw the axes and grid each
+        # frame, and one slow outlier (a long prefill) would flatten the curve's knee for long.
         self.plot.disableAutoRange()
         self._curve_extent = (1.0, 1.0)  # (N, ms) of the calibrated points
         self._shown: tuple[float, float] | None = None  # (N, ms) the axes hold
@@ -83,7 +83,7 @@ class CostCurveView(QWidget):
         ms = history.column("dt_ms", lo, stop)
         self.trail.setData(n, ms)
         self.live.setData([n[-1]], [ms[-1]])
-        self._cover(float(n.max()), float(ms.max()))  # the trail in view too
+        self._cover(float(n[-1]), float(ms[-1]))
 
     def _cover(self, n: float, ms: float) -> None:
         """Axes holding the calibrated curve and the point (n, ms): unchanged while they hold it
