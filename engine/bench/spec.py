@@ -35,7 +35,7 @@ import sys
 
 from engine.bench import in_turn
 from engine.bench.spec_workloads import WORKLOADS
-from engine.cli.options import DEVICE_HELP, DTYPE_HELP
+from engine.cli.options import DEVICE_HELP, DTYPE_HELP, MODEL_HELP
 from engine.controls import ADAPTIVE_CAP, Controls
 from engine.kv_cache import PagedKVCache
 from engine.runner import ModelRunner
@@ -54,7 +54,7 @@ REQUESTS_PER_LANE = 2  # a round's requests per lane: about half of them end ins
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--model", default="default")
+    parser.add_argument("--model", default="default", help=MODEL_HELP)
     parser.add_argument("--dtype", default="auto", help=DTYPE_HELP)
     parser.add_argument("--device", default="auto", help=DEVICE_HELP)
     parser.add_argument("--batches", default="1,2,4,8,16", help="comma-separated B values")
