@@ -9,7 +9,7 @@ from PySide6.QtWidgets import QVBoxLayout, QWidget
 from app.history import History
 from app.theme import Theme
 from app.views.live_label import LiveLabel
-from app.views.plot_factory import hline, make_plot
+from app.views.plot_factory import axis_holds, hline, make_plot
 from app.views.plot_text import AxisLabel, PlotTitle
 from engine.controls import Controls
 
@@ -146,7 +146,7 @@ class BatchView(QWidget):
         top = self.rate_plot.getViewBox().viewRange()[1][1]
         first = self._history.index_at(lo)
         peak = float(rate[min(first, len(rate) - 1):].max())
-        if peak > top or peak < 0.5 * top:
+        if not axis_holds(peak, top):
             self.rate_plot.setYRange(0, max(peak * 1.25, 1.0), padding=0)
 
     def select_range(self, t0: float, t1: float) -> None:

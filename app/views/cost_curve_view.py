@@ -7,7 +7,7 @@ from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from app.history import History
 from app.theme import Theme
-from app.views.plot_factory import dashed, make_plot
+from app.views.plot_factory import axis_holds, dashed, make_plot
 from app.views.plot_text import AxisLabel, PlotTitle
 
 TRAIL_STEPS = 64  # recent operating points drawn faintly behind the live one
@@ -89,8 +89,7 @@ class CostCurveView(QWidget):
         """Axes holding the calibrated curve and the point (n, ms): unchanged while they hold it
         and it needs at least half of them; else refitted, with room past the curve."""
         need = (max(n, self._curve_extent[0]), max(ms, self._curve_extent[1]))
-        if self._shown is not None and all(0.5 * held <= x <= held
-                                           for x, held in zip(need, self._shown)):
+        if self._shown is not None and all(map(axis_holds, need, self._shown)):
             return
         self._shown = tuple(x if x == curve else x * ROOM_PAST_CURVE
                             for x, curve in zip(need, self._curve_extent))

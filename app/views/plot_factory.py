@@ -39,6 +39,12 @@ def make_plot(theme: Theme, left: str = "") -> pg.PlotWidget:
     return plot
 
 
+def axis_holds(value: float, top: float) -> bool:
+    """Whether an axis up to `top` still suits `value`: it holds it, and it needs at least half
+    of it. Refitted only where it does not (grow at once, shrink past half), an axis under a
+    value that moves every frame repaints rarely; each refit repaints it and its grid."""
+    return 0.5 * top <= value <= top
+
 def dashed(theme: Theme, field: str, width: float = 1.5) -> pg.QtGui.QPen:
     return pg.mkPen(getattr(theme, field), width=width, style=Qt.PenStyle.DashLine)
 
