@@ -45,6 +45,7 @@ def axis_holds(value: float, top: float) -> bool:
     value that moves every frame repaints rarely; each refit repaints it and its grid."""
     return 0.5 * top <= value <= top
 
+
 def dashed(theme: Theme, field: str, width: float = 1.5) -> pg.QtGui.QPen:
     return pg.mkPen(getattr(theme, field), width=width, style=Qt.PenStyle.DashLine)
 
