@@ -9,7 +9,9 @@ differently.) Each run is a process of its own, as a user runs them: headless, t
 on the main thread (`swarmscope run --headless`); windowed, the app's worker thread loads the
 model and steps while the window draws. (Torch work on two threads of one process costs both:
 each gets an OpenMP team, and on a machine with few cores they contend.) Headless and windowed
-runs alternate for `--rounds` rounds, so a slow spell of the machine touches both."""
+runs alternate for `--rounds` rounds, so a slow spell of the machine touches both; the ratio's ±
+is its standard error over those paired rounds (a 2-core machine's speed drifts by a tenth from
+one run to the next, more than the window's few percent)."""
 from __future__ import annotations
 
 import argparse
@@ -19,6 +21,7 @@ import sys
 import time
 
 from app.display import display_problem
+from engine.bench.spec import ratio_spread
 from engine.cli.options import DTYPE_HELP
 
 
@@ -179,9 +182,14 @@ def run(args) -> int:
             return 1
         headless, windowed = (sum(e for _, e in runs[mode]) / sum(s for s, _ in runs[mode])
                               for mode in ("headless", "windowed"))
+        per_round = {mode: [e / s for s, e in runs[mode]] for mode in runs}
+        spread = ratio_spread(per_round["windowed"], per_round["headless"])
         result.update(headless_tok_s=round(headless, 1), windowed_tok_s=round(windowed, 1),
-                      ratio=round(windowed / headless, 3), engine_steps=args.engine_steps,
-                      rounds=args.rounds)
+                      ratio=round(windowed / headless, 3),
+                      ratio_se=None if spread is None else round(spread, 3),
+                      round_ratios=[round(w / h, 3) for w, h in zip(per_round["windowed"],
+                                                                     per_round["headless"])],
+                      engine_steps=args.engine_steps, rounds=args.rounds)
     if args.json:
         print(json.dumps(result))
     else:
@@ -190,5 +198,10 @@ def run(args) -> int:
         if "ratio" in result:
             print(f"engine ({args.engine_steps} steps x {args.rounds} rounds, same tokens): "
                   f"{result['headless_tok_s']} tok/s headless, {result['windowed_tok_s']} tok/s "
-                  f"with the window open, ratio {result['ratio']} (target >= 0.95)")
+                  f"with the window open, ratio {result['ratio']}{_plus_minus(result['ratio_se'])} "
+                  f"(target >= 0.95)")
     return 0
+
+
+def _plus_minus(spread: float | None) -> str:
+    return "" if spread is None else f" ± {spread:.3f}"
