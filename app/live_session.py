@@ -108,7 +108,9 @@ class LiveSessionMixin:
 
     def poll(self, force: bool = False) -> None:
         """Pull what the engine recorded since the last frame, then redraw once if the pacer
-        allows (`force`: now, every view, as for a screenshot)."""
+        allows and the window is not minimized (`force`: now, every view, as for a screenshot).
+        Minimized, Qt paints nothing, but the views' data updates would still take the engine's
+        CPU; the first tick after the window comes back draws what it missed."""
         engine = self.engine
         if engine is None:
             return
@@ -120,7 +122,7 @@ class LiveSessionMixin:
         self.history.extend(records)
         self.history.add_events(events)
         self._undrawn = self._undrawn or bool(records or events)
-        if force or (self._undrawn and self.pacer.ready()):
+        if force or (self._undrawn and not self.isMinimized() and self.pacer.ready()):
             self._undrawn = False
             self.dashboard.show_history(self.history, len(self.history),
                                         agents=lambda: self._live_agents(engine), force=force)

@@ -301,6 +301,25 @@ def test_live_redraws_are_paced_and_smooth_redraw_lifts_the_limit(window, qtbot)
     assert len(drawn) >= 10 and drawn[-1] >= len(window.history) - 5  # and catches up at once
 
 
+def test_a_minimized_window_draws_nothing_and_catches_up_when_restored(window, qtbot):
+    """Minimized, nobody sees the views: their updates would only take the engine's CPU."""
+    engine = FakeEngine()
+    window.start_live(build=lambda progress: engine)
+    qtbot.waitUntil(lambda: len(window.history) > 5, timeout=5000)
+    drawn = []
+    original = window.dashboard.show_history
+    window.dashboard.show_history = lambda *a, **k: (drawn.append(a[1]), original(*a, **k))
+    window.smooth_action.trigger()  # unpaced: every tick with new steps would draw
+    window.showMinimized()
+    qtbot.waitUntil(window.isMinimized, timeout=2000)
+    drawn.clear()
+    steps = len(window.history)
+    qtbot.wait(600)
+    assert drawn == [] and len(window.history) > steps + 5  # the records still arrive
+    window.showNormal()
+    qtbot.waitUntil(lambda: bool(drawn) and drawn[-1] >= len(window.history) - 5, timeout=2000)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_or_sigterm_closes_the_window_like_its_close_button(tmp_path, sig):
     """The engine stops and the gzipped trace gets its trailer; before, Ctrl+C printed a
