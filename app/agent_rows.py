@@ -18,12 +18,13 @@ class AgentRow:
     tokens: int                # emitted for this agent
     acceptance: float | None   # accepted / drafted
     transcript: list[tuple[str, str]] = field(default_factory=list)  # [(text, kind)]
+    first_segment: int = 0     # the number of transcript[0] among all the agent's segments
 
     @classmethod
     def from_view(cls, view) -> "AgentRow":
         """Copy an engine AgentView, so the table never holds engine objects across threads."""
         return cls(view.id, view.state, view.cat, int(view.tokens), view.acceptance,
-                   list(view.transcript))
+                   list(view.transcript), view.first_segment)
 
 
 class AgentTally:
@@ -40,6 +41,7 @@ class AgentTally:
         self._events_read = 0
         self._states: dict[int, str] = {}
         self._transcripts: dict[int, deque] = {}
+        self._segments_read: dict[int, int] = {}  # per agent, over the session
 
     def rows(self, history: History, stop: int) -> list[AgentRow]:
         if history is not self._history or stop < self._stop:
@@ -60,9 +62,10 @@ class AgentTally:
         for agent in sorted(set(self._rows) | set(states) | set(self._transcripts)):
             row = self._rows.get(agent) or AgentRow(agent, "waiting", "?", 0, None)
             drafted = self._drafted.get(agent, 0)
+            transcript = list(self._transcripts.get(agent, ()))
             out.append(AgentRow(agent, states.get(agent, "waiting"), row.cat, row.tokens,
                                 self._accepted[agent] / drafted if drafted else None,
-                                list(self._transcripts.get(agent, ()))))
+                                transcript, self._segments_read.get(agent, 0) - len(transcript)))
         return out
 
     def _read_events(self, history: History, stop: int) -> None:
@@ -80,6 +83,8 @@ class AgentTally:
             elif event.get("type") == "text":
                 shown = self._transcripts.setdefault(event["agent"], deque(maxlen=MAX_SEGMENTS))
                 shown.extend((text, kind) for text, kind in event["segments"])
+                self._segments_read[event["agent"]] = (self._segments_read.get(event["agent"], 0)
+                                                       + len(event["segments"]))
 
 
 def rows_from_history(history: History, stop: int) -> list[AgentRow]:

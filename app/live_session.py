@@ -16,7 +16,7 @@ from app.engine_factory import EngineSpec
 from app.frame_pacer import ENGINE_FIRST_SHARE, SMOOTH_SHARE, FramePacer
 from app.history import History
 from app.session_traces import SessionTraces
-from app.views.agents_view import TRANSCRIPT_CHARS
+from app.views.transcript_view import TRANSCRIPT_CHARS
 from app.worker import EngineBuilder, EngineHost
 from engine.errors import SwarmscopeError
 from engine.loading import check_model_folder

@@ -32,6 +32,7 @@ class AgentView:
     tokens: int                        # tokens emitted over the agent's life
     acceptance: float | None           # accepted / drafted over its life
     transcript: list[tuple[str, str]] = field(default_factory=list)  # (text, kind)
+    first_segment: int = 0             # the number of transcript[0] among all the agent's segments
     turns: int = 0
     mean_turn_s: float | None = None   # mean time from a turn's start to its last token
 
@@ -58,6 +59,7 @@ class Agent:
         self.tokens = self.drafted = self.accepted = 0
         # Segments hold text, or token ids decoded only when someone looks (keeps steps cheap).
         self._segments: deque[list] = deque(maxlen=MAX_SEGMENTS)
+        self._segments_made = 0  # over the agent's life (a view numbers its segments by it)
         # Text not yet taken for the trace (None: not recorded): [text, kind] for prompt and tool
         # output, [end, kind] for a run of this turn's output ending at _turn_ids[end].
         self._unsent: list[list] | None = [] if record_text else None
@@ -79,7 +81,7 @@ class Agent:
                                   seed=self.rng.randrange(2 ** 31))
         self.seq = Sequence(seq_id=seq_id, token_ids=ids, prompt_len=len(ids), sampling=sampling,
                             stop_ids=tuple(self.tokenizer.eos_ids), agent=self.id, cat=cat)
-        self._segments.append([text, "prompt"])
+        self._add_segment(text, "prompt")
         self._note(text, "prompt")
         self._begin_turn(t)
         return self.seq
@@ -107,9 +109,13 @@ class Agent:
 
     def resume(self, text: str, ids: list[int], t: float) -> None:
         self.seq.token_ids.extend(ids)
-        self._segments.append([text, "tool"])
+        self._add_segment(text, "tool")
         self._note(text, "tool")
         self._begin_turn(t)
+
+    def _add_segment(self, content: str | list[int], kind: str) -> None:
+        self._segments.append([content, kind])
+        self._segments_made += 1
 
     def _turn_tokens(self) -> int:
         """Most tokens a turn writes: the workload's, but at most half the context, so that a
@@ -137,7 +143,7 @@ class Agent:
             if self._segments and self._segments[-1][1] == kind:
                 self._segments[-1][0].extend(ids)
             else:
-                self._segments.append([list(ids), kind])
+                self._add_segment(list(ids), kind)
             if self._unsent is None:
                 continue
             self._turn_ids.extend(ids)
@@ -200,6 +206,8 @@ class Agent:
         transcript = segments[::-1]
         return AgentView(id=self.id, state=state or self.state, cat=self.cat, tokens=self.tokens,
                          acceptance=self.accepted / self.drafted if self.drafted else None,
-                         transcript=transcript, turns=len(self.turn_times),
+                         transcript=transcript,
+                         first_segment=self._segments_made - len(transcript),
+                         turns=len(self.turn_times),
                          mean_turn_s=(sum(self.turn_times) / len(self.turn_times)
                                       if self.turn_times else None))

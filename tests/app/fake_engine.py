@@ -5,28 +5,18 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import torch
 
 from engine.controls import ControlMailbox, Controls
 from engine.spec.calibration import Calibration
+from engine.swarm.agent import AgentView
 from engine.telemetry.records import StepRecord
 from engine.telemetry.ring_buffer import RingBuffer
 from engine.telemetry.trace_writer import TraceWriter
 
 CATS = ("code-edit", "chat", "json")
-
-
-@dataclass
-class FakeAgent:
-    id: int
-    state: str
-    cat: str
-    tokens: int = 0
-    acceptance: float | None = None
-    transcript: list = field(default_factory=list)
 
 
 class FakeEngine:
@@ -82,12 +72,12 @@ class FakeEngine:
         return rec
 
     def agents(self, transcript_of: set[int] | None = None,
-               tail_chars: int | None = None) -> list[FakeAgent]:
+               tail_chars: int | None = None) -> list[AgentView]:
         """As Engine.agents: text only for the agents asked for (tail_chars is not needed here:
         the fake transcripts are short)."""
         text = [("Fix the bug in parser.py\n", "prompt"), ("def parse(", "committed"),
                 ("text):\n    return", "accepted_draft"), (" json.loads", "committed")]
-        return [FakeAgent(i, "decode" if i < self._batch else "tool", CATS[i % 3], 10 * i, 0.5,
+        return [AgentView(i, "decode" if i < self._batch else "tool", CATS[i % 3], 10 * i, 0.5,
                           text if transcript_of is None or i in transcript_of else [])
                 for i in range(self.controls.swarm_size)]
 

@@ -110,3 +110,17 @@ def test_agent_rows_rebuilt_from_trace_events():
     assert [(r.id, r.state, r.tokens) for r in rows] == [(0, "done", 3 + 2), (1, "tool", 1)]
     assert rows[0].acceptance == pytest.approx(3 / 4)
     assert rows[1].transcript == [("ab", "committed"), ("c", "tool")]
+    assert rows[1].first_segment == 0
+
+
+def test_replayed_segments_are_numbered_once_the_oldest_scrolled_away(monkeypatch):
+    """The transcript pane appends what a transcript grew by, placed by the segments' numbers."""
+    import app.agent_rows
+    monkeypatch.setattr(app.agent_rows, "MAX_SEGMENTS", 2)
+    history = History()
+    history.extend([_rec(0, [(1, 0)], t=0.0)])
+    history.add_events([{"type": "text", "t": 0.1 * i, "agent": 1,
+                         "segments": [[str(i), "committed"], [str(i), "tool"]]} for i in range(3)])
+    rows = rows_from_history(history, 1)
+    assert rows[1].transcript == [("2", "committed"), ("2", "tool")]
+    assert rows[1].first_segment == 4

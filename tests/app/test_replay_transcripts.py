@@ -50,11 +50,11 @@ def test_replay_shows_the_text_recorded_up_to_the_scrubbed_time(window, trace_pa
         assert rows[agent].transcript == _recorded(trace, agent)
     assert any(kind == "accepted_draft" for _, kind in rows[0].transcript)
     agents.table.selectRow(0)
-    pane = agents.transcript.toHtml()
+    pane = agents.transcript.text.toHtml()
     assert "background-color:#e8798f" in pane  # the theme's accepted-draft highlight
     assert "no text recorded" not in pane
     tail = "".join(text for text, _ in rows[0].transcript)[-40:]
-    assert tail.strip()[-10:] in agents.transcript.toPlainText().replace("\u21b5", "")
+    assert tail.strip()[-10:] in agents.transcript.text.toPlainText().replace("\u21b5", "")
 
 
 def test_the_tally_moving_forward_equals_a_fresh_rebuild(window, trace_path):

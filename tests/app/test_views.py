@@ -291,7 +291,7 @@ def test_a_transcript_marks_where_a_new_task_begins(qtbot):
     view.set_rows([AgentRow(0, "decode", "chat", 9, None, [
         ("<|im_start|>system\nfirst task", "prompt"), ("an answer", "committed"),
         ("<|im_start|>system\nsecond task", "prompt"), ("more", "committed")])])
-    text = view.transcript.toPlainText()
+    text = view.transcript.text.toPlainText()
     assert text.count("new task") == 1
     assert text.index("an answer") < text.index("new task") < text.index("second task")
 

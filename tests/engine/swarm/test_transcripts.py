@@ -101,3 +101,18 @@ def test_a_tool_answer_follows_the_turn_once_closed():
         text, ids = agent.tool_output()
         assert text == expected + "<|im_start|>user\n3 files<|im_end|>\n<|im_start|>assistant\n"
         assert ids == tok.encode(text)
+
+
+def test_a_views_segments_are_numbered_over_the_agents_life(monkeypatch):
+    """The app appends what a transcript grew by: a view's tail says which segment it starts
+    at, also once the oldest segments have scrolled away."""
+    monkeypatch.setattr("engine.swarm.agent.MAX_SEGMENTS", 4)
+    agent = Agent(0, None, ByteTokenizer(), random.Random(0), 0.0, 100)
+    for letter, accepted in zip("abcdef", (1, 0, 1, 0, 1, 0)):  # runs of alternating kinds
+        agent.on_tokens([ord(letter)], accepted=accepted, drafted=accepted)
+    agent.on_tokens([ord("z")], accepted=0, drafted=0)  # the sixth run grows
+    whole = agent.view()
+    assert len(whole.transcript) == 4 and whole.first_segment == 2
+    assert whole.transcript[-1] == ("fz", "committed")
+    tail = agent.view(tail_chars=3)
+    assert tail.transcript == whole.transcript[-2:] and tail.first_segment == 4
