@@ -71,7 +71,9 @@ def generate(loaded, prompts: list[str], controls: Controls, max_new_tokens: int
              calibration: calib.Calibration | None = None,
              progress: Callable[[str], None] | None = None) -> list[GenerationResult]:
     """Generate for all prompts as one batch. Lane i samples with seed `sampling.seed + i` and
-    stops after `max_new_tokens` or at the model's context (config.max_position), if sooner."""
+    stops after `max_new_tokens` or at the model's context (config.max_position), if sooner.
+    Without `calibration`, the cached one is used or t(N) measured first, unless speculation is
+    off."""
     tok = loaded.tokenizer
     texts = [tok.chat_prompt(p) if chat else p for p in prompts]
     context = loaded.config.max_position  # a lane stops there: the model knows no further
@@ -90,7 +92,7 @@ def generate(loaded, prompts: list[str], controls: Controls, max_new_tokens: int
     blocks = sum(-(-(s.prompt_len + s.max_new_tokens + KV_HEADROOM) // block) for s in seqs)
     kv = PagedKVCache(loaded.config, blocks, block, loaded.model.dtype, loaded.model.device)
     runner = ModelRunner(loaded.model, kv)
-    if calibration is None:
+    if calibration is None and controls.policy != "off":  # off drafts nothing: no t(N) needed
         calibration = calib.calibrate_or_load(loaded, progress=progress)
     executor = StepExecutor(runner, calibration, target=loaded)
     records = decode(executor, seqs, controls)

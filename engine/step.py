@@ -54,9 +54,11 @@ class StepExecutor:
     `target` is the LoadedModel (needed only to build model drafters; may be None for lookup).
     `measures_cost`: goodput plans with what steps took beyond the calibrated curve
     (spec/live_cost.py); without it, with the curve alone, so that where time is the curve (the
-    virtual clock) the plans, and so the run, do not depend on how fast the machine ran."""
+    virtual clock) the plans, and so the run, do not depend on how fast the machine ran.
+    `calibration` may be None for a run with speculation off throughout (`generate --spec off`):
+    nothing then needs t(N), and its steps record a budget of 0, as no T was measured."""
 
-    def __init__(self, runner, calibration: Calibration, target=None,
+    def __init__(self, runner, calibration: Calibration | None, target=None,
                  stats: AcceptanceStats | None = None, measures_cost: bool = True) -> None:
         self.runner, self.calibration, self.target = runner, calibration, target
         self.measures_cost = measures_cost
@@ -131,11 +133,12 @@ class StepExecutor:
                                     ctx=ctx))
         dt_ms = (time.perf_counter() - start) * 1e3
         # prefill chunks are not what the policy plans for
-        if self.measures_cost and decode_seqs and not prefill:
+        if self.measures_cost and self.calibration and decode_seqs and not prefill:
             self._learn_overhead([len(d.tokens) for d in drafts], controls, dt_ms)
         record = StepRecord(step=step, t=t, dt_ms=dt_ms,
                             batch=len(decode_seqs), prefill=prefill,
-                            budget=controls.budget_override or self.calibration.budget,
+                            budget=controls.budget_override
+                            or (self.calibration.budget if self.calibration else 0),
                             policy=controls.policy, ragged=controls.ragged, lanes=lanes,
                             reason=decision.reason)
         return StepOutcome(record, results)

@@ -124,3 +124,17 @@ def test_plain_prompts_are_encoded_as_plain_text(monkeypatch):
     [result] = generate(short, ["hello"], Controls(policy="off"), max_new_tokens=100, chat=False,
                         calibration=Calibration.make_dummy())
     assert len(result.token_ids) == 24 - 1 - len("hello")
+
+
+def test_speculation_off_needs_no_calibration(monkeypatch):
+    """A model folder new to this machine is not calibrated (a minute or more) for a run that
+    never drafts; one that drafts is."""
+    import engine.spec.calibration as calib
+    calibrated = []
+    monkeypatch.setattr(calib, "calibrate_or_load",
+                        lambda loaded, **kw: calibrated.append(loaded) or Calibration.make_dummy())
+    loaded = load_model("tiny-test")
+    plain = generate(loaded, ["hello"], Controls(policy="off"), max_new_tokens=8)
+    assert calibrated == [] and len(plain[0].token_ids) == 8 and plain[0].drafted == 0
+    drafted = generate(loaded, ["hello"], Controls(policy="goodput"), max_new_tokens=8)
+    assert calibrated == [loaded] and drafted[0].token_ids == plain[0].token_ids
