@@ -281,15 +281,22 @@ def test_recalibration_runs_on_the_worker_and_redraws_the_curve(window, qtbot):
     assert window.controls.recalibrate_button.isEnabled()
 
 
-def test_live_redraws_are_paced_and_smooth_redraw_lifts_the_limit(window, qtbot):
-    """Engine first: a costly frame holds the next back; records keep arriving meanwhile and
-    the views catch up. View → Smooth redraw draws at the timer's rate."""
+def _live_with_redraws_noted(window, qtbot) -> list[int]:
+    """A live session of a fake engine a few steps in; the list gets the step count of every
+    redraw from now on."""
     engine = FakeEngine()
     window.start_live(build=lambda progress: engine)
     qtbot.waitUntil(lambda: len(window.history) > 5, timeout=5000)
     drawn = []
     original = window.dashboard.show_history
     window.dashboard.show_history = lambda *a, **k: (drawn.append(a[1]), original(*a, **k))
+    return drawn
+
+
+def test_live_redraws_are_paced_and_smooth_redraw_lifts_the_limit(window, qtbot):
+    """Engine first: a costly frame holds the next back; records keep arriving meanwhile and
+    the views catch up. View → Smooth redraw draws at the timer's rate."""
+    drawn = _live_with_redraws_noted(window, qtbot)
     window.pacer.share = 0.001                 # a frame may take 0.1 % of the wall time
     qtbot.wait(1000)
     paced = len(drawn)
@@ -303,12 +310,7 @@ def test_live_redraws_are_paced_and_smooth_redraw_lifts_the_limit(window, qtbot)
 
 def test_a_minimized_window_draws_nothing_and_catches_up_when_restored(window, qtbot):
     """Minimized, nobody sees the views: their updates would only take the engine's CPU."""
-    engine = FakeEngine()
-    window.start_live(build=lambda progress: engine)
-    qtbot.waitUntil(lambda: len(window.history) > 5, timeout=5000)
-    drawn = []
-    original = window.dashboard.show_history
-    window.dashboard.show_history = lambda *a, **k: (drawn.append(a[1]), original(*a, **k))
+    drawn = _live_with_redraws_noted(window, qtbot)
     window.smooth_action.trigger()  # unpaced: every tick with new steps would draw
     window.showMinimized()
     qtbot.waitUntil(window.isMinimized, timeout=2000)
