@@ -69,11 +69,12 @@ class LiveSessionMixin:
         self._spec = spec
         self.trace_path = spec.trace_out if spec else None
         self.host = EngineHost(build or spec.build, self)
+        # Bound methods of the window, never lambdas: PySide runs a lambda on the emitting (worker)
+        # thread, and a widget touched there can crash the app (an engine failure's banner did).
         self.host.worker.progress.connect(self._on_progress)
         self.host.worker.ready.connect(self._on_ready)
         self.host.worker.recalibrated.connect(self._on_recalibrated)
-        self.host.worker.failed.connect(
-            lambda message: self.show_error(message, records_kept=len(self.history) > 0))
+        self.host.worker.failed.connect(self._on_failed)
         self.progress.show()
         self.host.start()
 
@@ -93,6 +94,9 @@ class LiveSessionMixin:
         self.statusBar().showMessage(message)
         self.progress.setValue(int(100 * fraction))
         self.progress.setVisible(fraction < 1.0)
+
+    def _on_failed(self, message: str) -> None:
+        self.show_error(message, records_kept=len(self.history) > 0)
 
     def _on_ready(self, engine) -> None:
         self.engine = engine

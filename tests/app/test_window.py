@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import zlib
 from pathlib import Path
 
@@ -122,11 +123,17 @@ def test_help_lists_every_shortcut_and_says_what_runs(window, qtbot):
     assert "T = 13, t(1) = 25.0 ms, calibrated with lanes at context 300" in window.about_text()
 
 
-def test_engine_failure_keeps_the_window_and_the_records(window, qtbot):
+def test_engine_failure_keeps_the_window_and_the_records(window, qtbot, monkeypatch):
+    shown_on = []
+    show_error = window.show_error
+    monkeypatch.setattr(window, "show_error", lambda *a, **k: (
+        shown_on.append(threading.current_thread()), show_error(*a, **k)))
     engine = FakeEngine(fail_at=30)
     window.start_live(build=lambda progress: engine)
     qtbot.waitUntil(window.banner.isVisible, timeout=5000)
     assert "injected failure" in window.banner.text()
+    # by the GUI thread: widgets touched from the worker's thread crashed the app at times
+    assert shown_on == [threading.main_thread()]
     window.stop_engine()
     assert len(window.history) == 30 and engine.closed
 
