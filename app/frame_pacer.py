@@ -30,6 +30,13 @@ class FramePacer:
             raise ValueError(f"a CPU share must be in (0, 1], got {value}")
         self._share = value
 
+    def wait_s(self) -> float:
+        """Seconds until the share allows a redraw, if the thread used no more CPU meanwhile."""
+        if self._wall is None:
+            return 0.0
+        used, elapsed = time.thread_time() - self._cpu, time.monotonic() - self._wall
+        return max(0.0, used / self._share - elapsed)
+
     def ready(self) -> bool:
         """Whether a redraw may start now; if so, the next one is paced from here."""
         wall, cpu = time.monotonic(), time.thread_time()

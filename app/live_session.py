@@ -1,7 +1,8 @@
 """The window's live session: an engine built and stepped on the worker thread, its new records
 pulled at 25 Hz and drawn as often as the frame pacer allows (by default 3 % of one core, so the
-engine keeps the machine; View → Smooth redraw lifts it), the controls posted to its mailbox, and
-t(N) re-measured on request. Records are never dropped: a stopped or failed session's stay shown.
+engine keeps the machine, and while it holds a frame back the timer sleeps; View → Smooth redraw
+lifts it), the controls posted to its mailbox, and t(N) re-measured on request. Records are never
+dropped: a stopped or failed session's stay shown.
 
 A part of MainWindow (app/main_window.py), whose history, calibration, dashboard, controls and
 banner it shares with the replay of a trace."""
@@ -108,7 +109,7 @@ class LiveSessionMixin:
         self.controls.setEnabled(True)
         self.controls.recalibrate_button.setEnabled(True)
         self._sync_ceilings()
-        self.timer.start()
+        self.timer.start(FRAME_MS)
 
     def poll(self, force: bool = False) -> None:
         """Pull what the engine recorded since the last frame, then redraw once if the pacer
@@ -130,6 +131,9 @@ class LiveSessionMixin:
             self._undrawn = False
             self.dashboard.show_history(self.history, len(self.history),
                                         agents=lambda: self._live_agents(engine), force=force)
+        # The next tick when the pacer may allow a frame, not at 25 Hz meanwhile: each tick takes
+        # the GIL from the engine (the records wait in its ring buffer).
+        self.timer.setInterval(max(FRAME_MS, int(1000 * self.pacer.wait_s())))
 
     def _live_agents(self, engine) -> list[AgentRow]:
         """The engine's agents, decoding only the shown agent's transcript tail."""
@@ -139,6 +143,7 @@ class LiveSessionMixin:
 
     def _set_smooth(self, smooth: bool) -> None:
         self.pacer.share = SMOOTH_SHARE if smooth else ENGINE_FIRST_SHARE
+        self.timer.setInterval(FRAME_MS)  # not the wait the old share set
 
     def _post_controls(self, changes: dict) -> None:
         if self.engine is not None:

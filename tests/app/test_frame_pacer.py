@@ -17,8 +17,9 @@ def test_a_costly_frame_delays_the_next_until_the_share_allows():
     assert pacer.ready()              # the first frame is never held
     _burn(0.05)                       # a 50 ms frame: the next may start 200 ms after this one
     assert not pacer.ready()
-    time.sleep(0.25)                  # idle (no CPU) while the engine runs
-    assert pacer.ready()
+    assert pacer.wait_s() == pytest.approx(0.2, abs=0.05)
+    time.sleep(pacer.wait_s() + 0.01)  # idle (no CPU) while the engine runs
+    assert pacer.ready() and pacer.wait_s() < 0.01  # the next frame is paced from this one
 
 
 def test_cheap_frames_come_at_the_timer_rate():

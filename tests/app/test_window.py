@@ -304,10 +304,15 @@ def test_live_redraws_are_paced_and_smooth_redraw_lifts_the_limit(window, qtbot)
     """Engine first: a costly frame holds the next back; records keep arriving meanwhile and
     the views catch up. View → Smooth redraw draws at the timer's rate."""
     drawn = _live_with_redraws_noted(window, qtbot)
+    polls = []
+    original_poll = window.poll
+    window.timer.timeout.disconnect()
+    window.timer.timeout.connect(lambda: (polls.append(1), original_poll()))
     window.pacer.share = 0.001                 # a frame may take 0.1 % of the wall time
     qtbot.wait(1000)
     paced = len(drawn)
     assert paced <= 3 and len(window.history) > 20  # the history still grows at full speed
+    assert len(polls) <= 8  # and the timer sleeps while the pacer holds frames (25 Hz: 25)
     window.smooth_action.trigger()
     assert window.pacer.share == 1.0
     drawn.clear()
