@@ -15,6 +15,7 @@ class EngineSpec:
     device: str = "auto"
     agents: int = 8
     trace_out: str | None = None  # None: no trace is written
+    thinking: bool | None = None  # the chat template's enable_thinking (None: its default)
 
     def __post_init__(self) -> None:
         if self.agents < 1:
@@ -30,7 +31,8 @@ class EngineSpec:
         from engine.spec.calibration import calibrate_or_load
 
         loaded = load_model(self.model, dtype=self.dtype, device=self.device,
-                            progress=lambda msg, frac: progress(msg, 0.7 * frac))
+                            progress=lambda msg, frac: progress(msg, 0.7 * frac),
+                            thinking=self.thinking)
         progress("calibrating t(N) (cached per device, model and dtype)…", 0.7)
         # Measured here rather than inside Engine(), where a window closed mid-calibration could
         # not stop it: here every forward pass checks for the close.

@@ -18,7 +18,7 @@ from app.display import display_problem
 from app.main_window import MainWindow
 from app.session_traces import SessionTraces
 from app.theme import THEMES, Theme, apply_theme
-from engine.cli.options import DEVICE_HELP, DTYPE_HELP, MODEL_HELP
+from engine.cli.options import DEVICE_HELP, DTYPE_HELP, MODEL_HELP, add_thinking_option
 
 
 DEFAULT_SIZE = (1600, 1000)
@@ -66,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", default="auto", help=DTYPE_HELP)
     parser.add_argument("--device", default="auto", help=DEVICE_HELP)
     parser.add_argument("--agents", type=int, default=8, help="swarm size at start")
+    add_thinking_option(parser)
     parser.add_argument("--trace-out", metavar="FILE",
                         help="record the session here, later ones (Ctrl+M) beside it, "
                              "numbered (default: a new file in the user data dir each; 'none' "
@@ -111,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.replay:
         window.open_trace(args.replay)
     else:
-        window.start_session(EngineSpec(args.model, args.dtype, args.device, args.agents))
+        window.start_session(EngineSpec(args.model, args.dtype, args.device, args.agents,
+                                        thinking=args.thinking))
     if args.quit_after is not None:
         def finish() -> None:
             if args.screenshot:

@@ -1,6 +1,7 @@
 """Chat templates: render a model's Jinja chat template (or ChatML) into prompt text."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from functools import lru_cache
 
@@ -75,25 +76,29 @@ def check_template(source) -> None:
 TURN_MARK = "\x1fswarmscope-turn\x1f"  # stands for the assistant's words; no template writes it
 
 
-def render_follow_up(template: str | None, user: str, *, bos_token: str = "",
-                     eos_token: str = "") -> str | None:
+def render_follow_up(template: str | None, user: str, *, bos_token: str = "", eos_token: str = "",
+                     variables: Mapping[str, object] | None = None) -> str | None:
     """The text that continues a conversation after an assistant's turn with a user message,
     ending with the prompt for the next assistant turn: the tail of a whole conversation past the
     assistant's words, so what a template writes once (BOS, a default system message, a date
     header) is not written again. None when the template does not show those words as given."""
     messages = [{"role": "user", "content": "Go on."}, {"role": "assistant", "content": TURN_MARK},
                 {"role": "user", "content": user}]
-    text = render_chat(template, messages, bos_token=bos_token, eos_token=eos_token)
+    text = render_chat(template, messages, bos_token=bos_token, eos_token=eos_token,
+                       variables=variables)
     at = text.rfind(TURN_MARK)
     return None if at < 0 else text[at + len(TURN_MARK):]
 
 
 def render_chat(template: str | None, messages: list[dict[str, str]], *,
-                bos_token: str = "", eos_token: str = "") -> str:
-    """Text of `messages` in the template, ending with the prompt for the assistant's turn."""
+                bos_token: str = "", eos_token: str = "",
+                variables: Mapping[str, object] | None = None) -> str:
+    """Text of `messages` in the template, ending with the prompt for the assistant's turn.
+    `variables`: more of the template's own, e.g. Qwen3's enable_thinking (those a template does
+    not read change nothing, as in transformers' apply_chat_template)."""
     try:
         return _compile(template or CHATML).render(
             messages=messages, add_generation_prompt=True, bos_token=bos_token,
-            eos_token=eos_token)
+            eos_token=eos_token, **(variables or {}))
     except jinja2.TemplateError as exc:
         raise ChatTemplateError(f"chat template failed to render: {exc}") from exc

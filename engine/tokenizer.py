@@ -31,6 +31,8 @@ class Tokenizer:
         self.inner = inner
         self.chat_template = chat_template
         self.template_source: Path | None = None  # the file the template came from
+        # More variables for the template: {"enable_thinking": False} turns Qwen3's off
+        self.template_variables: dict[str, object] = {}
         self.bos_token = bos_token
         self.vocab_size: int = inner.get_vocab_size(with_added_tokens=True)
         known = [inner.token_to_id(t) for t in eos_tokens]
@@ -102,14 +104,16 @@ class Tokenizer:
         that cannot render it so gets the message as a conversation of its own."""
         try:
             text = render_follow_up(self.chat_template, user, bos_token=self.bos_token or "",
-                                    eos_token=self.eos_token or "")
+                                    eos_token=self.eos_token or "",
+                                    variables=self.template_variables)
         except ChatTemplateError:
             text = None
         return self.chat_prompt(user) if text is None else text
 
     def _render(self, user: str, system: str | None) -> str:
         return render_chat(self.chat_template, _conversation(user, system),
-                           bos_token=self.bos_token or "", eos_token=self.eos_token or "")
+                           bos_token=self.bos_token or "", eos_token=self.eos_token or "",
+                           variables=self.template_variables)
 
     def _named(self, problem) -> ChatTemplateError:
         """The model's own template's error names its file."""

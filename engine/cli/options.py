@@ -3,6 +3,7 @@ name their fields (swarm_size for --agents), and a draft model folder is read on
 first drafts with it."""
 from __future__ import annotations
 
+import argparse
 import math
 
 from engine.errors import ModelLoadError, SwarmscopeError
@@ -10,6 +11,13 @@ from engine.errors import ModelLoadError, SwarmscopeError
 MODEL_HELP = "default | tiny-test | a model folder | ORG/NAME in the Hugging Face cache"
 DTYPE_HELP = "auto (bf16 on GPUs and on CPUs with bf16 dot instructions, else fp32) | bf16 | fp32 | fp16 (GPU)"
 DEVICE_HELP = "auto | cpu | cuda | rocm | cuda:N"
+
+
+def add_thinking_option(parser: argparse.ArgumentParser) -> None:
+    """--thinking / --no-thinking: the chat template's enable_thinking (None: not passed)."""
+    parser.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=None,
+                        help="--no-thinking turns a thinking model's reasoning off (the chat "
+                             "template's enable_thinking, as Qwen3's); default: the template's")
 
 
 def check_at_least(options: dict[str, tuple[float | None, float]]) -> None:

@@ -8,7 +8,8 @@ import signal
 import sys
 import time
 
-from engine.cli.options import DEVICE_HELP, DTYPE_HELP, MODEL_HELP, check_at_least, check_drafter
+from engine.cli.options import (DEVICE_HELP, DTYPE_HELP, MODEL_HELP, add_thinking_option,
+                                check_at_least, check_drafter)
 from engine.controls import (ADAPTIVE_CAP, DEFAULT_K, FIXED_K, Controls, parse_change,
                              parse_mix)
 from engine.errors import SwarmscopeError
@@ -25,6 +26,7 @@ def register(subparsers) -> None:
     p.add_argument("--model", default="default", help=MODEL_HELP)
     p.add_argument("--dtype", default="auto", help=DTYPE_HELP)
     p.add_argument("--device", default="auto", help=DEVICE_HELP)
+    add_thinking_option(p)
     p.add_argument("--agents", type=int, default=8, help="swarm size (default 8)")
     length = p.add_mutually_exclusive_group()
     length.add_argument("--duration", type=float, help="session seconds to run (default 30)")
@@ -117,7 +119,8 @@ def _run(args) -> int:
     def say(message: str, *_) -> None:
         print(f"  {message}", file=sys.stderr)
 
-    loaded = load_model(args.model, dtype=args.dtype, device=args.device, progress=say)
+    loaded = load_model(args.model, dtype=args.dtype, device=args.device, progress=say,
+                        thinking=args.thinking)
     print(f"model {loaded.name} ({loaded.dtype}, {loaded.device})", file=sys.stderr)
     _check_against_model(args, changes, loaded)
     # without --max-context the config's default, which the engine holds to the model's positions

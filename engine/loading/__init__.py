@@ -34,10 +34,12 @@ class LoadedModel:
 
 
 def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
-               progress: Progress | None = None) -> LoadedModel:
+               progress: Progress | None = None, thinking: bool | None = None) -> LoadedModel:
     """spec: "default" (the embedded SmolLM2-135M-Instruct, fetched and converted on first use),
     "tiny-test" (random weights, seed 0, byte tokenizer) or a Hugging Face folder.
     progress(message, fraction 0..1) hears about fetching, converting and loading.
+    thinking: the chat template's enable_thinking (Qwen3 thinks unless it is False; templates
+    without the switch ignore it); None leaves the template's default.
     Bad input raises ModelLoadError naming the file at fault."""
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
@@ -56,6 +58,8 @@ def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
     with _damage_hint(spec == "default"):
         config = read_config(folder)
         tokenizer = read_tokenizer(folder, config)
+        if thinking is not None:
+            tokenizer.template_variables["enable_thinking"] = thinking
         report(f"loading weights from {folder}", 0.1)
         weights = Weights(folder)
     _check_room(folder, config, weights.shapes, torch_dtype, torch_device)

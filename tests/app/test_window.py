@@ -239,6 +239,26 @@ def test_main_replays_saves_a_non_blank_screenshot_and_exits_0(qtbot, tmp_path):
     assert QImage(str(shot)).size().toTuple() == (1200, 800)
 
 
+def test_the_windows_no_thinking_reaches_the_model_load(qtbot, monkeypatch):
+    """--no-thinking starts the session with the chat template's thinking off."""
+    import engine.loading
+    from app.main_window import MainWindow
+    from engine.errors import SwarmscopeError
+    specs, asked = [], []
+    start_session = MainWindow.start_session
+    monkeypatch.setattr(MainWindow, "start_session",
+                        lambda self, spec: (specs.append(spec), start_session(self, spec)))
+
+    def load_model(*args, **kwargs):
+        asked.append(kwargs.get("thinking"))
+        raise SwarmscopeError("stop here")
+
+    monkeypatch.setattr(engine.loading, "load_model", load_model)
+    assert main(["--model", "tiny-test", "--no-thinking", "--trace-out", "none",
+                 "--quit-after", "1"]) == 0
+    assert [spec.thinking for spec in specs] == [False] and asked == [False]
+
+
 def test_a_session_with_nowhere_to_record_runs_and_says_so(qtbot, tmp_path, monkeypatch):
     """The user data dir cannot hold traces (read-only, or a file in its place): the window
     still runs the engine, unrecorded, and its banner says why and what to do."""

@@ -61,3 +61,21 @@ def test_ctrl_c_before_a_command_runs_is_one_line_too(monkeypatch, capfd):
     monkeypatch.setattr(cli, "build_parser", importing)
     assert main(["bench", "spec", "--batches", "1"]) == 130
     assert capfd.readouterr().err == "swarmscope bench spec: interrupted\n"
+
+
+@pytest.mark.parametrize("command", [["generate", "--prompt", "hi"], ["run", "--headless"]])
+@pytest.mark.parametrize("flag, thinking", [([], None), (["--no-thinking"], False),
+                                            (["--thinking"], True)])
+def test_thinking_reaches_the_chat_template(monkeypatch, capsys, command, flag, thinking):
+    """The model is loaded with the switch as given, or none: then the template's default."""
+    import engine.loading
+    from engine.errors import SwarmscopeError
+    asked = []
+
+    def load_model(*args, **kwargs):
+        asked.append(kwargs.get("thinking"))
+        raise SwarmscopeError("stop here")
+
+    monkeypatch.setattr(engine.loading, "load_model", load_model)
+    assert main([*command, "--model", "tiny-test", *flag]) == 2
+    assert asked == [thinking] and "stop here" in capsys.readouterr().err

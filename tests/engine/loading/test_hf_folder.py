@@ -376,6 +376,25 @@ def test_chat_template_file_wins_over_tokenizer_config(tiny_llama_folder):
     assert loaded.tokenizer.chat_prompt("hi") == "<user>hi<assistant>"
 
 
+# Qwen3's switch, as its template writes it: an empty thought when thinking is off
+QWEN3_STYLE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+               "{% endfor %}<|im_start|>assistant\n"
+               "{% if enable_thinking is defined and enable_thinking is false %}"
+               "<think>\n\n</think>\n\n{% endif %}")
+
+
+@pytest.mark.parametrize("thinking", [None, True, False])
+def test_thinking_is_the_templates_to_turn_off(tiny_llama_folder, thinking):
+    """--no-thinking passes enable_thinking=False, to a task's prompt and to a tool's answer
+    alike; without the option the template's own default holds."""
+    folder, _ = tiny_llama_folder
+    (folder / "chat_template.jinja").write_text(QWEN3_STYLE)
+    tokenizer = load_model(str(folder), dtype="fp32", device="cpu", thinking=thinking).tokenizer
+    empty_thought = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    for text in (tokenizer.chat_prompt("hi"), tokenizer.follow_up("3 files")):
+        assert text.endswith(empty_thought) == (thinking is False), text
+
+
 @pytest.mark.parametrize("file_name", ["tokenizer_config.json", "chat_template.jinja"])
 def test_broken_chat_template_names_its_file(tiny_llama_folder, file_name):
     folder, _ = tiny_llama_folder
