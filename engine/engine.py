@@ -296,8 +296,13 @@ class Engine:
         self.events.append(event)
 
     def _session(self) -> dict:
-        return {"model": self.loaded.name, "device": str(self.loaded.device),
-                "dtype": dtype_name(self.loaded.dtype), "calibration": self.calibration.to_dict(),
-                "controls": self.controls.to_dict(), "seed": self.config.seed,
-                "clock": self.config.clock,
-                "kv_tokens": self.runner.kv.blocks.num_blocks * self.runner.kv.block_size}
+        session = {"model": self.loaded.name, "device": str(self.loaded.device),
+                   "dtype": dtype_name(self.loaded.dtype),
+                   "calibration": self.calibration.to_dict(),
+                   "controls": self.controls.to_dict(), "seed": self.config.seed,
+                   "clock": self.config.clock,
+                   "kv_tokens": self.runner.kv.blocks.num_blocks * self.runner.kv.block_size}
+        variables = self.loaded.tokenizer.template_variables
+        if variables:  # what the agents' prompts were rendered with (--no-thinking)
+            session["chat_template_variables"] = dict(variables)
+        return session

@@ -133,6 +133,7 @@ class ByteTokenizer:
         # A chat turn ends with <|im_end|>; plain text ends with </s>.
         self.eos_ids: tuple[int, ...] = (self.EOS, self.IM_END)
         self.chat_template = None
+        self.template_variables: dict[str, object] = {}  # ChatML reads none
 
     def encode(self, text: str) -> list[int]:
         ids: list[int] = []

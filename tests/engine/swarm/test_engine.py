@@ -143,6 +143,16 @@ def test_trace_records_the_session(tiny, calibration, tmp_path):
     assert trace.controls[0]["changes"] == {"k": 2}
     assert trace.session["controls"]["swarm_size"] == 4 and trace.session["dtype"] == "fp32"
     assert {e["agent"] for e in trace.agents} == {0, 1, 2, 3}
+    assert "chat_template_variables" not in trace.session  # none were given
+
+
+def test_a_trace_says_what_the_chat_template_was_rendered_with(tiny, calibration, tmp_path):
+    from engine.telemetry.trace_reader import read_trace
+    tiny.tokenizer.template_variables["enable_thinking"] = False  # as --no-thinking sets it
+    path = tmp_path / "s.jsonl"
+    Engine(tiny, SwarmConfig(seed=3, clock="virtual"), Controls(swarm_size=2),
+           calibration=calibration, trace_path=str(path)).close()
+    assert read_trace(path).session["chat_template_variables"] == {"enable_thinking": False}
 
 
 def test_recalibrate_measures_a_new_curve_and_applies_it_at_the_next_step(
