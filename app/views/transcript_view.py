@@ -17,7 +17,7 @@ from app.agent_rows import AgentRow
 from app.theme import Theme
 
 TRANSCRIPT_CHARS = 6000  # the tail shown (and fetched from the engine)
-KEPT_CHARS = 2 * TRANSCRIPT_CHARS  # appended past this, the pane is rebuilt from the tail
+KEPT_CHARS = 2 * TRANSCRIPT_CHARS  # grown past this, the pane is rebuilt from the tail
 GENERATED = ("committed", "accepted_draft")
 NEW_TASK_RULE = "\n── new task ──\n"
 FOLLOW_SLACK_PX = 4  # a scroll bar this close to its end counts as following the end
@@ -37,7 +37,6 @@ class TranscriptView(QWidget):
         self._formats = _formats(theme)
         # What the pane holds: (agent, number of its first segment, the segments as given)
         self._shown: tuple[int, int, list[tuple[str, str]]] | None = None
-        self._chars = 0
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
@@ -48,16 +47,18 @@ class TranscriptView(QWidget):
         """Show `row`'s transcript (None: nothing)."""
         self._set_legend(row)
         if row is None or not row.transcript:
-            self._shown, self._chars = None, 0
+            self._shown = None
             # In replay, text is recorded as each turn ends (traces from before text records
             # have none).
-            self.text.setPlainText("" if row is None else
-                                   f"agent {row.id}: no text recorded up to here")
+            placeholder = "" if row is None else f"agent {row.id}: no text recorded up to here"
+            if self.text.toPlainText() != placeholder:  # not laid out again every refresh
+                self.text.setPlainText(placeholder)
             return
         growth = self._growth(row)
-        if growth is None or self._chars + _length(*growth) > KEPT_CHARS:
+        added = None if growth is None else len(growth[0]) + sum(len(t) for t, _ in growth[1])
+        if added is None or self.text.document().characterCount() + added > KEPT_CHARS:
             self._rebuild(row)
-        elif _length(*growth):
+        elif added:
             grown, later = growth
             bar = self.text.verticalScrollBar()
             following = bar.value() >= bar.maximum() - FOLLOW_SLACK_PX
@@ -94,7 +95,6 @@ class TranscriptView(QWidget):
                 break
         tail.reverse()
         self.text.clear()
-        self._chars = 0
         cut = max(0, chars - TRANSCRIPT_CHARS)
         self._insert([(tail[0][0][cut:], tail[0][1]), *tail[1:]], after_text=False)
         self._shown = (row.id, row.first_segment + len(row.transcript) - len(tail), tail)
@@ -115,7 +115,6 @@ class TranscriptView(QWidget):
             if kind in GENERATED:
                 shown = shown.replace("\n", "\u21b5\n")  # generated line breaks stay visible
             cursor.insertText(shown, self._formats.get(kind, self._formats["committed"]))
-            self._chars += len(text)
             after_text = after_text or bool(text)
         cursor.endEditBlock()
 
@@ -128,10 +127,6 @@ class TranscriptView(QWidget):
             f"<span style='color:{th.muted}'>prompt</span>")
         if legend != self.legend.text():  # an unchanged label is not laid out again
             self.legend.setText(legend)
-
-
-def _length(grown: str, later: list[tuple[str, str]]) -> int:
-    return len(grown) + sum(len(text) for text, _ in later)
 
 
 def _formats(theme: Theme) -> dict[str, QTextCharFormat]:
