@@ -7,7 +7,6 @@ import math
 import os
 import signal
 import sys
-from importlib.metadata import version
 from typing import Callable
 
 from PySide6.QtCore import QTimer
@@ -18,7 +17,8 @@ from app.display import display_problem
 from app.main_window import MainWindow
 from app.session_traces import SessionTraces
 from app.theme import THEMES, Theme, apply_theme
-from engine.cli.options import DEVICE_HELP, DTYPE_HELP, MODEL_HELP, add_thinking_option
+from engine.cli.options import (DEVICE_HELP, DTYPE_HELP, MODEL_HELP, add_thinking_option,
+                                add_version_option)
 
 
 DEFAULT_SIZE = (1600, 1000)
@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quit-after", type=float, metavar="SECONDS",
                         help="close the window after this many seconds")
     parser.add_argument("--theme", choices=THEMES, default="dark")
-    parser.add_argument("--version", action="version", version=f"swarmscope {version('swarmscope')}")
+    add_version_option(parser)
     parser.add_argument("--size", type=_size, default=None,
                         help=f"window size WxH (default {DEFAULT_SIZE[0]}x{DEFAULT_SIZE[1]}, "
                              "or the screen's size where that is smaller)")

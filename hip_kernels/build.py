@@ -135,10 +135,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--require", action="append", default=[], choices=sorted(CHECK_ARCHS),
                         help="fail if this compiler is missing (CI passes --require hipcc)")
     args = parser.parse_args(argv)
-    if not args.check:
-        print(build(toolchain_for_current_device()))
-        return 0
     try:
+        if not args.check:
+            import torch
+            if not torch.cuda.is_available():
+                print("no GPU: torch sees no ROCm or CUDA device (--check compiles without one)",
+                      file=sys.stderr)
+                return 1
+            print(build(toolchain_for_current_device()))
+            return 0
         results = check_toolchains()
     except BuildError as exc:
         print(exc, file=sys.stderr)

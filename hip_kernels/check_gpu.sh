@@ -1,22 +1,42 @@
 #!/usr/bin/env bash
 # On a machine with a ROCm or CUDA GPU: build the kernels for this device, check every kernel
-# against its torch reference, check the engine with them against the CPU path, then time kernel
-# vs reference (B = 1, 4, 16; k = 0..8; ctx 512..8k) and print one table, and time decode steps
-# and t(N) on the GPU (random weights and the tiny model: no download needed).
+# against its torch reference, check the engine with them against the CPU path (logits, and text
+# with and without drafts), then time kernel vs reference (B = 1, 4, 16; k = 0..8; ctx 512..8k),
+# time decode steps and t(N), and run a short swarm session on the GPU (random weights and the
+# tiny model: no download needed).
+# Every section runs even when one before it fails (a lent GPU's time is short); the exit status
+# says whether any failed, and the last line names them.
 # Usage: hip_kernels/check_gpu.sh [extra args for python -m hip_kernels.bench]
-set -euo pipefail
+set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 [ -x "$PY" ] || PY=python3
-echo "== build"
-"$PY" -m hip_kernels.build
-echo "== kernels vs references"
-QT_QPA_PLATFORM=offscreen "$PY" -m pytest tests/hip_kernels/test_gpu.py -q -p no:cacheprovider
-echo "== the engine with the kernels vs the CPU path"
-QT_QPA_PLATFORM=offscreen "$PY" -m pytest tests/engine/test_gpu_path.py -q -p no:cacheprovider
-echo "== timings (ms)"
-"$PY" -m hip_kernels.bench "$@"
-echo "== decode steps on the GPU"
-"$PY" -m engine.cli.main bench decode --model random:smollm2-135m --device cuda --dtype bf16
-echo "== t(N) on the GPU"
-SWARMSCOPE_CACHE=$(mktemp -d) "$PY" -m engine.cli.main calibrate --model tiny-test --device cuda
+export QT_QPA_PLATFORM=offscreen
+cache=$(mktemp -d)   # the calibration below is this run's, and the swarm session reuses it
+failed=()
+
+section() {  # section NAME COMMAND...
+    echo "== $1"
+    local start=$SECONDS
+    "${@:2}" || failed+=("$1")
+    echo "   ($1: $((SECONDS - start)) s)"
+}
+
+section build "$PY" -m hip_kernels.build
+section "kernels vs references" "$PY" -m pytest tests/hip_kernels -q -p no:cacheprovider
+section "the engine with the kernels vs the CPU path" \
+    "$PY" -m pytest tests/engine/test_gpu_path.py -q -p no:cacheprovider
+section "timings (ms)" "$PY" -m hip_kernels.bench "$@"
+section "decode steps on the GPU" \
+    "$PY" -m engine.cli.main bench decode --model random:smollm2-135m --device cuda --dtype bf16
+section "t(N) on the GPU" \
+    env SWARMSCOPE_CACHE="$cache" "$PY" -m engine.cli.main calibrate --model tiny-test --device cuda
+section "a swarm session on the GPU" \
+    env SWARMSCOPE_CACHE="$cache" "$PY" -m engine.cli.main run --headless --model tiny-test \
+    --device cuda --duration 15 --clock measured
+
+if [ ${#failed[@]} -gt 0 ]; then
+    printf 'FAILED: %s\n' "$(IFS=';'; echo "${failed[*]}")"
+    exit 1
+fi
+echo "all sections passed"

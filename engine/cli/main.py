@@ -8,8 +8,8 @@ import argparse
 import importlib
 import os
 import sys
-from importlib.metadata import version
 
+from engine.cli.options import add_version_option
 from engine.errors import SwarmscopeError
 
 # Modules under engine/cli/ that each add one subcommand.
@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="swarmscope",
         description="Watch and steer how batching and speculative decoding share one pool of "
                     "compute slack. With no subcommand, starts the desktop app.")
-    parser.add_argument("--version", action="version", version=f"swarmscope {version('swarmscope')}")
+    add_version_option(parser)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"engine.cli.{name}").register(subparsers)

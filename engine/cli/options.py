@@ -5,12 +5,33 @@ from __future__ import annotations
 
 import argparse
 import math
+from importlib import metadata
 
 from engine.errors import ModelLoadError, SwarmscopeError
 
 MODEL_HELP = "default | tiny-test | a model folder | ORG/NAME in the Hugging Face cache"
 DTYPE_HELP = "auto (bf16 on GPUs and on CPUs with bf16 dot instructions, else fp32) | bf16 | fp32 | fp16 (GPU)"
 DEVICE_HELP = "auto | cpu | cuda | rocm | cuda:N"
+
+
+def add_version_option(parser: argparse.ArgumentParser) -> None:
+    """--version, read from the installed package only when asked: a source checkout run with
+    PYTHONPATH (as on a lent GPU machine) has none installed, and must still start."""
+    parser.add_argument("--version", action=_PrintVersion)
+
+
+class _PrintVersion(argparse.Action):
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                         nargs=0, help="show the version and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        try:
+            found = metadata.version("swarmscope")
+        except metadata.PackageNotFoundError:
+            found = "(not installed: run from a source checkout)"
+        print(f"swarmscope {found}")
+        parser.exit()
 
 
 def add_thinking_option(parser: argparse.ArgumentParser) -> None:

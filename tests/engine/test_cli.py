@@ -26,6 +26,20 @@ def test_version(capsys, argv):
     assert capsys.readouterr().out.strip() == f"swarmscope {version('swarmscope')}"
 
 
+def test_a_source_checkout_without_the_package_installed_starts_and_says_so(capsys, monkeypatch):
+    """As on a lent GPU machine, where the checkout runs through PYTHONPATH."""
+    from importlib import metadata
+
+    def not_installed(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", not_installed)
+    assert main(["--help"]) == 0
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert "not installed" in capsys.readouterr().out
+
+
 def test_ctrl_c_outside_a_commands_own_handling_is_one_line_not_a_traceback(monkeypatch, capfd):
     """A model loading or a prompt decoding when Ctrl+C comes (`run` summarises by itself)."""
     from engine.cli import generate_cmd

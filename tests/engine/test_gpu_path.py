@@ -41,24 +41,35 @@ def test_gpu_runner_matches_cpu_runner():
         torch.testing.assert_close(gpu, cpu, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("ragged", ["packed", "padded"])
-def test_speculative_decoding_through_the_kernels_ops_writes_the_same_text(ragged, monkeypatch):
-    """Whole decode steps, drafts and both layouts included, as a GPU would run them."""
-    from engine import attention
+def _generated_ids(device: str, ragged: str, policy: str = "fixed") -> list[list[int]]:
+    """Greedy text of a few prompts, drafts and the given layout included."""
     from engine.controls import Controls
     from engine.generate import generate
     from engine.loading import load_model
     from engine.spec.calibration import Calibration
-    loaded = load_model("tiny-test", dtype="fp32", device="cpu")
-    controls = Controls(policy="fixed", k=3, ragged=ragged)
-    prompts = ["abcabcabcabc", "hello hello hello", "x"]
+    loaded = load_model("tiny-test", dtype="fp32", device=device)
+    results = generate(loaded, ["abcabcabcabc", "hello hello hello", "x"],
+                       Controls(policy=policy, k=3, ragged=ragged), max_new_tokens=24,
+                       calibration=Calibration.make_dummy())
+    assert policy == "off" or sum(r.drafted for r in results) > 0
+    return [r.token_ids for r in results]
 
-    def run():
-        results = generate(loaded, prompts, controls, max_new_tokens=24,
-                           calibration=Calibration.make_dummy())
-        assert sum(r.drafted for r in results) > 0
-        return [r.token_ids for r in results]
 
-    direct = run()
+@pytest.mark.parametrize("ragged", ["packed", "padded"])
+def test_speculative_decoding_through_the_kernels_ops_writes_the_same_text(ragged, monkeypatch):
+    """Whole decode steps, drafts and both layouts included, as a GPU would run them."""
+    from engine import attention
+    direct = _generated_ids("cpu", ragged)
     monkeypatch.setattr(attention, "runs_kernels", lambda t: True)
-    assert run() == direct
+    assert _generated_ids("cpu", ragged) == direct
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a ROCm or CUDA device")
+@pytest.mark.parametrize("ragged", ["packed", "padded"])
+def test_speculative_decoding_on_the_gpu_writes_the_text_of_plain_decoding(ragged):
+    """Lossless on the device itself: drafts verified by the kernels change no token, and the
+    text is the CPU's."""
+    on_gpu = _generated_ids("cuda", ragged)
+    assert on_gpu == _generated_ids("cuda", ragged, policy="off")
+    assert on_gpu == _generated_ids("cpu", ragged)
