@@ -17,7 +17,8 @@ class PagedKVCache:
                  dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> None:
         self.config = config
         self.blocks = BlockManager(num_blocks, block_size)
-        self.dtype, self.device = dtype, torch.device(device)
+        # A tensor's own device: "cuda" becomes "cuda:0", as the model's weights report it.
+        self.dtype, self.device = dtype, torch.empty(0, device=device).device
         shape = (config.num_layers, num_blocks, block_size, config.num_kv_heads, config.head_dim)
         needed, free = 2 * math.prod(shape) * dtype.itemsize, free_memory_bytes(self.device)
         too_large = SwarmscopeError(f"a KV cache of {num_blocks * block_size} tokens needs "

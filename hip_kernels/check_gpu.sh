@@ -23,7 +23,8 @@ section() {  # section NAME COMMAND...
 }
 
 section build "$PY" -m hip_kernels.build
-section "kernels vs references" "$PY" -m pytest tests/hip_kernels -q -p no:cacheprovider
+# The hipcc compile check is CI's (gfx1030 stand-in); the build above compiled for this device.
+section "kernels vs references" "$PY" -m pytest tests/hip_kernels -q -p no:cacheprovider -k "not hipcc"
 section "the engine with the kernels vs the CPU path" \
     "$PY" -m pytest tests/engine/test_gpu_path.py -q -p no:cacheprovider
 section "timings (ms)" "$PY" -m hip_kernels.bench "$@"

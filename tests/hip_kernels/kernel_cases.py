@@ -5,10 +5,10 @@ import torch
 
 
 def ragged_batch(gen: torch.Generator, *, lanes: int, max_q: int, max_ctx: int, num_kv_heads: int, group: int,
-                 head_dim: int = 32, block_size: int = 16, dtype=torch.float32, device="cpu"):
+                 head_dim: int = 32, block_size: int = 16, dtype=torch.float32, device="cpu", min_q: int = 1):
     """A packed verify batch over a shuffled paged cache whose unused rows hold garbage (large
     values), so reading a key outside a lane's context shows up in the output."""
-    q_lens = torch.randint(1, max_q + 1, (lanes,), generator=gen)
+    q_lens = torch.randint(min_q, max_q + 1, (lanes,), generator=gen)
     ctx = torch.stack([torch.randint(int(q), max_ctx + 1, (1,), generator=gen)[0] for q in q_lens])
     blocks_per_lane = (ctx + block_size - 1) // block_size
     max_blocks = int(blocks_per_lane.max()) + 1  # one spare column: tables are wider than needed

@@ -8,6 +8,7 @@ import torch
 
 import hip_kernels
 from hip_kernels import reference
+from hip_kernels.library import library
 from kernel_cases import assert_close_scaled, ragged_batch
 
 pytestmark = pytest.mark.gpu
@@ -32,6 +33,21 @@ def test_paged_attention_matches_reference(seed, dtype, rel):
     batch = ragged_batch(gen, lanes=1 + 3 * seed, max_q=9, max_ctx=(300, 3000)[seed % 2], num_kv_heads=(1, 2, 8)[seed % 3],
                          group=(1, 4, 2)[seed % 3], head_dim=(64, 128)[seed % 2], dtype=dtype, device="cuda")
     scale = 1 / math.sqrt(batch[0].shape[-1])
+    poison_allocator()
+    got = hip_kernels.paged_attention(*batch, scale)
+    torch.cuda.synchronize()
+    assert torch.isfinite(got).all()
+    assert_close_scaled(got, reference.paged_attention(*batch, scale), rel)
+
+
+@pytest.mark.parametrize("dtype, rel", [(torch.float32, 1e-4), (torch.bfloat16, 2e-2)])
+def test_paged_attention_with_an_empty_lane_and_prompt_chunks(dtype, rel):
+    """A lane with no query row (it has no row tile) among prompt chunks many row tiles long."""
+    batch = ragged_batch(torch.Generator().manual_seed(12), lanes=8, min_q=0, max_q=70, max_ctx=700,
+                         num_kv_heads=2, group=4, head_dim=64, dtype=dtype, device="cuda")
+    q_lens = (batch[4][1:] - batch[4][:-1]).tolist()
+    assert 0 in q_lens and max(q_lens) * 4 > 8 * library().ss_paged_attention_rows_per_block()
+    scale = 1 / math.sqrt(64)
     poison_allocator()
     got = hip_kernels.paged_attention(*batch, scale)
     torch.cuda.synchronize()
