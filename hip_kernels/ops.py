@@ -65,7 +65,8 @@ def paged_attention(q, k_cache, v_cache, block_tables, cu_q_lens, ctx_lens, scal
     if lib is None or num_lanes == 0:
         return reference.paged_attention(q, k_cache, v_cache, block_tables, cu_q_lens, ctx_lens, scale)
     props = torch.cuda.get_device_properties(dev)
-    _require(op, head_dim <= 8 * lib.ss_warp_size(), f"head_dim {head_dim} > 8 x warp size: the kernel's limit")
+    _require(op, head_dim <= min(256, 8 * lib.ss_warp_size()),
+             f"head_dim {head_dim} > 256 (or 8 x warp size): the kernel's limit")
     # A block serves up to rows_per_block query rows of one lane and KV head; a lane has one at least.
     rows = num_tokens * (num_heads // num_kv_heads)
     tiles = max(num_lanes, -(-rows // lib.ss_paged_attention_rows_per_block()))

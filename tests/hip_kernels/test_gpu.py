@@ -40,14 +40,16 @@ def test_paged_attention_matches_reference(seed, dtype, rel):
     assert_close_scaled(got, reference.paged_attention(*batch, scale), rel)
 
 
+@pytest.mark.parametrize("head_dim", [64, 36])
 @pytest.mark.parametrize("dtype, rel", [(torch.float32, 1e-4), (torch.bfloat16, 2e-2)])
-def test_paged_attention_with_an_empty_lane_and_prompt_chunks(dtype, rel):
-    """A lane with no query row (it has no row tile) among prompt chunks many row tiles long."""
+def test_paged_attention_with_an_empty_lane_and_prompt_chunks(dtype, rel, head_dim):
+    """A lane with no query row (it has no row tile) among prompt chunks many row tiles long;
+    and a head_dim that is no multiple of 4."""
     batch = ragged_batch(torch.Generator().manual_seed(12), lanes=8, min_q=0, max_q=70, max_ctx=700,
-                         num_kv_heads=2, group=4, head_dim=64, dtype=dtype, device="cuda")
+                         num_kv_heads=2, group=4, head_dim=head_dim, dtype=dtype, device="cuda")
     q_lens = (batch[4][1:] - batch[4][:-1]).tolist()
     assert 0 in q_lens and max(q_lens) * 4 > 8 * library().ss_paged_attention_rows_per_block()
-    scale = 1 / math.sqrt(64)
+    scale = 1 / math.sqrt(head_dim)
     poison_allocator()
     got = hip_kernels.paged_attention(*batch, scale)
     torch.cuda.synchronize()
