@@ -20,7 +20,6 @@ _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 _SIGNATURES = {
     "ss_error_name": ([_I], ctypes.c_char_p),
     "ss_warp_size": ([], _I),
-    "ss_paged_attention_rows_per_block": ([], _I),
     "ss_paged_attention": ([_I, _P, _P, _P, _P, _P, _P, _P, _P, _P] + [_I] * 9 + [_F, _P], _I),
     "ss_write_kv": ([_I, _P, _P, _P, _P, _P, _I, _I, _P], _I),
     "ss_verify_greedy": ([_P, _P, _P, _P, _P, _I, _P], _I),

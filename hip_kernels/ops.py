@@ -34,10 +34,10 @@ def _ptr(t: torch.Tensor | None) -> int | None:
     return t.data_ptr() if t is not None and t.numel() else None
 
 
-def split_plan(max_keys: int, blocks: int, multiprocessors: int) -> tuple[int, int]:
+def split_plan(max_keys: int, rows: int, multiprocessors: int) -> tuple[int, int]:
     """(num_splits, split_len): split the context only as far as needed to give every compute unit
-    about two blocks (`blocks` of them per split), never into pieces shorter than MIN_SPLIT_KEYS."""
-    wanted = max(1, -(-2 * multiprocessors // max(blocks, 1)))
+    about two blocks, and never into pieces shorter than MIN_SPLIT_KEYS."""
+    wanted = max(1, -(-2 * multiprocessors // max(rows, 1)))
     splits = max(1, min(wanted, max_keys // MIN_SPLIT_KEYS))
     return splits, -(-max_keys // splits)
 
@@ -65,12 +65,8 @@ def paged_attention(q, k_cache, v_cache, block_tables, cu_q_lens, ctx_lens, scal
     if lib is None or num_lanes == 0:
         return reference.paged_attention(q, k_cache, v_cache, block_tables, cu_q_lens, ctx_lens, scale)
     props = torch.cuda.get_device_properties(dev)
-    _require(op, head_dim <= min(256, 8 * lib.ss_warp_size()),
-             f"head_dim {head_dim} > 256 (or 8 x warp size): the kernel's limit")
-    # A block serves up to rows_per_block query rows of one lane and KV head; a lane has one at least.
-    rows = num_tokens * (num_heads // num_kv_heads)
-    tiles = max(num_lanes, -(-rows // lib.ss_paged_attention_rows_per_block()))
-    splits, split_len = split_plan(max_blocks * block_size, tiles * num_kv_heads, props.multi_processor_count)
+    _require(op, head_dim <= 8 * lib.ss_warp_size(), f"head_dim {head_dim} > 8 x warp size: kernel v1 limit")
+    splits, split_len = split_plan(max_blocks * block_size, num_tokens * num_heads, props.multi_processor_count)
     out = torch.empty_like(q)
     split_acc = split_max_sum = None
     if splits > 1:

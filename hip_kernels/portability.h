@@ -22,7 +22,6 @@ typedef hipError_t ss_error_t;
 #define ss_device_get_attribute hipDeviceGetAttribute
 // HIP's shuffle takes the whole wave implicitly (width defaults to warpSize).
 #define SS_SHFL_XOR(value, mask) __shfl_xor((value), (mask))
-#define SS_SHFL(value, source) __shfl((value), (source))
 #else
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
@@ -36,7 +35,6 @@ typedef cudaError_t ss_error_t;
 #define SS_WARP_SIZE_ATTR cudaDevAttrWarpSize
 #define ss_device_get_attribute cudaDeviceGetAttribute
 #define SS_SHFL_XOR(value, mask) __shfl_xor_sync(0xffffffffu, (value), (mask))
-#define SS_SHFL(value, source) __shfl_sync(0xffffffffu, (value), (source))
 #endif
 
 // dtype codes shared with hip_kernels/library.py (keep in sync).
@@ -70,11 +68,6 @@ __device__ __forceinline__ ss_bf16 ss_from_float<ss_bf16>(float x) {
 // Sum over the whole warp/wave, whatever its width (32 on RDNA and NVIDIA, 64 on CDNA).
 __device__ __forceinline__ float ss_warp_sum(float x) {
   for (int mask = warpSize / 2; mask > 0; mask /= 2) x += SS_SHFL_XOR(x, mask);
-  return x;
-}
-
-__device__ __forceinline__ float ss_warp_max(float x) {
-  for (int mask = warpSize / 2; mask > 0; mask /= 2) x = fmaxf(x, SS_SHFL_XOR(x, mask));
   return x;
 }
 

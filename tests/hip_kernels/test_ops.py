@@ -52,9 +52,9 @@ def test_without_gpu_the_references_run_and_say_why():
 
 
 def test_split_plan_fills_the_device_without_tiny_splits():
-    assert split_plan(max_keys=8192, blocks=32, multiprocessors=64) == (4, 2048)  # few blocks: split
-    assert split_plan(max_keys=8192, blocks=4096, multiprocessors=64) == (1, 8192)  # enough blocks already
-    splits, split_len = split_plan(max_keys=300, blocks=1, multiprocessors=132)
+    assert split_plan(max_keys=8192, rows=32, multiprocessors=64) == (4, 2048)  # few rows: split
+    assert split_plan(max_keys=8192, rows=4096, multiprocessors=64) == (1, 8192)  # enough rows already
+    splits, split_len = split_plan(max_keys=300, rows=1, multiprocessors=132)
     assert splits == 1 and split_len == 300 and split_len >= MIN_SPLIT_KEYS
 
 
