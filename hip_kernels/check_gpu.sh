@@ -2,8 +2,8 @@
 # On a machine with a ROCm or CUDA GPU: build the kernels for this device, check every kernel
 # against its torch reference, check the engine with them against the CPU path (logits, and text
 # with and without drafts), then time kernel vs reference (B = 1, 4, 16; k = 0..8; ctx 512..8k),
-# time decode steps and t(N), and run a short swarm session on the GPU (random weights and the
-# tiny model: no download needed).
+# time decode steps (at ctx 4096 with the kernels and with the torch path) and t(N), and run a
+# short swarm session on the GPU (random weights and the tiny model: no download needed).
 # Every section runs even when one before it fails (a lent GPU's time is short); the exit status
 # says whether any failed, and the last line names them.
 # Usage: hip_kernels/check_gpu.sh [extra args for python -m hip_kernels.bench]
@@ -30,6 +30,13 @@ section "the engine with the kernels vs the CPU path" \
 section "timings (ms)" "$PY" -m hip_kernels.bench "$@"
 section "decode steps on the GPU" \
     "$PY" -m engine.cli.main bench decode --model random:smollm2-135m --device cuda --dtype bf16
+# The engine's own attention with the kernels and with its torch path (SDPA), side by side, at a
+# context long enough for attention to count.
+section "decode steps at ctx 4096, kernels" \
+    "$PY" -m engine.cli.main bench decode --model random:smollm2-135m --device cuda --dtype bf16 --ctx 4096
+section "decode steps at ctx 4096, torch attention" \
+    env SWARMSCOPE_KERNELS=0 "$PY" -m engine.cli.main bench decode --model random:smollm2-135m \
+    --device cuda --dtype bf16 --ctx 4096
 section "t(N) on the GPU" \
     env SWARMSCOPE_CACHE="$cache" "$PY" -m engine.cli.main calibrate --model tiny-test --device cuda
 section "a swarm session on the GPU" \
