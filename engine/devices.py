@@ -14,16 +14,20 @@ _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
 
 
 def resolve_device(name: str = "auto") -> torch.device:
+    """A GPU comes back with its index ("cuda:0"), as the tensors on it report their device."""
     name = name.lower()
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
     if name == "cpu":
         return torch.device("cpu")
-    if name.split(":")[0] in ("cuda", "rocm", "gpu"):
+    kind, _, index = name.partition(":")
+    if kind in ("cuda", "rocm", "gpu"):
         if not torch.cuda.is_available():
             build = "ROCm" if torch.version.hip else "CUDA" if torch.version.cuda else "CPU-only"
             raise SwarmscopeError(f"device {name!r} requested but torch ({build} build) sees no GPU")
-        index = name.split(":")[1] if ":" in name else "0"
+        index, count = index or "0", torch.cuda.device_count()
+        if not index.isdigit() or int(index) >= count:
+            raise SwarmscopeError(f"no GPU {name!r}: torch sees {count}, cuda:0 to cuda:{count - 1}")
         return torch.device(f"cuda:{index}")
     raise SwarmscopeError(f"unknown device {name!r}; use auto, cpu, cuda, rocm or cuda:N")
 

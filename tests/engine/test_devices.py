@@ -39,3 +39,20 @@ def test_free_cpu_memory_is_the_kernels_available_memory():
                         if line.startswith("MemAvailable:"))
     free = devices.free_memory_bytes(torch.device("cpu"))
     assert abs(free - available_kb * 1024) < 2**30  # read a moment apart
+
+
+@pytest.mark.parametrize("name, expected", [("auto", "cuda:0"), ("cuda", "cuda:0"), ("rocm", "cuda:0"),
+                                            ("cuda:1", "cuda:1"), ("GPU:1", "cuda:1")])
+def test_a_gpu_comes_back_with_its_index(monkeypatch, name, expected):
+    """As a tensor on it reports its device: a KV cache and a model compare theirs."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert devices.resolve_device(name) == torch.device(expected)
+
+
+@pytest.mark.parametrize("name", ["cuda:2", "cuda:x", "rocm:-1"])
+def test_a_gpu_that_is_not_there_is_a_clear_error(monkeypatch, name):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(SwarmscopeError, match=rf"no GPU '{name}': torch sees 2, cuda:0 to cuda:1"):
+        devices.resolve_device(name)
