@@ -279,6 +279,16 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     if runs_kernels(q):
         return hip_kernels.paged_attention(q.contiguous(), k_cache, v_cache, block_tables,
                                            cu_q_lens, ctx_lens, scale)
+    return torch_paged_attention(q, k_cache, v_cache, block_tables, cu_q_lens, ctx_lens, scale,
+                                 plan)
+
+
+def torch_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                          block_tables: torch.Tensor, cu_q_lens: torch.Tensor,
+                          ctx_lens: torch.Tensor, scale: float,
+                          plan: AttentionPlan | None = None) -> torch.Tensor:
+    """`paged_attention` in torch on any device: lanes batched into SDPA (or matmul) calls over
+    their gathered blocks, as `plan` groups them."""
     num_tokens, num_heads, head_dim = q.shape
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads

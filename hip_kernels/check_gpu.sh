@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # On a machine with a ROCm or CUDA GPU: build the kernels for this device, check every kernel
 # against its torch reference, check the engine with them against the CPU path (logits, and text
-# with and without drafts), then time kernel vs reference (B = 1, 4, 16; k = 0..8; ctx 512..8k),
-# time decode steps (at ctx 4096 with the kernels and with the torch path) and t(N), and run a
-# short swarm session on the GPU (random weights and the tiny model: no download needed).
+# with and without drafts). Then time the attention kernel against its reference (B = 1, 4, 16;
+# k = 0..8; ctx 512..8k) and against the engine's torch attention (SDPA), time decode steps (at
+# ctx 4096 with the kernels and with the torch path) and t(N), and run a short swarm session on
+# the GPU (random weights and the tiny model: no download needed).
 # Every section runs even when one before it fails (a lent GPU's time is short); the exit status
 # says whether any failed, and the last line names them.
 # Usage: hip_kernels/check_gpu.sh [extra args for python -m hip_kernels.bench]
@@ -28,6 +29,8 @@ section "kernels vs references" "$PY" -m pytest tests/hip_kernels -q -p no:cache
 section "the engine with the kernels vs the CPU path" \
     "$PY" -m pytest tests/engine/test_gpu_path.py -q -p no:cacheprovider
 section "timings (ms)" "$PY" -m hip_kernels.bench "$@"
+section "the engine's attention: the kernel against its torch path" \
+    "$PY" -m engine.cli.main bench attention --device cuda --dtype bf16
 section "decode steps on the GPU" \
     "$PY" -m engine.cli.main bench decode --model random:smollm2-135m --device cuda --dtype bf16
 # The engine's own attention with the kernels and with its torch path (SDPA), side by side, at a

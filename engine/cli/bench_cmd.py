@@ -7,6 +7,7 @@ import importlib
 # app/ (engine/ never imports Qt), so it is loaded by name.
 BENCHES = {
     "decode": "engine.bench.decode",
+    "attention": "engine.bench.attention",
     "spec": "engine.bench.spec",
     "swarm": "engine.bench.swarm",
     "gui": "app.bench",
@@ -14,7 +15,7 @@ BENCHES = {
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("bench", help="run a benchmark (decode, spec, swarm, gui)")
+    parser = subparsers.add_parser("bench", help="run a benchmark (decode, attention, spec, swarm, gui)")
     benches = parser.add_subparsers(dest="bench", metavar="NAME", required=True)
     for name, module_name in BENCHES.items():
         module = importlib.import_module(module_name)

@@ -28,6 +28,27 @@ def test_bench_swarm_runs_every_policy_on_the_same_swarm(capsys):
     assert rows[0]["acceptance"] is None  # speculation off drafts nothing
 
 
+def test_bench_attention_times_the_torch_path_at_every_shape_and_says_why_not_the_kernel(capsys):
+    report = _json_out(capsys, ["bench", "attention", "--device", "cpu", "--dtype", "fp32",
+                                "--heads", "4", "--kv-heads", "2", "--head-dim", "16",
+                                "--lanes", "1", "3", "--drafts", "0", "2", "--contexts", "40",
+                                "--repeats", "2", "--json"])
+    shapes = [(row["lanes"], row["drafts"], row["ctx"]) for row in report["shapes"]]
+    assert shapes == [(1, 0, 40), (1, 2, 40), (3, 0, 40), (3, 2, 40)]
+    assert all(row["torch_ms"] > 0 and row["plan_ms"] > 0 for row in report["shapes"])
+    assert not report["kernels"] and "GPU" in report["kernels_why_not"]
+    assert all(row["kernel_ms"] is None for row in report["shapes"])
+
+
+@pytest.mark.parametrize("option, message", [(["--lanes", "2", "0"], "--lanes must be >= 1, got 0"),
+                                             (["--drafts", "-1"], "--drafts must be >= 0, got -1"),
+                                             (["--heads", "6", "--kv-heads", "4"],
+                                              "--heads 6 is not a multiple of --kv-heads 4")])
+def test_bench_attention_bad_options_are_messages_that_name_them(capsys, option, message):
+    assert main(["bench", "attention", "--device", "cpu", *option]) == 2
+    assert capsys.readouterr().err == f"swarmscope bench attention: {message}\n"
+
+
 @pytest.mark.parametrize("option", [["--model", "/nonexistent"], ["--ctx", "0"],
                                     ["--repeats", "0"]])
 def test_bench_decode_bad_options_are_messages(capsys, option):
