@@ -4,6 +4,9 @@ references; the layout checks are the kernels' preconditions, applied to both pa
 tested on CPU cannot pass a layout the GPU would misread."""
 from __future__ import annotations
 
+import functools
+from typing import Callable
+
 import torch
 
 from hip_kernels import reference
@@ -14,16 +17,24 @@ _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 MIN_SPLIT_KEYS = 256  # a split shorter than this costs more in the merge than it gains
 
 
-def _require(op: str, ok: bool, problem: str) -> None:
+def _require(op: str, ok: bool, problem: Callable[[], str]) -> None:
+    # The message is made only on failure: these checks run for every op of every layer, and
+    # formatting their messages eagerly was most of their cost (29 us a paged_attention call).
     if not ok:
-        raise LayoutError(op, problem)
+        raise LayoutError(op, problem())
 
 
 def _tensor(op: str, name: str, t: torch.Tensor, ndim: int, dtypes: tuple, device: torch.device) -> None:
-    _require(op, t.dim() == ndim, f"{name} must have {ndim} dims, got shape {tuple(t.shape)}")
-    _require(op, t.dtype in dtypes, f"{name} dtype {t.dtype} not in {[str(d) for d in dtypes]}")
-    _require(op, t.is_contiguous(), f"{name} must be contiguous")
-    _require(op, t.device == device, f"{name} is on {t.device}, expected {device}")
+    _require(op, t.dim() == ndim, lambda: f"{name} must have {ndim} dims, got shape {tuple(t.shape)}")
+    _require(op, t.dtype in dtypes, lambda: f"{name} dtype {t.dtype} not in {[str(d) for d in dtypes]}")
+    _require(op, t.is_contiguous(), lambda: f"{name} must be contiguous")
+    _require(op, t.device == device, lambda: f"{name} is on {t.device}, expected {device}")
+
+
+@functools.lru_cache(maxsize=None)
+def _device_shape(device: torch.device) -> tuple[int, int]:
+    """(multiprocessors, warp size) of a GPU, read once rather than at every call."""
+    return torch.cuda.get_device_properties(device).multi_processor_count, library().ss_warp_size()
 
 
 def _kernels_for(t: torch.Tensor):
@@ -55,18 +66,18 @@ def paged_attention(q, k_cache, v_cache, block_tables, cu_q_lens, ctx_lens, scal
     num_tokens, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, cache_dim = k_cache.shape
     num_lanes, max_blocks = block_tables.shape
-    _require(op, k_cache.shape == v_cache.shape, f"k_cache {tuple(k_cache.shape)} != v_cache {tuple(v_cache.shape)}")
-    _require(op, cache_dim == head_dim, f"cache head_dim {cache_dim} != q head_dim {head_dim}")
-    _require(op, num_heads % num_kv_heads == 0, f"num_heads {num_heads} not a multiple of num_kv_heads {num_kv_heads}")
+    _require(op, k_cache.shape == v_cache.shape, lambda: f"k_cache {tuple(k_cache.shape)} != v_cache {tuple(v_cache.shape)}")
+    _require(op, cache_dim == head_dim, lambda: f"cache head_dim {cache_dim} != q head_dim {head_dim}")
+    _require(op, num_heads % num_kv_heads == 0, lambda: f"num_heads {num_heads} not a multiple of num_kv_heads {num_kv_heads}")
     _require(op, cu_q_lens.numel() == num_lanes + 1 and ctx_lens.numel() == num_lanes,
-             f"{num_lanes} lanes need cu_q_lens of {num_lanes + 1} and ctx_lens of {num_lanes}, "
+             lambda: f"{num_lanes} lanes need cu_q_lens of {num_lanes + 1} and ctx_lens of {num_lanes}, "
              f"got {cu_q_lens.numel()} and {ctx_lens.numel()}")
     lib = _kernels_for(q)
     if lib is None or num_lanes == 0:
         return reference.paged_attention(q, k_cache, v_cache, block_tables, cu_q_lens, ctx_lens, scale)
-    props = torch.cuda.get_device_properties(dev)
-    _require(op, head_dim <= 8 * lib.ss_warp_size(), f"head_dim {head_dim} > 8 x warp size: kernel v1 limit")
-    splits, split_len = split_plan(max_blocks * block_size, num_tokens * num_heads, props.multi_processor_count)
+    multiprocessors, warp_size = _device_shape(dev)
+    _require(op, head_dim <= 8 * warp_size, lambda: f"head_dim {head_dim} > 8 x warp size: kernel v1 limit")
+    splits, split_len = split_plan(max_blocks * block_size, num_tokens * num_heads, multiprocessors)
     out = torch.empty_like(q)
     split_acc = split_max_sum = None
     if splits > 1:
@@ -88,9 +99,9 @@ def write_kv(k, v, k_cache, v_cache, slot_mapping) -> None:
     for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
         _tensor(op, name, cache, 4, (k.dtype,), dev)
     _tensor(op, "slot_mapping", slot_mapping, 1, (torch.int64,), dev)
-    _require(op, k.shape == v.shape and k_cache.shape == v_cache.shape, "k/v or k_cache/v_cache shapes differ")
-    _require(op, k.shape[1:] == k_cache.shape[2:], f"rows {tuple(k.shape[1:])} != cache rows {tuple(k_cache.shape[2:])}")
-    _require(op, slot_mapping.numel() == k.shape[0], f"{k.shape[0]} tokens but {slot_mapping.numel()} slots")
+    _require(op, k.shape == v.shape and k_cache.shape == v_cache.shape, lambda: "k/v or k_cache/v_cache shapes differ")
+    _require(op, k.shape[1:] == k_cache.shape[2:], lambda: f"rows {tuple(k.shape[1:])} != cache rows {tuple(k_cache.shape[2:])}")
+    _require(op, slot_mapping.numel() == k.shape[0], lambda: f"{k.shape[0]} tokens but {slot_mapping.numel()} slots")
     lib = _kernels_for(k)
     if lib is None:
         return reference.write_kv(k, v, k_cache, v_cache, slot_mapping)
@@ -103,9 +114,9 @@ def _check_drafts(op: str, draft_tokens, cu_draft_lens, target_rows: int) -> Non
     _tensor(op, "draft_tokens", draft_tokens, 1, (torch.int64,), dev)
     _tensor(op, "cu_draft_lens", cu_draft_lens, 1, (torch.int32,), dev)
     lanes = cu_draft_lens.numel() - 1
-    _require(op, lanes >= 0, "cu_draft_lens needs num_lanes + 1 entries")
+    _require(op, lanes >= 0, lambda: "cu_draft_lens needs num_lanes + 1 entries")
     _require(op, target_rows == draft_tokens.numel() + lanes,
-             f"target has {target_rows} rows; {draft_tokens.numel()} drafts over {lanes} lanes need "
+             lambda: f"target has {target_rows} rows; {draft_tokens.numel()} drafts over {lanes} lanes need "
              f"{draft_tokens.numel() + lanes} (k_i + 1 per lane)")
 
 
@@ -135,12 +146,12 @@ def verify_rejection(draft_tokens, cu_draft_lens, draft_probs, target_probs, acc
     if draft_probs is not None:
         _tensor(op, "draft_probs", draft_probs, 2, (torch.float32,), dev)
         _require(op, draft_probs.shape == (draft_tokens.numel(), target_probs.shape[1]),
-                 f"draft_probs shape {tuple(draft_probs.shape)} != ({draft_tokens.numel()}, {target_probs.shape[1]})")
+                 lambda: f"draft_probs shape {tuple(draft_probs.shape)} != ({draft_tokens.numel()}, {target_probs.shape[1]})")
     _tensor(op, "accept_uniforms", accept_uniforms, 1, (torch.float32,), dev)
     _tensor(op, "sample_uniforms", sample_uniforms, 1, (torch.float32,), dev)
     lanes = cu_draft_lens.numel() - 1
     _require(op, accept_uniforms.numel() == draft_tokens.numel() and sample_uniforms.numel() == lanes,
-             f"need {draft_tokens.numel()} accept and {lanes} sample uniforms, got "
+             lambda: f"need {draft_tokens.numel()} accept and {lanes} sample uniforms, got "
              f"{accept_uniforms.numel()} and {sample_uniforms.numel()}")
     lib = _kernels_for(draft_tokens)
     if lib is None:
