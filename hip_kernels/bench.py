@@ -32,8 +32,10 @@ def median_ms(fn, repeats: int = 20) -> float:
     return statistics.median(times)
 
 
-def verify_batch(lanes: int, k: int, ctx: int, heads: int, kv_heads: int, head_dim: int, dtype, block_size: int = 16):
-    dev = "cuda"
+def verify_batch(lanes: int, k: int, ctx: int, heads: int, kv_heads: int, head_dim: int, dtype,
+                 block_size: int = 16, dev: torch.device | str = "cuda"):
+    """q, caches, block tables, cu_q_lens and ctx_lens of a step of `lanes` lanes of 1 + k query
+    tokens at context `ctx`, each lane's blocks shuffled through the cache."""
     blocks_per_lane = -(-ctx // block_size)
     tables = torch.randperm(lanes * blocks_per_lane, device=dev).int().view(lanes, blocks_per_lane)
     cache = (lanes * blocks_per_lane, block_size, kv_heads, head_dim)

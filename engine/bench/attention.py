@@ -21,6 +21,7 @@ import time
 import torch
 
 import hip_kernels
+from hip_kernels.bench import verify_batch
 from engine.attention import plan_attention, torch_paged_attention
 from engine.cli.options import DEVICE_HELP, DTYPE_HELP, check_at_least
 from engine.devices import dtype_name, resolve_device, resolve_dtype, synchronize
@@ -55,22 +56,6 @@ def median_ms(fn, device: torch.device, repeats: int) -> float:
     return 1e3 * statistics.median(times)
 
 
-def verify_batch(lanes: int, drafts: int, ctx: int, heads: int, kv_heads: int, head_dim: int,
-                 dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """q, caches, block tables, cu_q_lens and ctx_lens of one step, each lane's blocks shuffled
-    through the cache as a running engine's are."""
-    per_lane = -(-ctx // BLOCK_SIZE)
-    tables = torch.randperm(lanes * per_lane, device=device).int().view(lanes, per_lane)
-    cache = (lanes * per_lane, BLOCK_SIZE, kv_heads, head_dim)
-    k_cache = torch.randn(cache, device=device, dtype=dtype)
-    v_cache = torch.randn(cache, device=device, dtype=dtype)
-    q_len = 1 + drafts
-    q = torch.randn(lanes * q_len, heads, head_dim, device=device, dtype=dtype)
-    cu = torch.arange(0, (lanes + 1) * q_len, q_len, device=device, dtype=torch.int32)
-    ctx_lens = torch.full((lanes,), ctx, device=device, dtype=torch.int32)
-    return q, k_cache, v_cache, tables, cu, ctx_lens
-
-
 def run(args: argparse.Namespace) -> int:
     check_at_least({"--heads": (args.heads, 1), "--kv-heads": (args.kv_heads, 1),
                     "--head-dim": (args.head_dim, 2), "--repeats": (args.repeats, 1)})
@@ -90,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         for drafts in args.drafts:
             for ctx in args.contexts:
                 batch = verify_batch(lanes, drafts, ctx, args.heads, args.kv_heads,
-                                     args.head_dim, dtype, device)
+                                     args.head_dim, dtype, BLOCK_SIZE, device)
                 plan_args = (batch[3], batch[4], batch[5], BLOCK_SIZE,
                              args.heads // args.kv_heads, dtype)
                 plan = plan_attention(*plan_args)
