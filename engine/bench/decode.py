@@ -127,7 +127,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report))
         return 0
-    print(f"{args.model} {report['dtype']} on {device} ({report['threads']} threads), ctx "
+    # torch's CPU thread count matters to a CPU's steps only
+    where = f"{device} ({report['threads']} threads)" if device.type == "cpu" else str(device)
+    print(f"{args.model} {report['dtype']} on {where}, ctx "
           f"{args.ctx}, {args.layout}: {report['weight_bytes'] / 1e6:.1f} MB of weights at "
           f"{report['read_bandwidth_gb_s']:.1f} GB/s -> floor {report['floor_ms']:.2f} ms/step")
     print(f"{'B':>4} {'step ms':>9} {'tok/s':>9} {'x floor':>8}")
