@@ -22,7 +22,7 @@ import torch
 
 import hip_kernels
 from hip_kernels.bench import verify_batch
-from engine.attention import plan_attention, torch_paged_attention
+from engine.attention import plan_attention, runs_kernels, torch_paged_attention
 from engine.cli.options import DEVICE_HELP, DTYPE_HELP, check_at_least
 from engine.devices import dtype_name, resolve_device, resolve_dtype, synchronize
 from engine.errors import SwarmscopeError
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         raise SwarmscopeError(f"--heads {args.heads} is not a multiple of --kv-heads {args.kv_heads}")
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
-    kernels = device.type == "cuda" and hip_kernels.available()
+    kernels = runs_kernels(torch.empty(0, device=device))  # as the engine decides
     scale = args.head_dim ** -0.5
     torch.manual_seed(0)
     rows = []
