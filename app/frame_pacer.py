@@ -9,14 +9,18 @@ timer's rate, costly ones as often as the share allows. Qt-free."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 ENGINE_FIRST_SHARE = 0.03  # the live window's default: 3 % of one core
 SMOOTH_SHARE = 1.0         # no limit: every timer tick may redraw
 
 
 class FramePacer:
-    def __init__(self, share: float = ENGINE_FIRST_SHARE) -> None:
+    def __init__(self, share: float = ENGINE_FIRST_SHARE, *,
+                 cpu_clock: Callable[[], float] = time.thread_time,
+                 wall_clock: Callable[[], float] = time.monotonic) -> None:
         self.share = share
+        self._cpu_clock, self._wall_clock = cpu_clock, wall_clock
         self._wall: float | None = None  # when the last redraw began
         self._cpu = 0.0                  # the GUI thread's CPU time then
 
@@ -34,12 +38,12 @@ class FramePacer:
         """Seconds until the share allows a redraw, if the thread used no more CPU meanwhile."""
         if self._wall is None:
             return 0.0
-        used, elapsed = time.thread_time() - self._cpu, time.monotonic() - self._wall
+        used, elapsed = self._cpu_clock() - self._cpu, self._wall_clock() - self._wall
         return max(0.0, used / self._share - elapsed)
 
     def ready(self) -> bool:
         """Whether a redraw may start now; if so, the next one is paced from here."""
-        wall, cpu = time.monotonic(), time.thread_time()
+        wall, cpu = self._wall_clock(), self._cpu_clock()
         if self._wall is not None and cpu - self._cpu > self._share * (wall - self._wall):
             return False
         self._wall, self._cpu = wall, cpu
