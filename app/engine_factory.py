@@ -16,6 +16,7 @@ class EngineSpec:
     agents: int = 8
     trace_out: str | None = None  # None: no trace is written
     thinking: bool | None = None  # the chat template's enable_thinking (None: its default)
+    threads: int | None = None    # CPU threads of the forward pass (None: one per core)
 
     def __post_init__(self) -> None:
         if self.agents < 1:
@@ -32,8 +33,8 @@ class EngineSpec:
 
         loaded = load_model(self.model, dtype=self.dtype, device=self.device,
                             progress=lambda msg, frac: progress(msg, 0.7 * frac),
-                            thinking=self.thinking)
-        progress("calibrating t(N) (cached per device, model and dtype)…", 0.7)
+                            thinking=self.thinking, threads=self.threads)
+        progress("calibrating t(N) (cached per device, model, dtype and CPU threads)…", 0.7)
         # Measured here rather than inside Engine(), where a window closed mid-calibration could
         # not stop it: here every forward pass checks for the close.
         with progress.checking(loaded.model):

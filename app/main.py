@@ -17,7 +17,7 @@ from app.display import display_problem
 from app.main_window import MainWindow
 from app.session_traces import SessionTraces
 from app.theme import THEMES, Theme, apply_theme
-from engine.cli.options import (DEVICE_HELP, DTYPE_HELP, MODEL_HELP, add_thinking_option,
+from engine.cli.options import (MODEL_HELP, add_device_options, add_thinking_option,
                                 add_version_option)
 
 
@@ -63,8 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="swarmscope", description="The swarmscope window.")
     parser.add_argument("--model", default="default",
                         help=MODEL_HELP)
-    parser.add_argument("--dtype", default="auto", help=DTYPE_HELP)
-    parser.add_argument("--device", default="auto", help=DEVICE_HELP)
+    add_device_options(parser)
     parser.add_argument("--agents", type=int, default=8, help="swarm size at start")
     add_thinking_option(parser)
     parser.add_argument("--trace-out", metavar="FILE",
@@ -113,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         window.open_trace(args.replay)
     else:
         window.start_session(EngineSpec(args.model, args.dtype, args.device, args.agents,
-                                        thinking=args.thinking))
+                                        thinking=args.thinking, threads=args.threads))
     if args.quit_after is not None:
         def finish() -> None:
             if args.screenshot:

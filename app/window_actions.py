@@ -71,7 +71,7 @@ class WindowActionsMixin:
             context = ("" if calibration.context is None else
                        f", calibrated with lanes at context {calibration.context}")
             lines.append(f"{loaded.name} ({loaded.source}), {calibration.dtype} on "
-                         f"{calibration.device}: T = {calibration.budget}, "
+                         f"{calibration.hardware}: T = {calibration.budget}, "
                          f"t(1) = {calibration.t_ms(1):.1f} ms{context}")
         lines.append("The default model, SmolLM2-135M-Instruct, is Apache-2.0 (Hugging Face).")
         return "\n".join(lines)

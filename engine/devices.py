@@ -32,6 +32,24 @@ def resolve_device(name: str = "auto") -> torch.device:
     raise SwarmscopeError(f"unknown device {name!r}; use auto, cpu, cuda, rocm or cuda:N")
 
 
+def set_cpu_threads(threads: int | None) -> None:
+    """Run the CPU's forward passes on `threads` threads (None: torch's choice, one per core). On
+    a busy desktop fewer can be faster: a thread that waits for a taken core stalls the others
+    at every op's barrier."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+
+
+def cpu_threads(device: torch.device) -> int | None:
+    """The threads a CPU's forward pass runs on; None on a GPU, where they do not set its pace."""
+    return torch.get_num_threads() if device.type == "cpu" else None
+
+
+def hardware(device: str, threads: int | None) -> str:
+    """A device as users read it: "cpu, 2 threads", "cuda:0"."""
+    return device if threads is None else f"{device}, {threads} thread{'s' * (threads != 1)}"
+
+
 def cpu_has_fast_bf16() -> bool:
     """Whether the CPU has bf16 dot instructions (AVX512-BF16 or AMX on x86). Without them CPU
     bf16 matmuls emulate and get slower with every extra row, which would hide the compute slack

@@ -23,16 +23,16 @@ import torch
 import hip_kernels
 from hip_kernels.bench import verify_batch
 from engine.attention import plan_attention, runs_kernels, torch_paged_attention
-from engine.cli.options import DEVICE_HELP, DTYPE_HELP, check_at_least
-from engine.devices import dtype_name, resolve_device, resolve_dtype, synchronize
+from engine.cli.options import add_device_options, check_at_least
+from engine.devices import (cpu_threads, dtype_name, hardware, resolve_device, resolve_dtype,
+                            set_cpu_threads, synchronize)
 from engine.errors import SwarmscopeError
 
 BLOCK_SIZE = 16
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", default="auto", help=DEVICE_HELP)
-    parser.add_argument("--dtype", default="auto", help=DTYPE_HELP)
+    add_device_options(parser)
     parser.add_argument("--heads", type=int, default=32, help="query heads (default 32)")
     parser.add_argument("--kv-heads", type=int, default=8, help="KV heads (default 8)")
     parser.add_argument("--head-dim", type=int, default=128, help="(default 128)")
@@ -67,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         raise SwarmscopeError(f"--heads {args.heads} is not a multiple of --kv-heads {args.kv_heads}")
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
+    set_cpu_threads(args.threads)
     kernels = runs_kernels(torch.empty(0, device=device))  # as the engine decides
     scale = args.head_dim ** -0.5
     torch.manual_seed(0)
@@ -90,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
                                                  device, args.repeats)
                     row["kernel_over_torch"] = row["kernel_ms"] / row["torch_ms"]
                 rows.append(row)
-    report = {"device": str(device), "dtype": dtype_name(dtype), "heads": args.heads,
+    report = {"device": str(device), "threads": cpu_threads(device), "dtype": dtype_name(dtype),
+              "heads": args.heads,
               "kv_heads": args.kv_heads, "head_dim": args.head_dim, "block_size": BLOCK_SIZE,
               "kernels": kernels,
               "kernels_why_not": "" if kernels else (hip_kernels.why_unavailable()
@@ -99,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report))
         return 0
-    print(f"attention on {device}, {report['dtype']}, heads {args.heads}/{args.kv_heads}, "
+    print(f"attention on {hardware(str(device), report['threads'])}, {report['dtype']}, heads {args.heads}/{args.kv_heads}, "
           f"head_dim {args.head_dim}, blocks of {BLOCK_SIZE}; medians of {args.repeats} calls")
     if not kernels:
         print(f"the kernel is not timed: {report['kernels_why_not']}")

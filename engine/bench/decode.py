@@ -14,9 +14,10 @@ import time
 
 import torch
 
-from engine.cli.options import DEVICE_HELP, DTYPE_HELP
+from engine.cli.options import add_device_options
 from engine.config import PRESETS
-from engine.devices import dtype_name, resolve_device, resolve_dtype, synchronize
+from engine.devices import (cpu_threads, dtype_name, hardware, resolve_device, resolve_dtype,
+                            set_cpu_threads, synchronize)
 from engine.errors import SwarmscopeError
 from engine.forward_batch import LaneInput
 from engine.kv_cache import PagedKVCache
@@ -31,13 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="default",
                         help="anything `swarmscope generate --model` takes, or random:PRESET for "
                              f"random weights of a preset's shapes ({', '.join(PRESETS)})")
-    parser.add_argument("--dtype", default="auto", help=DTYPE_HELP)
-    parser.add_argument("--device", default="auto", help=DEVICE_HELP)
+    add_device_options(parser)
     parser.add_argument("--ctx", type=int, default=256, help="context length of every lane")
     parser.add_argument("--repeats", type=int, default=7, help="timed steps per point (best of; the minimum is what the code can do on a machine shared with other work)")
     parser.add_argument("--layout", default="packed", choices=("packed", "padded"))
-    parser.add_argument("--threads", type=int, default=0,
-                        help="CPU threads for torch (0: torch's default)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
 
 
@@ -83,11 +81,10 @@ def _time_step(runner: ModelRunner, lanes: list[LaneInput], layout: str, repeats
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.ctx < 1 or args.repeats < 1 or args.threads < 0:
-        raise SwarmscopeError("--ctx and --repeats must be >= 1, --threads >= 0")
+    if args.ctx < 1 or args.repeats < 1:
+        raise SwarmscopeError("--ctx and --repeats must be >= 1")
     torch.manual_seed(0)
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
+    set_cpu_threads(args.threads)
     model = _load(args.model, args.dtype, args.device)
     config, device = model.config, model.device
     bandwidth = measure_read_bandwidth(device)
@@ -118,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         row["x_t1"] = row["step_ms"] / t1
     report = {
         "model": args.model, "dtype": dtype_name(model.dtype),
-        "device": str(device), "threads": torch.get_num_threads(), "ctx": args.ctx,
+        "device": str(device), "threads": cpu_threads(device), "ctx": args.ctx,
         "layout": args.layout, "weight_bytes": model.streamed_weight_bytes(),
         "read_bandwidth_gb_s": bandwidth / 1e9, "floor_ms": 1e3 * floor_s,
         "batches": batch_rows, "verify": verify_rows,
@@ -127,9 +124,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report))
         return 0
-    # torch's CPU thread count matters to a CPU's steps only
-    where = f"{device} ({report['threads']} threads)" if device.type == "cpu" else str(device)
-    print(f"{args.model} {report['dtype']} on {where}, ctx "
+    print(f"{args.model} {report['dtype']} on {hardware(str(device), report['threads'])}, ctx "
           f"{args.ctx}, {args.layout}: {report['weight_bytes'] / 1e6:.1f} MB of weights at "
           f"{report['read_bandwidth_gb_s']:.1f} GB/s -> floor {report['floor_ms']:.2f} ms/step")
     print(f"{'B':>4} {'step ms':>9} {'tok/s':>9} {'x floor':>8}")

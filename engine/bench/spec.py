@@ -35,7 +35,7 @@ import sys
 
 from engine.bench import in_turn
 from engine.bench.spec_workloads import WORKLOADS
-from engine.cli.options import DEVICE_HELP, DTYPE_HELP, MODEL_HELP
+from engine.cli.options import MODEL_HELP, add_device_options
 from engine.controls import ADAPTIVE_CAP, Controls
 from engine.kv_cache import PagedKVCache
 from engine.runner import ModelRunner
@@ -55,8 +55,7 @@ REQUESTS_PER_LANE = 2  # a round's requests per lane: about half of them end ins
 
 def add_arguments(parser) -> None:
     parser.add_argument("--model", default="default", help=MODEL_HELP)
-    parser.add_argument("--dtype", default="auto", help=DTYPE_HELP)
-    parser.add_argument("--device", default="auto", help=DEVICE_HELP)
+    add_device_options(parser)
     parser.add_argument("--batches", default="1,2,4,8,16", help="comma-separated B values")
     parser.add_argument("--max-tokens", type=int, default=64,
                         help="most tokens a request decodes; it ends sooner where the model ends "
@@ -91,7 +90,8 @@ def run(args) -> int:
             raise ValueError("--max-tokens, --repeats and every B must be >= 1")
         policies = parse_policies(args.policies)
         workloads = _chosen_workloads(args.workloads)
-        loaded = load_model(args.model, args.dtype, args.device, progress=say)
+        loaded = load_model(args.model, args.dtype, args.device, progress=say,
+                            threads=args.threads)
         calibration = calibrate_or_load(loaded, progress=say)
     except (SwarmscopeError, ValueError) as exc:
         print(f"swarmscope bench spec: {exc}", file=sys.stderr)
@@ -349,7 +349,7 @@ def _release(kv: PagedKVCache, seqs: list[Sequence]) -> None:
 
 def _print_table(rows, calibration, policies) -> None:
     print(f"budget T = {calibration.budget}, t(1) = {calibration.t_ms(1):.1f} ms "
-          f"({calibration.model}, {calibration.dtype}, {calibration.device}, calibrated at context "
+          f"({calibration.model}, {calibration.dtype}, {calibration.hardware}, calibrated at context "
           f"{calibration.context})")
     labels = [label for label, _, _ in policies]
     judged = "goodput" in labels and len(labels) > 2  # goodput against the best of the others

@@ -15,7 +15,7 @@ import math
 import sys
 
 from engine.bench import in_turn
-from engine.cli.options import DEVICE_HELP, DTYPE_HELP, MODEL_HELP, check_at_least
+from engine.cli.options import MODEL_HELP, add_device_options, check_at_least
 from engine.controls import ADAPTIVE_CAP, FIXED_K, Controls
 
 POLICIES = ("off", "fixed", "uniform", "goodput")
@@ -23,8 +23,7 @@ POLICIES = ("off", "fixed", "uniform", "goodput")
 
 def add_arguments(parser) -> None:
     parser.add_argument("--model", default="default", help=MODEL_HELP)
-    parser.add_argument("--dtype", default="auto", help=DTYPE_HELP)
-    parser.add_argument("--device", default="auto", help=DEVICE_HELP)
+    add_device_options(parser)
     parser.add_argument("--agents", type=int, default=8)
     parser.add_argument("--duration", type=float, default=90.0,
                         help="session seconds per policy (tool waits included, not waited)")
@@ -73,7 +72,7 @@ def measure(args) -> list[dict]:
     from engine.swarm.config import SwarmConfig
     from engine.telemetry.summary import summarize
 
-    loaded = load_model(args.model, dtype=args.dtype, device=args.device)
+    loaded = load_model(args.model, dtype=args.dtype, device=args.device, threads=args.threads)
     calibration = None
     engines = {}
     for policy in POLICIES:

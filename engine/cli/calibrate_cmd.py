@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import sys
 
-from engine.cli.options import DEVICE_HELP, DTYPE_HELP, MODEL_HELP
+from engine.cli.options import MODEL_HELP, add_device_options
 from engine.errors import SwarmscopeError
 from engine.spec.calibration import DEFAULT_CONTEXT
 
@@ -12,8 +12,7 @@ from engine.spec.calibration import DEFAULT_CONTEXT
 def register(subparsers) -> None:
     p = subparsers.add_parser("calibrate", help="measure t(N) and the speculation budget T")
     p.add_argument("--model", default="default", help=MODEL_HELP)
-    p.add_argument("--dtype", default="auto", help=DTYPE_HELP)
-    p.add_argument("--device", default="auto", help=DEVICE_HELP)
+    add_device_options(p)
     p.add_argument("--eps", type=float, default=0.10, help="T = largest N with t(N) <= (1+eps) t(1)")
     p.add_argument("--context", type=int, metavar="TOKENS",
                    help=f"tokens each timed lane has cached (default {DEFAULT_CONTEXT}, or "
@@ -29,7 +28,8 @@ def run(args) -> int:
     try:
         if not 0 <= args.eps < math.inf:
             raise SwarmscopeError("--eps must be a finite number >= 0")
-        loaded = load_model(args.model, args.dtype, args.device, progress=say)
+        loaded = load_model(args.model, args.dtype, args.device, progress=say,
+                            threads=args.threads)
         result = calibrate_or_load(loaded, eps=args.eps, progress=say, force=True,
                                    context=args.context)
     except SwarmscopeError as exc:
@@ -49,6 +49,6 @@ def run(args) -> int:
         for b, _ in result.batch_points:
             print(f"B={b:<3d}" + " " * 42 + "  ".join(
                 f"{result.step_ms(b, d) - result.step_ms(b, 0):+5.2f}" for d in ds))
-    print(f"budget T = {result.budget} (eps {result.eps:g}, {result.device}, {result.model}, "
+    print(f"budget T = {result.budget} (eps {result.eps:g}, {result.hardware}, {result.model}, "
           f"{result.dtype}; lanes at context {result.context})")
     return 0

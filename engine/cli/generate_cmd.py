@@ -6,8 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from engine.cli.options import (DEVICE_HELP, DTYPE_HELP, MODEL_HELP, add_thinking_option,
-                                check_drafter)
+from engine.cli.options import MODEL_HELP, add_device_options, add_thinking_option, check_drafter
 from engine.controls import Controls
 from engine.errors import SwarmscopeError
 from engine.sampling import SamplingParams
@@ -52,8 +51,7 @@ def register(subparsers) -> None:
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dtype", default="auto", help=DTYPE_HELP)
-    p.add_argument("--device", default="auto", help=DEVICE_HELP)
+    add_device_options(p)
     add_thinking_option(p)
     p.add_argument("--chat", action=argparse.BooleanOptionalAction, default=True,
                    help="wrap prompts in the model's chat template (default on)")
@@ -86,7 +84,7 @@ def run(args) -> int:
         check_drafter("--drafter", args.drafter)
         note = (lambda message, *_: print(message, file=sys.stderr)) if not args.json else None
         loaded = load_model(args.model, args.dtype, args.device, progress=note,
-                            thinking=args.thinking)
+                            thinking=args.thinking, threads=args.threads)
         check_drafter("--drafter", args.drafter, loaded)  # now its tokenizer too
         results = generate(loaded, prompts, controls, args.max_tokens, sampling, args.chat,
                            progress=lambda message: print(message, file=sys.stderr))

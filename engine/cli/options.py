@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from importlib import metadata
 
 from engine.errors import ModelLoadError, SwarmscopeError
@@ -39,6 +40,24 @@ def add_thinking_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=None,
                         help="--no-thinking turns a thinking model's reasoning off (the chat "
                              "template's enable_thinking, as Qwen3's); default: the template's")
+
+
+def add_device_options(parser: argparse.ArgumentParser) -> None:
+    """--dtype, --device and --threads N: the CPU threads of the forward pass (default: torch's,
+    one per core)."""
+    parser.add_argument("--dtype", default="auto", help=DTYPE_HELP)
+    parser.add_argument("--device", default="auto", help=DEVICE_HELP)
+    parser.add_argument("--threads", type=_thread_count, metavar="N",
+                        help="CPU threads for the forward pass (default: one per core); fewer "
+                             "can be faster where other programs keep cores busy. t(N) is "
+                             "calibrated per thread count")
+
+
+def _thread_count(text: str) -> int:
+    cores = os.cpu_count() or 1
+    if not text.isdigit() or not 1 <= int(text) <= cores:
+        raise argparse.ArgumentTypeError(f"must be 1..{cores} (this machine's cores), got {text!r}")
+    return int(text)
 
 
 def check_at_least(options: dict[str, tuple[float | None, float]]) -> None:

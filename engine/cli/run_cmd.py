@@ -8,7 +8,7 @@ import signal
 import sys
 import time
 
-from engine.cli.options import (DEVICE_HELP, DTYPE_HELP, MODEL_HELP, add_thinking_option,
+from engine.cli.options import (MODEL_HELP, add_device_options, add_thinking_option,
                                 check_at_least, check_drafter)
 from engine.controls import (ADAPTIVE_CAP, DEFAULT_K, FIXED_K, Controls, parse_change,
                              parse_mix)
@@ -24,8 +24,7 @@ def register(subparsers) -> None:
     p.add_argument("--headless", action="store_true",
                    help="run without a window (required; the window is `swarmscope`)")
     p.add_argument("--model", default="default", help=MODEL_HELP)
-    p.add_argument("--dtype", default="auto", help=DTYPE_HELP)
-    p.add_argument("--device", default="auto", help=DEVICE_HELP)
+    add_device_options(p)
     add_thinking_option(p)
     p.add_argument("--agents", type=int, default=8, help="swarm size (default 8)")
     length = p.add_mutually_exclusive_group()
@@ -102,6 +101,7 @@ def run(args) -> int:
 
 
 def _run(args) -> int:
+    from engine.devices import cpu_threads, hardware
     from engine.engine import Engine
     from engine.loading import load_model
     from engine.spec.calibration import calibrate_or_load
@@ -120,8 +120,9 @@ def _run(args) -> int:
         print(f"  {message}", file=sys.stderr)
 
     loaded = load_model(args.model, dtype=args.dtype, device=args.device, progress=say,
-                        thinking=args.thinking)
-    print(f"model {loaded.name} ({loaded.dtype}, {loaded.device})", file=sys.stderr)
+                        thinking=args.thinking, threads=args.threads)
+    print(f"model {loaded.name} ({loaded.dtype}, "
+          f"{hardware(str(loaded.device), cpu_threads(loaded.device))})", file=sys.stderr)
     _check_against_model(args, changes, loaded)
     # without --max-context the config's default, which the engine holds to the model's positions
     config = SwarmConfig(seed=args.seed, clock=args.clock, temperature=args.temperature,

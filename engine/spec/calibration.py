@@ -38,7 +38,7 @@ from typing import Callable
 
 import torch
 
-from engine.devices import dtype_name
+from engine.devices import cpu_threads, dtype_name, hardware
 from engine.errors import SwarmscopeError
 from engine.forward_batch import LaneInput
 from engine.kv_cache import PagedKVCache
@@ -87,6 +87,7 @@ class Calibration:
     model: str = ""
     dtype: str = ""
     context: int | None = None  # tokens each timed lane had cached (None: not recorded)
+    threads: int | None = None  # torch's CPU threads when timed (None: a GPU, or not recorded)
     version: int = VERSION  # how the points were measured; caches of another version are stale
     # The fitted curve, as the query sizes and their times. Derived once: goodput reads t(N)
     # dozens of times a step.
@@ -206,8 +207,12 @@ class Calibration:
     def from_dict(cls, data: dict) -> "Calibration":
         """Also reads calibrations embedded in older traces, which carry no version (1)."""
         fields = {k: data[k] for k in ("points", "eps", "batch_points", "decode_points", "device",
-                                       "model", "dtype", "context") if k in data}
+                                       "model", "dtype", "context", "threads") if k in data}
         return cls(**fields, version=int(data.get("version", 1)))
+
+    @property
+    def hardware(self) -> str:
+        return hardware(self.device, self.threads)
 
     @classmethod
     def make_dummy(cls, t1_ms: float = 25.0, per_token_ms: float = 1.0, knee: int = 8,
@@ -229,15 +234,18 @@ def model_key(loaded) -> str:
     return f"{loaded.name}-{hashlib.sha1(repr(shapes).encode()).hexdigest()[:8]}"
 
 
-def cache_path(device: str, model: str, dtype: str) -> Path:
-    """Where the calibration for (device, model: a model_key, dtype) is cached."""
-    slug = "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", part) for part in (device, model, dtype))
+def cache_path(device: str, model: str, dtype: str, threads: int | None = None) -> Path:
+    """Where the calibration for (device, model: a model_key, dtype) is cached; on a CPU, per
+    thread count, as one thread's t(N) is another curve than two threads'."""
+    where = device if threads is None else f"{device}-{threads}threads"
+    slug = "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", part) for part in (where, model, dtype))
     return cache_root() / "calibration" / f"{slug}.json"
 
 
-def load_cached(device: str, model: str, dtype: str, eps: float) -> Calibration | None:
+def load_cached(device: str, model: str, dtype: str, eps: float,
+                threads: int | None = None) -> Calibration | None:
     """The cached calibration, or None when there is none or it is stale (another version)."""
-    path = cache_path(device, model, dtype)
+    path = cache_path(device, model, dtype, threads)
     if not path.exists():
         return None
     try:
@@ -253,7 +261,7 @@ def load_cached(device: str, model: str, dtype: str, eps: float) -> Calibration 
 def save(calibration: Calibration, model: str) -> Path:
     """Write the cache file whole or not at all (a file beside it, renamed over it): a second
     window calibrating the same model must never read half of one."""
-    path = cache_path(calibration.device, model, calibration.dtype)
+    path = cache_path(calibration.device, model, calibration.dtype, calibration.threads)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}")
     try:
@@ -265,7 +273,7 @@ def save(calibration: Calibration, model: str) -> Path:
 
 
 def measure(runner, vocab_size: int, *, device: str, model: str, dtype: str, eps: float = 0.10,
-            context: int = DEFAULT_CONTEXT, repeats: int = 5, query_sizes=QUERY_SIZES,
+            threads: int | None = None, context: int = DEFAULT_CONTEXT, repeats: int = 5, query_sizes=QUERY_SIZES,
             batch_shapes=BATCH_SHAPES, decode_drafts=DECODE_DRAFTS,
             progress: Callable[[str], None] | None = None) -> Calibration:
     """Time real forward passes on `runner` (a ModelRunner with room for max(batch_shapes)
@@ -352,7 +360,7 @@ def measure(runner, vocab_size: int, *, device: str, model: str, dtype: str, eps
                        eps=eps, batch_points=list(batches.items()),
                        decode_points=[(b, d, batches[b] * ratio["D", (b, d)])
                                       for b in batch_shapes for d in decode_drafts],
-                       device=device, model=model, dtype=dtype, context=context)
+                       device=device, model=model, dtype=dtype, context=context, threads=threads)
 
 
 def median_error(values: list[float]) -> float:
@@ -387,13 +395,13 @@ def longest_context(config) -> int:
 def calibrate_or_load(loaded, eps: float = 0.10,
                       progress: Callable[[str], None] | None = None,
                       force: bool = False, context: int | None = None) -> Calibration:
-    """The cached calibration for (device, model, dtype), whatever its context, or one measured
-    with lanes at `context` (None: DEFAULT_CONTEXT, or fewer where the model's positions hold no
-    more) and cached when there is none or `force`."""
+    """The cached calibration for (device, model, dtype; the CPU threads in force on a CPU),
+    whatever its context, or one measured with lanes at `context` (None: DEFAULT_CONTEXT, or
+    fewer where the model's positions hold no more) and cached when there is none or `force`."""
     device, dtype = str(loaded.model.device), dtype_name(loaded.model.dtype)
-    key = model_key(loaded)
+    key, threads = model_key(loaded), cpu_threads(loaded.model.device)
     if not force:
-        cached = load_cached(device, key, dtype, eps)
+        cached = load_cached(device, key, dtype, eps, threads)
         if cached is not None:
             return cached
     longest, most = max(QUERY_SIZES), longest_context(loaded.config)
@@ -413,15 +421,17 @@ def calibrate_or_load(loaded, eps: float = 0.10,
     kv = PagedKVCache(loaded.config, blocks, block, loaded.model.dtype, loaded.model.device)
     runner = ModelRunner(loaded.model, kv)
     if progress:
-        progress(f"calibrating {loaded.name} ({dtype}, {device}): timing forward passes, lanes "
-                 f"at context {context}")
+        progress(f"calibrating {loaded.name} ({dtype}, {hardware(device, threads)}): timing forward passes, "
+                 f"lanes at context {context}")
     with torch.inference_mode():
         result = measure(runner, loaded.config.vocab_size, device=device, model=loaded.name,
-                         dtype=dtype, eps=eps, context=context, progress=progress)
+                         dtype=dtype, eps=eps, threads=threads, context=context,
+                         progress=progress)
     try:
         where = f"cached in {save(result, key)}"
     except OSError as exc:  # a read-only or full cache: the curve still serves this session
-        where = (f"NOT cached ({cache_path(device, key, dtype)}: {exc.strerror or exc}), so it "
+        where = (f"NOT cached ({cache_path(device, key, dtype, threads)}: "
+                 f"{exc.strerror or exc}), so it "
                  "is measured again next time")
     if progress:
         progress(f"budget T = {result.budget} (t(1) = {result.t_ms(1):.2f} ms); {where}")

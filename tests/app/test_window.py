@@ -239,8 +239,9 @@ def test_main_replays_saves_a_non_blank_screenshot_and_exits_0(qtbot, tmp_path):
     assert QImage(str(shot)).size().toTuple() == (1200, 800)
 
 
-def test_the_windows_no_thinking_reaches_the_model_load(qtbot, monkeypatch):
-    """--no-thinking starts the session with the chat template's thinking off."""
+def test_the_windows_no_thinking_and_threads_reach_the_model_load(qtbot, monkeypatch):
+    """--no-thinking starts the session with the chat template's thinking off, --threads with
+    the CPU threads given."""
     import engine.loading
     from app.main_window import MainWindow
     from engine.errors import SwarmscopeError
@@ -250,13 +251,14 @@ def test_the_windows_no_thinking_reaches_the_model_load(qtbot, monkeypatch):
                         lambda self, spec: (specs.append(spec), start_session(self, spec)))
 
     def load_model(*args, **kwargs):
-        asked.append(kwargs.get("thinking"))
+        asked.append((kwargs.get("thinking"), kwargs.get("threads")))
         raise SwarmscopeError("stop here")
 
     monkeypatch.setattr(engine.loading, "load_model", load_model)
-    assert main(["--model", "tiny-test", "--no-thinking", "--trace-out", "none",
+    assert main(["--model", "tiny-test", "--no-thinking", "--threads", "1", "--trace-out", "none",
                  "--quit-after", "1"]) == 0
-    assert [spec.thinking for spec in specs] == [False] and asked == [False]
+    assert [(spec.thinking, spec.threads) for spec in specs] == [(False, 1)]
+    assert asked == [(False, 1)]
 
 
 def test_a_session_with_nowhere_to_record_runs_and_says_so(qtbot, tmp_path, monkeypatch):

@@ -1,5 +1,6 @@
-"""`swarmscope` itself: its help (the commands and the window's options), its version, and the
-net under every command (Ctrl+C, a closed pipe)."""
+"""`swarmscope` itself: its help (the commands and the window's options), its version, the
+net under every command (Ctrl+C, a closed pipe), and the options the commands share."""
+import os
 from importlib.metadata import version
 
 import pytest
@@ -93,3 +94,31 @@ def test_thinking_reaches_the_chat_template(monkeypatch, capsys, command, flag, 
     monkeypatch.setattr(engine.loading, "load_model", load_model)
     assert main([*command, "--model", "tiny-test", *flag]) == 2
     assert asked == [thinking] and "stop here" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["generate", "--prompt", "hi"], ["run", "--headless"],
+                                     ["calibrate"], ["bench", "spec"], ["bench", "swarm"]])
+def test_threads_reach_the_model_loader(monkeypatch, capsys, command):
+    """Every command that loads a model sets the CPU threads through the loader, or leaves
+    torch's choice where --threads is not given."""
+    import engine.loading
+    from engine.errors import SwarmscopeError
+    asked = []
+
+    def load_model(*args, **kwargs):
+        asked.append(kwargs.get("threads"))
+        raise SwarmscopeError("stop here")
+
+    monkeypatch.setattr(engine.loading, "load_model", load_model)
+    for flag in ([], ["--threads", "1"]):
+        main([*command, "--model", "tiny-test", *flag])
+    assert asked == [None, 1] and "stop here" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two", "100000"])
+def test_a_thread_count_this_machine_cannot_run_names_the_flag(capsys, value):
+    with pytest.raises(SystemExit) as exit_:
+        main(["calibrate", "--threads", value])
+    assert exit_.value.code == 2
+    assert f"argument --threads: must be 1..{os.cpu_count()} (this machine's cores)" in \
+        capsys.readouterr().err

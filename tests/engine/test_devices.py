@@ -56,3 +56,19 @@ def test_a_gpu_that_is_not_there_is_a_clear_error(monkeypatch, name):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     with pytest.raises(SwarmscopeError, match=rf"no GPU '{name}': torch sees 2, cuda:0 to cuda:1"):
         devices.resolve_device(name)
+
+
+def test_a_device_reads_with_its_cpu_threads():
+    assert devices.hardware("cpu", 1) == "cpu, 1 thread"
+    assert devices.hardware("cpu", 8) == "cpu, 8 threads"
+    assert devices.hardware("cuda:0", None) == "cuda:0"
+    assert devices.cpu_threads(torch.device("cpu")) == torch.get_num_threads()
+    assert devices.cpu_threads(torch.device("cuda:0")) is None  # no GPU needed to ask
+
+
+def test_cpu_threads_are_set_or_left_as_torch_chose(restore_threads):
+    chosen = torch.get_num_threads()
+    devices.set_cpu_threads(None)
+    assert torch.get_num_threads() == chosen
+    devices.set_cpu_threads(1)
+    assert torch.get_num_threads() == 1

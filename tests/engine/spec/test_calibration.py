@@ -5,6 +5,7 @@ import random
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from engine.config import PRESETS
 from engine.errors import SwarmscopeError
@@ -105,9 +106,33 @@ def test_a_cache_that_cannot_be_written_or_read_is_said_not_a_crash(tmp_path, mo
     assert cal.calibrate_or_load(loaded, progress=heard.append) == Calibration.make_dummy()
     assert "NOT cached" in heard[-1] and "Not a directory" in heard[-1]
     monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path))
-    cal.cache_path("cpu", cal.model_key(loaded), "fp32").mkdir(parents=True)  # a folder there
+    cal.cache_path("cpu", cal.model_key(loaded), "fp32",  # a folder there
+                   torch.get_num_threads()).mkdir(parents=True)
     with pytest.raises(SwarmscopeError, match="unreadable calibration"):
         cal.calibrate_or_load(loaded)
+
+
+def test_a_cpu_calibration_is_cached_per_thread_count(tmp_path, monkeypatch, restore_threads):
+    """One thread's t(N) is not two threads': each count is measured and cached apart, and a
+    count measured before is loaded again, its thread count with it."""
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path))
+    loaded = load_model("tiny-test", dtype="fp32")
+    measured = []
+
+    def measure(*args, threads=None, **kwargs):
+        measured.append(threads)
+        return dataclasses.replace(Calibration.make_dummy(t1_ms=float(threads)), device="cpu", dtype="fp32",
+                                   threads=threads)
+
+    monkeypatch.setattr(cal, "measure", measure)
+    for threads in (1, 2, 1):
+        torch.set_num_threads(threads)
+        found = cal.calibrate_or_load(loaded)
+        assert (found.threads, found.t_ms(1), found.hardware) == \
+            (threads, threads, f"cpu, {threads} thread{'s' * (threads > 1)}")
+    assert measured == [1, 2]
+    assert sorted(p.name.split("_")[0] for p in (tmp_path / "calibration").iterdir()) == \
+        ["cpu-1threads", "cpu-2threads"]
 
 
 def test_a_long_context_is_filled_in_a_few_passes_a_lane_and_recorded(monkeypatch):
