@@ -1,9 +1,13 @@
 """Every live control of DESIGN §3. Each change is emitted as a dict of Controls field names, which
-the window posts to the engine's mailbox (applied at the next step, logged in the trace).
+the window posts to the engine's mailbox (applied at the next step, logged in the trace). Beside
+them, what re-plans with another t(N) curve (logged as the new curve): re-running calibration, and
+on a CPU the forward pass's thread count.
 
 K belongs to its policy (fixed's K, the adaptive policies' cap): switching policy brings back the
 K last used with it, or its default."""
 from __future__ import annotations
+
+import os
 
 from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtWidgets import (QAbstractSpinBox, QComboBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel,
@@ -44,6 +48,7 @@ def _slider(lo: int, hi: int) -> tuple[QSlider, QLabel, QHBoxLayout]:
 class ControlsPanel(QWidget):
     changed = Signal(dict)       # {control name: new value}
     recalibrate = Signal()
+    threads_changed = Signal(int)  # the CPU threads asked for
 
     def __init__(self, controls: Controls | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -81,6 +86,11 @@ class ControlsPanel(QWidget):
         self.pause = QPushButton("Pause")
         self.pause.setCheckable(True)
         self.pause.setToolTip("Pause or resume the engine (Space)")
+        self.threads = QComboBox()
+        self.threads.addItems([str(n) for n in range(1, (os.cpu_count() or 1) + 1)])
+        self.threads.setToolTip(
+            "CPU threads of the forward pass. Fewer can be faster while other programs keep "
+            "cores busy; each count has its own t(N), measured the first time and then cached")
         self.recalibrate_button = QPushButton("Re-run calibration")
         self.recalibrate_button.setToolTip(
             "Measure t(N) and T again, with lanes at the swarm's median context: a swarm's long "
@@ -99,6 +109,8 @@ class ControlsPanel(QWidget):
         form.addRow("tool latency", self.tool_latency)
         for cat, spin in self.mix.items():
             form.addRow(f"mix: {cat}", spin)
+        form.addRow("CPU threads", self.threads)
+        self._form = form
         layout = QVBoxLayout(self)
         layout.addLayout(form)
         layout.addWidget(self.pause)
@@ -126,6 +138,7 @@ class ControlsPanel(QWidget):
             spin.valueChanged.connect(self._emit_mix)
         self.pause.toggled.connect(self._on_pause)
         self.recalibrate_button.clicked.connect(self.recalibrate)
+        self.threads.currentTextChanged.connect(lambda text: self.threads_changed.emit(int(text)))
 
     def set_controls(self, controls: Controls) -> None:
         """Show `controls` without emitting changes (the engine already has them)."""
@@ -158,6 +171,17 @@ class ControlsPanel(QWidget):
         # The slider labels follow valueChanged, which was blocked above.
         for slider, value in self._slider_values:
             value.setText(str(slider.value()))
+
+    def set_threads(self, threads: int | None) -> None:
+        """Show the CPU threads a curve was measured with, without asking for them; a GPU's
+        curve has none, and the row is hidden."""
+        self._form.setRowVisible(self.threads, threads is not None)
+        if threads is not None:
+            if self.threads.findText(str(threads)) < 0:  # a trace from a machine with more cores
+                self.threads.addItem(str(threads))
+            self.threads.blockSignals(True)
+            self.threads.setCurrentText(str(threads))
+            self.threads.blockSignals(False)
 
     def toggle_speculation(self) -> None:
         """Speculation off, or back on with the policy (and its K) it had before."""

@@ -81,15 +81,19 @@ class LiveSessionMixin:
 
     def load_model(self, folder: str) -> None:
         """A new live session on the model in `folder`, with the last session's dtype and device
-        and the swarm size the controls show; a folder that would not load is refused before the
+        and the swarm size and CPU threads the controls show; a folder that would not load is refused before the
         session shown stops."""
         try:
             check_model_folder(folder)
         except SwarmscopeError as exc:
             self.show_error(f"{exc}; nothing changed", records_kept=False)
             return
-        self.start_session(replace(self._spec or EngineSpec(), model=folder,
-                                   agents=self.controls.swarm_size.value()))
+        spec = self._spec or EngineSpec()
+        # the CPU threads chosen live, asked for again: torch keeps a count per thread, and the
+        # new session runs on a thread of its own
+        threads = self.calibration.threads if self.engine is not None else spec.threads
+        self.start_session(replace(spec, model=folder, agents=self.controls.swarm_size.value(),
+                                   threads=threads))
 
     def _on_progress(self, message: str, fraction: float) -> None:
         self.statusBar().showMessage(message)
@@ -108,6 +112,7 @@ class LiveSessionMixin:
         self.controls.set_controls(engine.controls)
         self.controls.setEnabled(True)
         self.controls.recalibrate_button.setEnabled(True)
+        self.controls.set_threads(self.calibration.threads)
         self._sync_ceilings()
         self.timer.start(FRAME_MS)
 
@@ -153,14 +158,28 @@ class LiveSessionMixin:
     def _recalibrate(self) -> None:
         """Re-measure t(N) on the worker thread between steps; the views keep drawing meanwhile."""
         if self.host is not None and self.engine is not None:
-            self.controls.recalibrate_button.setEnabled(False)
-            self.progress.show()
+            self._replanning(True)
             self.host.worker.request_recalibration()
+
+    def _switch_threads(self, threads: int) -> None:
+        """Switch the CPU threads on the worker thread between steps: the count's cached curve,
+        or one measured now; the views keep drawing meanwhile."""
+        if self.host is not None and self.engine is not None:
+            self._replanning(True)
+            self.host.worker.request_threads(threads)
 
     def _on_recalibrated(self, calibration) -> None:
         self.calibration = calibration
         self.dashboard.set_calibration(calibration)
-        self.controls.recalibrate_button.setEnabled(self.engine is not None)
+        self.controls.set_threads(calibration.threads)
+        self._replanning(False)
+
+    def _replanning(self, busy: bool) -> None:
+        """While a new curve is measured, neither control can ask for another."""
+        for widget in (self.controls.threads, self.controls.recalibrate_button):
+            widget.setEnabled(not busy and self.engine is not None)
+        if busy:
+            self.progress.show()
 
     def stop_engine(self) -> None:
         """Stop the worker and wait for it; the history (and the trace file) stay."""

@@ -58,6 +58,7 @@ class MainWindow(LiveSessionMixin, TraceReplayMixin, WindowActionsMixin, QMainWi
         self.controls = ControlsPanel()
         self.controls.changed.connect(self._post_controls)
         self.controls.recalibrate.connect(self._recalibrate)
+        self.controls.threads_changed.connect(self._switch_threads)
         self.controls.setEnabled(False)
         scroll = QScrollArea()
         scroll.setWidget(self.controls)

@@ -51,6 +51,7 @@ class TraceReplayMixin:
             self.calibration = None
             unreadable.append(f"its calibration ({exc}), so no t(N) curve")
         self.dashboard.set_calibration(self.calibration)
+        self.controls.set_threads(self.calibration and self.calibration.threads)
         self.dashboard.batch.set_replay(True)
         self.dashboard.batch.follow = False
         try:  # the panel (read-only) and the ceilings follow the scrubbed step's controls

@@ -4,6 +4,7 @@ except the thread-safe mailbox and ring buffers; failures arrive as a signal wit
 from __future__ import annotations
 
 import logging
+import queue
 import sys
 import threading
 from typing import Callable
@@ -38,6 +39,7 @@ class EngineWorker(QObject):
         self._build = build
         self._stop = threading.Event()
         self._recalibrate = threading.Event()
+        self._threads: queue.SimpleQueue[int] = queue.SimpleQueue()  # counts asked for, in order
         self._report = Progress(self.progress.emit, self._stop)
         self.engine = None
 
@@ -47,6 +49,10 @@ class EngineWorker(QObject):
     def request_recalibration(self) -> None:
         self._recalibrate.set()
 
+    def request_threads(self, threads: int) -> None:
+        """Switch the CPU threads between steps; the last of several requests wins."""
+        self._threads.put(threads)
+
     @Slot()
     def run(self) -> None:
         try:
@@ -55,12 +61,13 @@ class EngineWorker(QObject):
             while not self._stop.is_set():
                 if self._recalibrate.is_set():
                     self._recalibrate.clear()
-                    self.progress.emit("re-measuring t(N)…", 0.0)
-                    with self._report.checking(self.engine.loaded.model):
-                        calibration = self.engine.recalibrate(
-                            progress=self._report.calibration(0.0, 1.0))
-                    self.progress.emit(f"recalibrated · T = {calibration.budget}", 1.0)
-                    self.recalibrated.emit(calibration)
+                    self._new_curve("re-measuring t(N)…", self.engine.recalibrate)
+                threads = None
+                while not self._threads.empty():
+                    threads = self._threads.get()
+                if threads is not None:
+                    self._new_curve(f"switching to {threads} CPU threads…",
+                                    lambda progress: self.engine.use_threads(threads, progress))
                 if self.engine.step() is None:
                     self._stop.wait(IDLE_WAIT_S)
         except Cancelled:
@@ -77,6 +84,15 @@ class EngineWorker(QObject):
                 except Exception:  # noqa: BLE001 - closing after a failure must not hide it
                     log.exception("engine close failed")
             self.finished.emit()
+
+    def _new_curve(self, message: str, plan: Callable[[Callable[[str], None]], object]) -> None:
+        """Put the curve `plan(progress)` returns in force (measuring it checks for a close at
+        every forward pass) and tell the window."""
+        self.progress.emit(message, 0.0)
+        with self._report.checking(self.engine.loaded.model):
+            calibration = plan(self._report.calibration(0.0, 1.0))
+        self.progress.emit(f"t(N) on {calibration.hardware} · T = {calibration.budget}", 1.0)
+        self.recalibrated.emit(calibration)
 
 
 class EngineHost(QObject):

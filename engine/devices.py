@@ -33,9 +33,9 @@ def resolve_device(name: str = "auto") -> torch.device:
 
 
 def set_cpu_threads(threads: int | None) -> None:
-    """Run the CPU's forward passes on `threads` threads (None: torch's choice, one per core). On
-    a busy desktop fewer can be faster: a thread that waits for a taken core stalls the others
-    at every op's barrier."""
+    """Run the CPU's forward passes on `threads` threads (None: torch's choice, one per core):
+    those this thread runs, as torch keeps the count per thread. On a busy desktop fewer can be
+    faster: a thread that waits for a taken core stalls the others at every op's barrier."""
     if threads is not None:
         torch.set_num_threads(threads)
 

@@ -13,8 +13,10 @@ import threading
 import time
 from typing import Callable
 
+import torch
+
 from engine.controls import CATEGORIES, ControlMailbox, Controls
-from engine.devices import dtype_name, free_memory_bytes
+from engine.devices import dtype_name, free_memory_bytes, set_cpu_threads
 from engine.errors import SwarmscopeError
 from engine.kv_cache import PagedKVCache
 from engine.runner import ModelRunner
@@ -153,14 +155,35 @@ class Engine:
         raised by `progress` (a cancelled window, say) aborts it and keeps the old curve."""
         measured = calibrate_or_load(self.loaded, self.calibration.eps, progress, force=True,
                                      context=self.swarm_context())
+        self._put_in_force(measured)
+        return measured
+
+    def use_threads(self, threads: int, progress: Callable[[str], None] | None = None):
+        """Run a CPU's forward passes on `threads` threads from the next step, planned with that
+        count's t(N): cached, or measured now as `recalibrate` measures; logged as a control
+        change carrying the curve (whose `threads` is the count). Between steps, on the engine's
+        thread, like `recalibrate`; an exception from `progress` keeps the old count and curve."""
+        before = torch.get_num_threads()
+        set_cpu_threads(threads)
+        try:
+            if self.loaded.model.builds_kernels_per_row_count:  # oneDNN's kernels are per count
+                self.loaded.model.warm_up()
+            curve = calibrate_or_load(self.loaded, self.calibration.eps, progress,
+                                      context=self.swarm_context())
+        except BaseException:
+            set_cpu_threads(before)
+            raise
+        self._put_in_force(curve)
+        return curve
+
+    def _put_in_force(self, calibration) -> None:
         with self._lock:
-            self.calibration = self.executor.calibration = measured
+            self.calibration = self.executor.calibration = calibration
             t = self.now()
-            changes = {"calibration": measured.to_dict()}
+            changes = {"calibration": calibration.to_dict()}
             self._event({"type": "control", "t": t, "changes": changes})
             if self.trace:
                 self.trace.write_control(t, changes)
-        return measured
 
     def swarm_context(self, steps: int = 200) -> int:
         """The median context of the lanes decoded in the newest `steps` steps, rounded up to a

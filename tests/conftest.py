@@ -2,6 +2,7 @@
 models, machines under test load) must not land in the user's cache, nor a stale one there
 decide a test. The default model that `make setup` fetched is shared through a link."""
 import pytest
+import torch
 
 from engine.user_cache import cache_root
 
@@ -13,3 +14,11 @@ def _session_cache(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SWARMSCOPE_CACHE", str(root))
         yield
+
+
+@pytest.fixture
+def restore_threads():
+    """torch's CPU thread count is the process's: a test that sets it puts it back."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)

@@ -42,11 +42,13 @@ def add_thinking_option(parser: argparse.ArgumentParser) -> None:
                              "template's enable_thinking, as Qwen3's); default: the template's")
 
 
-def add_device_options(parser: argparse.ArgumentParser) -> None:
-    """--dtype, --device and --threads N: the CPU threads of the forward pass (default: torch's,
-    one per core)."""
+def add_device_options(parser: argparse.ArgumentParser, threads: bool = True) -> None:
+    """--dtype, --device and (unless `threads` is False) --threads N: the CPU threads of the
+    forward pass (default: torch's, one per core)."""
     parser.add_argument("--dtype", default="auto", help=DTYPE_HELP)
     parser.add_argument("--device", default="auto", help=DEVICE_HELP)
+    if not threads:
+        return
     parser.add_argument("--threads", type=_thread_count, metavar="N",
                         help="CPU threads for the forward pass (default: one per core); fewer "
                              "can be faster where other programs keep cores busy. t(N) is "

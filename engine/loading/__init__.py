@@ -42,8 +42,8 @@ def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
     progress(message, fraction 0..1) hears about fetching, converting and loading.
     thinking: the chat template's enable_thinking (Qwen3 thinks unless it is False; templates
     without the switch ignore it); None leaves the template's default.
-    threads: the CPU threads of every forward pass from here on, torch's setting for the whole
-    process (None: leave it, one per core unless set before).
+    threads: the CPU threads of the forward passes this thread runs from here on (None: leave
+    torch's count, one per core unless set before).
     Bad input raises ModelLoadError naming the file at fault."""
     torch_device = resolve_device(device)
     set_cpu_threads(threads)  # before the warm-up's first passes

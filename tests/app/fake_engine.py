@@ -3,6 +3,7 @@ step/agents/close) emitting make_dummy() records that obey the controls, for tes
 without a model. The real Engine is tested against the same window in test_live_engine.py."""
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from types import SimpleNamespace
@@ -30,6 +31,7 @@ class FakeEngine:
         self.loaded = SimpleNamespace(name="fake", source="fake",
                                       model=torch.nn.Module())  # the worker hooks its forwards
         self.closed = False
+        self.threads_asked: list[int] = []
         self._rng = random.Random(seed)
         self._step = 0
         self._batch = 4
@@ -87,6 +89,12 @@ class FakeEngine:
                 progress(f"  N={n} query tokens")
             time.sleep(self._step_s)
         self.calibration = Calibration.make_dummy(knee=10)
+        return self.calibration
+
+    def use_threads(self, threads: int, progress=None) -> Calibration:
+        self.threads_asked.append(threads)
+        self.recalibrate(progress)
+        self.calibration = dataclasses.replace(self.calibration, device="cpu", threads=threads)
         return self.calibration
 
     @property

@@ -53,6 +53,35 @@ def test_controls_reach_the_real_engine(qtbot, tmp_path, monkeypatch):
     assert window.host is None and (tmp_path / "live.jsonl").stat().st_size > 0
 
 
+@pytest.mark.slow
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: no other thread count to choose")
+def test_the_real_engine_switches_cpu_threads_from_the_panel(qtbot, tmp_path, monkeypatch):
+    """The count chosen is measured on the worker (nothing cached), in force from the next
+    step, and logged in the trace as the curve it brought."""
+    from engine.telemetry.trace_reader import read_trace
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "cache"))
+    window = MainWindow(Theme.load("dark"))
+    qtbot.addWidget(window)
+    window.show()
+    trace = tmp_path / "live.jsonl"
+    window.start_live(EngineSpec(model="tiny-test", dtype="fp32", device="cpu", agents=4,
+                                 threads=2, trace_out=str(trace)))
+    qtbot.waitUntil(lambda: len(window.history) > 3, timeout=120_000)
+    engine = window.engine
+    assert window.controls.threads.currentText() == "2" == str(engine.calibration.threads)
+    with qtbot.waitSignal(window.host.worker.recalibrated, timeout=120_000):
+        window.controls.threads.setCurrentText("1")
+    qtbot.waitUntil(lambda: window.calibration is engine.calibration, timeout=5_000)
+    assert engine.calibration.threads == 1  # read on the worker, where torch's count is set
+    mark = engine.records.total
+    qtbot.waitUntil(lambda: len(window.history) > mark + 2, timeout=60_000)
+    assert window.history.record(-1).budget == engine.calibration.budget
+    window.close()
+    logged = [e["changes"]["calibration"] for e in read_trace(trace).controls]
+    assert [c["threads"] for c in logged] == [1]
+    assert read_trace(trace).session["calibration"]["threads"] == 2
+
+
 def test_closing_mid_calibration_stops_the_worker(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "cache"))  # nothing cached: measure
     spec = EngineSpec(model="tiny-test", dtype="fp32", device="cpu", agents=2)

@@ -69,16 +69,19 @@ def test_loading_a_model_starts_a_session_of_its_own(window, qtbot, tmp_path, mo
     assert window.engine is old_engine
 
     # One that loads: a new session, recorded beside the first, with the same dtype and the
-    # swarm size the controls were set to.
+    # swarm size and CPU threads the controls were set to.
     window.controls.swarm_size.setValue(5)
+    with qtbot.waitSignal(window.host.worker.recalibrated, timeout=5000):
+        window._switch_threads(1)
+    qtbot.waitUntil(lambda: window.calibration is old_engine.calibration, timeout=5000)
     monkeypatch.setattr(live_session, "check_model_folder", lambda folder: None)
     window.load_model("/models/other")
     assert old_engine.closed and not window.banner.isVisible()
     x, _ = window.dashboard.batch.batch_curve.getData()  # no old lines while the model loads
     assert x is None or len(x) == 0
     assert window.trace_path == str(tmp_path / "first-2.jsonl")
-    assert (window._spec.model, window._spec.dtype, window._spec.agents) == (
-        "/models/other", "fp32", 5)
+    assert (window._spec.model, window._spec.dtype, window._spec.agents, window._spec.threads) \
+        == ("/models/other", "fp32", 5, 1)
     qtbot.waitUntil(lambda: window.engine is not None and len(window.history) > 5,
                     timeout=5000)
     # the views start afresh: the new session's steps only, its clock from 0

@@ -1,5 +1,6 @@
 """The window over a live (fake) engine on the worker thread, replay of a recorded trace, errors
 shown in the banner, screenshots and clean shutdown."""
+import dataclasses
 import json
 import os
 import signal
@@ -308,6 +309,26 @@ def test_recalibration_runs_on_the_worker_and_redraws_the_curve(window, qtbot):
     fractions = [f for _, f in heard]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0 and len(fractions) >= 4
     assert window.controls.recalibrate_button.isEnabled()
+
+
+def test_cpu_threads_switch_on_the_worker_and_show_in_the_panel(window, qtbot):
+    """A CPU session's curve names its threads; choosing another count switches on the worker,
+    both re-planning controls wait for it, and the panel and About follow. A GPU's curve has no
+    thread count, and the row is hidden."""
+    engine = FakeEngine()
+    engine.calibration = dataclasses.replace(engine.calibration, device="cpu", threads=2)
+    window.start_live(build=lambda progress: engine)
+    threads = window.controls.threads
+    qtbot.waitUntil(lambda: window.engine is not None and threads.isEnabled(), timeout=5000)
+    assert not threads.isHidden() and threads.currentText() == "2"
+    with qtbot.waitSignal(window.host.worker.recalibrated, timeout=5000):
+        threads.setCurrentText("1")
+        assert not threads.isEnabled() and not window.controls.recalibrate_button.isEnabled()
+    qtbot.waitUntil(lambda: window.calibration is engine.calibration, timeout=5000)
+    assert engine.threads_asked == [1] and threads.currentText() == "1" and threads.isEnabled()
+    assert " on cpu, 1 thread: T = " in window.about_text()
+    window.controls.set_threads(None)
+    assert threads.isHidden()
 
 
 def _live_with_redraws_noted(window, qtbot) -> list[int]:

@@ -27,11 +27,3 @@ def make_runner():
         kv = PagedKVCache(model.config, num_blocks, block_size, model.dtype, model.device)
         return ModelRunner(model, kv)
     return make
-
-
-@pytest.fixture
-def restore_threads():
-    """torch's CPU thread count is the process's: a test that sets it puts it back."""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)

@@ -1,5 +1,6 @@
 """The benchmarks run end to end on the tiny model and report every row they promise."""
 import json
+import os
 
 import pytest
 
@@ -26,6 +27,25 @@ def test_bench_swarm_runs_every_policy_on_the_same_swarm(capsys):
     assert [row["policy"] for row in rows] == ["off", "fixed4", "uniform", "goodput"]
     assert all(row["tokens_per_s"] > 0 and row["turns"] >= 0 for row in rows)
     assert rows[0]["acceptance"] is None  # speculation off drafts nothing
+
+
+def test_bench_threads_runs_each_count_idle_and_beside_a_busy_core(capsys, restore_threads):
+    rows = _json_out(capsys, ["bench", "threads", "--model", "tiny-test", "--dtype", "fp32",
+                              "--counts", "2,1", "--duration", "0.6", "--phase", "0.2", "--json"])
+    assert [(row["threads"], row["load"]) for row in rows] == \
+        [(2, "idle"), (1, "idle"), (2, "busy"), (1, "busy")]
+    assert all(row["steps"] > 0 and row["tokens_per_s"] > 0 for row in rows)
+    assert [row["x_first"] for row in rows[::2]] == [1.0, 1.0]  # each load against 2 threads
+
+
+@pytest.mark.parametrize("option, message", [
+    (["--counts", "1,0"], f"--counts: each must be 1..{os.cpu_count()} (this machine's cores), "
+                          "got '0'"),
+    (["--busy", "-1"], "--busy must be >= 0, got -1"),
+    (["--phase", "0"], "--phase must be a finite number > 0, got 0")])
+def test_bench_threads_bad_options_are_messages_that_name_them(capsys, option, message):
+    assert main(["bench", "threads", "--model", "tiny-test", *option]) == 2
+    assert capsys.readouterr().err == f"swarmscope bench threads: {message}\n"
 
 
 def test_bench_attention_times_the_torch_path_at_every_shape_and_says_why_not_the_kernel(capsys):

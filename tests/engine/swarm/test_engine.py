@@ -1,5 +1,6 @@
 """The swarm end to end on the tiny model with the virtual clock (reproducible step for step)."""
 import pytest
+import torch
 
 from engine.controls import Controls
 from engine.engine import Engine
@@ -177,7 +178,7 @@ def test_recalibrate_measures_a_new_curve_and_applies_it_at_the_next_step(
     records = engine.records.snapshot()
     assert {r.budget for r in records[:3]} == {calibration.budget}
     assert {r.budget for r in records[3:]} == {measured.budget}
-    assert cache_path(measured.device, model_key(tiny), measured.dtype).exists()
+    assert cache_path(measured.device, model_key(tiny), measured.dtype, measured.threads).exists()
     logged = [e for e in engine.events.snapshot() if e["type"] == "control"]
     assert logged[-1]["changes"]["calibration"]["points"] == [list(p) for p in measured.points]
     assert read_trace(path).controls[-1]["changes"] == logged[-1]["changes"]
@@ -194,6 +195,43 @@ def test_a_cancelled_recalibration_keeps_the_old_curve(tiny, calibration, tmp_pa
         engine.recalibrate(progress=cancel)
     assert engine.calibration is calibration and engine.executor.calibration is calibration
     assert engine.step() is not None and engine.records.snapshot()[-1].budget == calibration.budget
+
+
+def test_switching_cpu_threads_plans_with_that_counts_curve_from_the_next_step(
+        tiny, calibration, tmp_path, monkeypatch, restore_threads):
+    """A count never calibrated is measured, one calibrated before comes from the cache; each
+    switch is logged as the curve it brought, and a cancelled one keeps the old count and curve."""
+    import dataclasses
+
+    from engine.spec import calibration as cal
+    from engine.telemetry.trace_reader import read_trace
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "cache"))
+    measured = []
+
+    def measure(*args, threads=None, **kwargs):
+        measured.append(threads)
+        return dataclasses.replace(cal.Calibration.make_dummy(t1_ms=10.0 * threads),
+                                   device="cpu", dtype="fp32", threads=threads)
+
+    monkeypatch.setattr(cal, "measure", measure)
+    path = tmp_path / "s.jsonl"
+    engine = Engine(tiny, SwarmConfig(seed=3, clock="virtual"), Controls(swarm_size=2),
+                    calibration=calibration, trace_path=str(path))
+    engine.run(steps=2)
+    curves = [engine.use_threads(threads) for threads in (1, 2, 1)]
+    assert measured == [1, 2] and torch.get_num_threads() == 1
+    assert [c.threads for c in curves] == [1, 2, 1] and engine.calibration is curves[-1]
+    assert engine.step() is not None and engine.records.snapshot()[-1].budget == curves[-1].budget
+
+    def cancel(message):
+        raise KeyboardInterrupt  # a window closing while the count's curve is measured
+
+    with pytest.raises(KeyboardInterrupt):
+        engine.use_threads(3, progress=cancel)
+    assert torch.get_num_threads() == 1 and engine.calibration is curves[-1]
+    engine.close()
+    logged = [e["changes"]["calibration"]["threads"] for e in read_trace(path).controls]
+    assert logged == [1, 2, 1]
 
 
 def test_the_kv_cache_takes_at_most_half_the_free_memory_and_one_context_at_least(
