@@ -81,8 +81,8 @@ class LiveSessionMixin:
 
     def load_model(self, folder: str) -> None:
         """A new live session on the model in `folder`, with the last session's dtype and device
-        and the swarm size and CPU threads the controls show; a folder that would not load is refused before the
-        session shown stops."""
+        and the swarm size and CPU threads the controls show; a folder that would not load is
+        refused before the session shown stops."""
         try:
             check_model_folder(folder)
         except SwarmscopeError as exc:
