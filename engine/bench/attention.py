@@ -92,17 +92,17 @@ def run(args: argparse.Namespace) -> int:
                     row["kernel_over_torch"] = row["kernel_ms"] / row["torch_ms"]
                 rows.append(row)
     report = {"device": str(device), "threads": cpu_threads(device), "dtype": dtype_name(dtype),
-              "heads": args.heads,
-              "kv_heads": args.kv_heads, "head_dim": args.head_dim, "block_size": BLOCK_SIZE,
-              "kernels": kernels,
+              "heads": args.heads, "kv_heads": args.kv_heads, "head_dim": args.head_dim,
+              "block_size": BLOCK_SIZE, "kernels": kernels,
               "kernels_why_not": "" if kernels else (hip_kernels.why_unavailable()
                                                      or "the kernels are for GPUs"),
               "shapes": rows}
     if args.json:
         print(json.dumps(report))
         return 0
-    print(f"attention on {hardware(str(device), report['threads'])}, {report['dtype']}, heads {args.heads}/{args.kv_heads}, "
-          f"head_dim {args.head_dim}, blocks of {BLOCK_SIZE}; medians of {args.repeats} calls")
+    print(f"attention on {hardware(str(device), report['threads'])}, {report['dtype']}, heads "
+          f"{args.heads}/{args.kv_heads}, head_dim {args.head_dim}, blocks of {BLOCK_SIZE}; "
+          f"medians of {args.repeats} calls")
     if not kernels:
         print(f"the kernel is not timed: {report['kernels_why_not']}")
     print(f"{'B':>3} {'k':>2} {'ctx':>6} | {'kernel ms':>9} {'torch ms':>9} {'plan ms':>8} | "

@@ -79,6 +79,7 @@ def _counts(text: str | None) -> list[int]:
 
 def measure(args, counts: list[int]) -> list[dict]:
     from engine.controls import Controls
+    from engine.devices import set_cpu_threads
     from engine.engine import Engine
     from engine.errors import SwarmscopeError
     from engine.loading import load_model
@@ -108,7 +109,7 @@ def measure(args, counts: list[int]) -> list[dict]:
                 for count in counts:
                     engine = engines[load, count]
                     if engine.now() < args.duration:
-                        engine.use_threads(count)
+                        set_cpu_threads(count)  # its curve and kernels: set up above
                         engine.run(duration_s=min(args.phase, args.duration - engine.now()))
     rows = []
     for (load, count), engine in engines.items():
