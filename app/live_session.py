@@ -107,12 +107,10 @@ class LiveSessionMixin:
         self.engine = engine
         self._record_seq = self._event_seq = 0
         self._trace_error_shown = False
-        self.calibration = engine.calibration
-        self.dashboard.set_calibration(self.calibration)
+        self.show_calibration(engine.calibration)
         self.controls.set_controls(engine.controls)
         self.controls.setEnabled(True)
         self.controls.recalibrate_button.setEnabled(True)
-        self.controls.set_threads(self.calibration.threads)
         self._sync_ceilings()
         self.timer.start(FRAME_MS)
 
@@ -169,9 +167,7 @@ class LiveSessionMixin:
             self.host.worker.request_threads(threads)
 
     def _on_recalibrated(self, calibration) -> None:
-        self.calibration = calibration
-        self.dashboard.set_calibration(calibration)
-        self.controls.set_threads(calibration.threads)
+        self.show_calibration(calibration)
         self._replanning(False)
 
     def _replanning(self, busy: bool) -> None:

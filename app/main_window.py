@@ -104,6 +104,12 @@ class MainWindow(LiveSessionMixin, TraceReplayMixin, WindowActionsMixin, QMainWi
         stop = self.replay.stop_index() if self.replaying else len(self.history)
         self.dashboard.show_history(self.history, stop, force=True)
 
+    def show_calibration(self, calibration) -> None:
+        """The t(N) curve the views plan with (None: none to show), and its CPU thread count."""
+        self.calibration = calibration
+        self.dashboard.set_calibration(calibration)
+        self.controls.set_threads(calibration and calibration.threads)
+
     def _new_dashboard(self) -> None:
         """Views built afresh (plots take colours at construction, and a new session must not
         show the last one's lines while its model loads)."""

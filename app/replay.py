@@ -98,21 +98,53 @@ class ReplayPanel(QWidget):
         self.position_changed.emit(stop)
 
 
-class ControlsTimeline:
-    """The controls in force at each moment of a recorded session: those it started with, then
-    each control event's changes applied in order (a change the engine rejected is recorded
-    without changes, so it changes nothing here either)."""
+class SessionTimeline:
+    """What was in force at each moment of a recorded session: the controls (those it started
+    with, then each control event's changes applied in order; a change the engine rejected is
+    recorded without changes, so it changes nothing here either) and the t(N) curve (the
+    session's, then each one a recalibration or a switch of CPU threads put in force)."""
 
-    def __init__(self, start: Controls, events: list[dict]) -> None:
-        self._times, self._controls = [float("-inf")], [start]
+    def __init__(self, controls: Controls, calibration, events: list[dict]) -> None:
+        from engine.spec.calibration import Calibration  # torch: imported once a trace opens
+        self._controls, self._curves = _InForce(controls), _InForce(calibration)
+        self.unreadable_curves = 0  # logged curves that do not read: the one before stays
         for event in sorted(events, key=lambda e: e["t"]):
-            try:
-                self._controls.append(self._controls[-1].updated(event["changes"]))
-            except (TypeError, ValueError):
-                continue  # a trace's event the reader let through but Controls refuses
-            self._times.append(event["t"])
+            changes = dict(event["changes"])
+            curve = changes.pop("calibration", None)
+            if curve is not None:
+                try:
+                    self._curves.change(event["t"], Calibration.from_dict(curve))
+                except (TypeError, ValueError, KeyError, AttributeError):
+                    self.unreadable_curves += 1
+            if changes:
+                try:
+                    self._controls.change(event["t"], self._controls.last.updated(changes))
+                except (TypeError, ValueError):
+                    continue  # a trace's event the reader let through but Controls refuses
 
-    def at(self, t: float) -> Controls:
+    def controls_at(self, t: float) -> Controls:
         """In force at a step that started at session time t: changes apply at step boundaries,
         so one logged at t is in force for the step starting then."""
-        return self._controls[bisect.bisect_right(self._times, t) - 1]
+        return self._controls.at(t)
+
+    def calibration_at(self, t: float):
+        """The curve the step starting at session time t was planned with (None: unreadable)."""
+        return self._curves.at(t)
+
+
+class _InForce:
+    """A value and the times it was replaced."""
+
+    def __init__(self, start) -> None:
+        self._times, self._values = [float("-inf")], [start]
+
+    @property
+    def last(self):
+        return self._values[-1]
+
+    def change(self, t: float, value) -> None:
+        self._times.append(t)
+        self._values.append(value)
+
+    def at(self, t: float):
+        return self._values[bisect.bisect_right(self._times, t) - 1]

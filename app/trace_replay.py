@@ -7,7 +7,7 @@ banner it shares with the live session."""
 from __future__ import annotations
 
 from app.history import History
-from app.replay import ControlsTimeline
+from app.replay import SessionTimeline
 from engine.controls import Controls
 from engine.errors import SwarmscopeError
 
@@ -15,7 +15,7 @@ from engine.errors import SwarmscopeError
 class TraceReplayMixin:
     def _init_trace_replay(self) -> None:
         self.replaying = False
-        self._replay_controls: ControlsTimeline | None = None  # of the trace replayed
+        self._timeline: SessionTimeline | None = None  # of the trace replayed
         self._replay_shown: Controls | None = None  # the controls its panel shows
 
     def open_trace(self, path: str) -> bool:
@@ -50,8 +50,7 @@ class TraceReplayMixin:
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
             self.calibration = None
             unreadable.append(f"its calibration ({exc}), so no t(N) curve")
-        self.dashboard.set_calibration(self.calibration)
-        self.controls.set_threads(self.calibration and self.calibration.threads)
+        self.show_calibration(self.calibration)
         self.dashboard.batch.set_replay(True)
         self.dashboard.batch.follow = False
         try:  # the panel (read-only) and the ceilings follow the scrubbed step's controls
@@ -59,7 +58,11 @@ class TraceReplayMixin:
         except (TypeError, ValueError) as exc:
             start = Controls()
             unreadable.append(f"its controls ({exc}), so the defaults are shown")
-        self._replay_controls, self._replay_shown = ControlsTimeline(start, trace.controls), None
+        self._timeline = SessionTimeline(start, self.calibration, trace.controls)
+        self._replay_shown = None
+        if self._timeline.unreadable_curves:
+            unreadable.append(f"{self._timeline.unreadable_curves} curve(s) put in force "
+                              "mid-session, so the one before is shown")
         self.replay.load(self.history)
         self.replay.show()
         if len(self.history):  # the range starts as the whole session, its stats shown
@@ -74,11 +77,15 @@ class TraceReplayMixin:
         return True
 
     def _show_replay_step(self, stop: int) -> None:
-        controls = self._replay_controls.at(self.history.record(stop - 1).t)
+        t = self.history.record(stop - 1).t
+        controls = self._timeline.controls_at(t)
         if controls is not self._replay_shown:
             self._replay_shown = controls
             self.controls.set_controls(controls)
             self._sync_ceilings()
+        calibration = self._timeline.calibration_at(t)
+        if calibration is not self.calibration:  # recalibrated, or another CPU thread count
+            self.show_calibration(calibration)
         self.dashboard.show_history(self.history, stop, force=True)
 
     def _leave_replay(self) -> None:

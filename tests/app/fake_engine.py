@@ -88,14 +88,22 @@ class FakeEngine:
             if progress:
                 progress(f"  N={n} query tokens")
             time.sleep(self._step_s)
-        self.calibration = Calibration.make_dummy(knee=10)
-        return self.calibration
+        return self._put_in_force(Calibration.make_dummy(knee=10))
 
     def use_threads(self, threads: int, progress=None) -> Calibration:
         self.threads_asked.append(threads)
         self.recalibrate(progress)
-        self.calibration = dataclasses.replace(self.calibration, device="cpu", threads=threads)
-        return self.calibration
+        return self._put_in_force(dataclasses.replace(self.calibration, device="cpu",
+                                                      threads=threads))
+
+    def _put_in_force(self, calibration: Calibration) -> Calibration:
+        """As the engine does: the curve in force from the next step, logged as a control."""
+        self.calibration = calibration
+        t, changes = time.monotonic() - self._t0, {"calibration": calibration.to_dict()}
+        self.events.append({"type": "control", "t": t, "changes": changes})
+        if self._writer:
+            self._writer.write_control(t, changes)
+        return calibration
 
     @property
     def trace_error(self) -> str | None:

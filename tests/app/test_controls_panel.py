@@ -1,6 +1,5 @@
 """The controls panel: each policy keeps its own K."""
 from app.controls_panel import ControlsPanel
-from app.replay import ControlsTimeline
 from engine.controls import ADAPTIVE_CAP, FIXED_K, Controls
 
 
@@ -23,18 +22,3 @@ def test_switching_policy_brings_back_its_k(qtbot):
     panel.policy.setCurrentText("fixed")
     panel.policy.setCurrentText("uniform")
     assert emitted[-1] == {"policy": "uniform", "k": 9}
-
-
-def test_a_replay_shows_the_controls_in_force_at_each_step():
-    """Changes apply at step boundaries and are logged at the step they first apply to; one the
-    engine refused changes nothing, and neither does one a reader let through but Controls
-    refuses."""
-    events = [{"type": "control", "t": 2.0, "changes": {"policy": "off", "k": 4}},
-              {"type": "control", "t": 1.0, "changes": {"batch_ceiling": 4}},
-              {"type": "control", "t": 3.0, "changes": {}, "rejected": {"k": 99}},
-              {"type": "control", "t": 4.0, "changes": {"k": 99}}]
-    timeline = ControlsTimeline(Controls(), events)
-    assert timeline.at(0.5) == Controls()
-    assert timeline.at(1.0) == Controls(batch_ceiling=4)
-    assert timeline.at(2.5) == Controls(batch_ceiling=4, policy="off", k=4)
-    assert timeline.at(9.0) == timeline.at(2.5)

@@ -177,6 +177,33 @@ def test_replay_of_a_recorded_trace(window, qtbot, tmp_path):
     assert not window.replay.play.isChecked()
 
 
+def test_a_replay_shows_the_curve_each_step_was_planned_with(window, tmp_path):
+    """A switch of CPU threads and a recalibration mid-session: scrubbed before them, the
+    views show the session's first curve; after each, the one then in force."""
+    trace = tmp_path / "session.jsonl"
+    engine = FakeEngine(trace_path=str(trace))
+    first = engine.calibration
+    for steps, change in ((30, lambda: engine.use_threads(1)), (30, engine.recalibrate),
+                          (30, None)):
+        for _ in range(steps):
+            engine.step()
+        if change:
+            change()
+    recalibrated = engine.calibration
+    engine.close()
+    assert window.open_trace(str(trace))
+    budget_label = window.dashboard.cost.budget_line.label
+    window.replay.scrubber.setValue(20)
+    assert window.calibration == first and not window.controls.threads.isVisibleTo(window)
+    assert budget_label.format == f"T = {first.budget}"
+    window.replay.scrubber.setValue(45)
+    assert window.calibration.threads == 1 and window.controls.threads.currentText() == "1"
+    assert window.controls.threads.isVisibleTo(window)
+    window.replay.scrubber.setValue(90)
+    assert window.calibration == recalibrated and recalibrated.budget != first.budget
+    assert budget_label.format == f"T = {recalibrated.budget}"
+
+
 def test_a_trace_whose_calibration_and_controls_do_not_read_still_replays(window, tmp_path):
     trace = tmp_path / "session.jsonl"
     record_trace(trace, 20)
