@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (QAbstractSpinBox, QComboBox, QDoubleSpinBox, QFor
 
 from engine.controls import CATEGORIES, DEFAULT_K, Controls
 from engine.telemetry.records import LAYOUTS, POLICIES
+from engine.thread_tuner import AUTO
 
 DRAFTERS = ("lookup", "self")
 MAX_LANES = 64
@@ -48,7 +49,7 @@ def _slider(lo: int, hi: int) -> tuple[QSlider, QLabel, QHBoxLayout]:
 class ControlsPanel(QWidget):
     changed = Signal(dict)       # {control name: new value}
     recalibrate = Signal()
-    threads_changed = Signal(int)  # the CPU threads asked for
+    threads_changed = Signal(object)  # the CPU threads asked for: a count, or AUTO
 
     def __init__(self, controls: Controls | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -87,10 +88,12 @@ class ControlsPanel(QWidget):
         self.pause.setCheckable(True)
         self.pause.setToolTip("Pause or resume the engine (Space)")
         self.threads = QComboBox()
-        self.threads.addItems([str(n) for n in range(1, (os.cpu_count() or 1) + 1)])
+        self.threads.addItems([AUTO] + [str(n) for n in range(1, (os.cpu_count() or 1) + 1)])
         self.threads.setToolTip(
             "CPU threads of the forward pass. Fewer can be faster while other programs keep "
-            "cores busy; each count has its own t(N), measured the first time and then cached")
+            f"cores busy; {AUTO} lets the steps' own times pick the count as the machine gets "
+            "busier or freer. Each count has its own t(N), measured the first time and then "
+            "cached")
         self.recalibrate_button = QPushButton("Re-run calibration")
         self.recalibrate_button.setToolTip(
             "Measure t(N) and T again, with lanes at the swarm's median context: a swarm's long "
@@ -138,7 +141,7 @@ class ControlsPanel(QWidget):
             spin.valueChanged.connect(self._emit_mix)
         self.pause.toggled.connect(self._on_pause)
         self.recalibrate_button.clicked.connect(self.recalibrate)
-        self.threads.currentTextChanged.connect(lambda text: self.threads_changed.emit(int(text)))
+        self.threads.currentIndexChanged.connect(self._on_threads)
 
     def set_controls(self, controls: Controls) -> None:
         """Show `controls` without emitting changes (the engine already has them)."""
@@ -172,16 +175,21 @@ class ControlsPanel(QWidget):
         for slider, value in self._slider_values:
             value.setText(str(slider.value()))
 
-    def set_threads(self, threads: int | None) -> None:
-        """Show the CPU threads a curve was measured with, without asking for them; a GPU's
-        curve has none, and the row is hidden."""
+    def set_threads(self, threads: int | None, tuned: bool = False) -> None:
+        """Show the CPU threads a curve was measured with (`tuned`: as the tuner picked them),
+        without asking for them; a GPU's curve has none, and the row is hidden."""
         self._form.setRowVisible(self.threads, threads is not None)
-        if threads is not None:
-            if self.threads.findText(str(threads)) < 0:  # a trace from a machine with more cores
-                self.threads.addItem(str(threads))
-            self.threads.blockSignals(True)
-            self.threads.setCurrentText(str(threads))
-            self.threads.blockSignals(False)
+        if threads is None:
+            return
+        if self.threads.findText(str(threads)) < 0:  # a trace from a machine with more cores
+            self.threads.addItem(str(threads))
+        self.threads.blockSignals(True)
+        self.threads.setItemText(0, f"{AUTO} · {threads} now" if tuned else AUTO)
+        self.threads.setCurrentIndex(0 if tuned else self.threads.findText(str(threads)))
+        self.threads.blockSignals(False)
+
+    def _on_threads(self, index: int) -> None:
+        self.threads_changed.emit(AUTO if index == 0 else int(self.threads.itemText(index)))
 
     def toggle_speculation(self) -> None:
         """Speculation off, or back on with the policy (and its K) it had before."""

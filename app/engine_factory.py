@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.progress import Progress
+from engine.thread_tuner import AUTO
 
 
 @dataclass(slots=True)
@@ -16,7 +17,8 @@ class EngineSpec:
     agents: int = 8
     trace_out: str | None = None  # None: no trace is written
     thinking: bool | None = None  # the chat template's enable_thinking (None: its default)
-    threads: int | None = None    # CPU threads of the forward pass (None: one per core)
+    threads: int | str | None = None  # CPU threads of the forward pass (None: one per core;
+                                      # "auto": tuned as the session runs)
 
     def __post_init__(self) -> None:
         if self.agents < 1:
@@ -31,9 +33,10 @@ class EngineSpec:
 
         from engine.spec.calibration import calibrate_or_load
 
+        tuned = self.threads == AUTO
         loaded = load_model(self.model, dtype=self.dtype, device=self.device,
                             progress=lambda msg, frac: progress(msg, 0.7 * frac),
-                            thinking=self.thinking, threads=self.threads)
+                            thinking=self.thinking, threads=None if tuned else self.threads)
         progress("calibrating t(N) (cached per device, model, dtype and CPU threads)…", 0.7)
         # Measured here rather than inside Engine(), where a window closed mid-calibration could
         # not stop it: here every forward pass checks for the close.
@@ -41,6 +44,10 @@ class EngineSpec:
             calibration = calibrate_or_load(loaded, progress=progress.calibration(0.7, 1.0))
         engine = Engine(loaded, SwarmConfig(), controls=Controls(swarm_size=self.agents),
                         calibration=calibration, trace_path=self.trace_out)
+        if tuned:  # every count's curve, measured where none is cached
+            progress("CPU threads: each count's t(N)…", 0.7)
+            with progress.checking(loaded.model):
+                engine.tune_threads(progress.calibration(0.7, 1.0))
         progress(f"{loaded.name} ready · T = {engine.calibration.budget}", 1.0)
         return engine
 

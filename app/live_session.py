@@ -21,6 +21,7 @@ from app.views.transcript_view import TRANSCRIPT_CHARS
 from app.worker import EngineBuilder, EngineHost
 from engine.errors import SwarmscopeError
 from engine.loading import check_model_folder
+from engine.thread_tuner import AUTO
 
 FRAME_MS = 40  # 25 Hz: views redraw from the ring buffers on this timer, never once per step
 # Step records, and events, a live window keeps (its plots keep every step's numbers; the trace,
@@ -91,7 +92,8 @@ class LiveSessionMixin:
         spec = self._spec or EngineSpec()
         # the CPU threads chosen live, asked for again: torch keeps a count per thread, and the
         # new session runs on a thread of its own
-        threads = self.calibration.threads if self.engine is not None else spec.threads
+        threads = spec.threads if self.engine is None else \
+            AUTO if self.engine.thread_tuner is not None else self.calibration.threads
         self.start_session(replace(spec, model=folder, agents=self.controls.swarm_size.value(),
                                    threads=threads))
 
@@ -107,7 +109,7 @@ class LiveSessionMixin:
         self.engine = engine
         self._record_seq = self._event_seq = 0
         self._trace_error_shown = False
-        self.show_calibration(engine.calibration)
+        self.show_calibration(engine.calibration, tuned=engine.thread_tuner is not None)
         self.controls.set_controls(engine.controls)
         self.controls.setEnabled(True)
         self.controls.recalibrate_button.setEnabled(True)
@@ -159,7 +161,7 @@ class LiveSessionMixin:
             self._replanning(True)
             self.host.worker.request_recalibration()
 
-    def _switch_threads(self, threads: int) -> None:
+    def _switch_threads(self, threads: int | str) -> None:
         """Switch the CPU threads on the worker thread between steps: the count's cached curve,
         or one measured now; the views keep drawing meanwhile."""
         if self.host is not None and self.engine is not None:
@@ -167,7 +169,8 @@ class LiveSessionMixin:
             self.host.worker.request_threads(threads)
 
     def _on_recalibrated(self, calibration) -> None:
-        self.show_calibration(calibration)
+        self.show_calibration(calibration, tuned=self.engine is not None
+                              and self.engine.thread_tuner is not None)
         self._replanning(False)
 
     def _replanning(self, busy: bool) -> None:

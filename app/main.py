@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="swarmscope", description="The swarmscope window.")
     parser.add_argument("--model", default="default",
                         help=MODEL_HELP)
-    add_device_options(parser)
+    add_device_options(parser, tuned=True)
     parser.add_argument("--agents", type=int, default=8, help="swarm size at start")
     add_thinking_option(parser)
     parser.add_argument("--trace-out", metavar="FILE",

@@ -104,11 +104,12 @@ class MainWindow(LiveSessionMixin, TraceReplayMixin, WindowActionsMixin, QMainWi
         stop = self.replay.stop_index() if self.replaying else len(self.history)
         self.dashboard.show_history(self.history, stop, force=True)
 
-    def show_calibration(self, calibration) -> None:
-        """The t(N) curve the views plan with (None: none to show), and its CPU thread count."""
+    def show_calibration(self, calibration, tuned: bool = False) -> None:
+        """The t(N) curve the views plan with (None: none to show), and its CPU thread count
+        (`tuned`: picked by the engine's tuner)."""
         self.calibration = calibration
         self.dashboard.set_calibration(calibration)
-        self.controls.set_threads(calibration and calibration.threads)
+        self.controls.set_threads(calibration and calibration.threads, tuned)
 
     def _new_dashboard(self) -> None:
         """Views built afresh (plots take colours at construction, and a new session must not

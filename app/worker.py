@@ -13,6 +13,7 @@ from PySide6.QtCore import QObject, QThread, Qt, Signal, Slot
 
 from app.progress import Cancelled, Progress
 from engine.errors import SwarmscopeError
+from engine.thread_tuner import AUTO
 
 log = logging.getLogger(__name__)
 STOP_WAIT_MS = 15_000  # calibration reports once per round of timed shapes (seconds)
@@ -30,7 +31,8 @@ EngineBuilder = Callable[[Progress], object]
 class EngineWorker(QObject):
     progress = Signal(str, float)
     ready = Signal(object)        # the engine, built and about to run
-    recalibrated = Signal(object)  # the new Calibration, in force from the next step
+    recalibrated = Signal(object)  # the new Calibration, in force from the next step (asked
+                                   # for, or a switch of the engine's tuned CPU threads)
     failed = Signal(str)          # a message for the window; the session's records are kept
     finished = Signal()
 
@@ -39,7 +41,7 @@ class EngineWorker(QObject):
         self._build = build
         self._stop = threading.Event()
         self._recalibrate = threading.Event()
-        self._threads: queue.SimpleQueue[int] = queue.SimpleQueue()  # counts asked for, in order
+        self._threads: queue.SimpleQueue[int | str] = queue.SimpleQueue()  # asked for, in order
         self._report = Progress(self.progress.emit, self._stop)
         self.engine = None
 
@@ -49,8 +51,9 @@ class EngineWorker(QObject):
     def request_recalibration(self) -> None:
         self._recalibrate.set()
 
-    def request_threads(self, threads: int) -> None:
-        """Switch the CPU threads between steps; the last of several requests wins."""
+    def request_threads(self, threads: int | str) -> None:
+        """Switch the CPU threads (a count, or AUTO: tuned) between steps; the last of several
+        requests wins."""
         self._threads.put(threads)
 
     @Slot()
@@ -65,11 +68,16 @@ class EngineWorker(QObject):
                 threads = None
                 while not self._threads.empty():
                     threads = self._threads.get()
-                if threads is not None:
+                if threads == AUTO:
+                    self._new_curve("tuning CPU threads…", self.engine.tune_threads)
+                elif threads is not None:
                     self._new_curve(f"switching to {threads} CPU threads…",
                                     lambda progress: self.engine.use_threads(threads, progress))
+                shown = self.engine.calibration
                 if self.engine.step() is None:
                     self._stop.wait(IDLE_WAIT_S)
+                elif self.engine.calibration is not shown:  # the tuner switched threads
+                    self.recalibrated.emit(self.engine.calibration)
         except Cancelled:
             pass
         except SwarmscopeError as exc:

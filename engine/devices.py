@@ -2,7 +2,9 @@
 torch.cuda, so "rocm" and "cuda" both mean torch.cuda here."""
 from __future__ import annotations
 
+import os
 import platform
+import time
 from pathlib import Path
 
 import torch
@@ -43,6 +45,22 @@ def set_cpu_threads(threads: int | None) -> None:
 def cpu_threads(device: torch.device) -> int | None:
     """The threads a CPU's forward pass runs on; None on a GPU, where they do not set its pace."""
     return torch.get_num_threads() if device.type == "cpu" else None
+
+
+def others_cpu_seconds() -> tuple[float, float] | None:
+    """(CPU seconds every other process has run, monotonic seconds) now: the rate between two
+    readings is how many cores other programs keep busy. Linux (/proc/stat); None elsewhere."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return None
+    if fields[:1] != ["cpu"] or len(fields) < 9:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[1:9])
+    busy = (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    mine = sum(os.times()[:2])  # this process, every thread of it
+    return busy - mine, time.monotonic()
 
 
 def hardware(device: str, threads: int | None) -> str:

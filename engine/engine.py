@@ -7,6 +7,7 @@ buffers, or call agents(). Agent state is mutated only under `_lock`, never duri
 pass, so agents() waits at most for bookkeeping, not for a step."""
 from __future__ import annotations
 
+import os
 import random
 import statistics
 import threading
@@ -16,12 +17,13 @@ from typing import Callable
 import torch
 
 from engine.controls import CATEGORIES, ControlMailbox, Controls
-from engine.devices import dtype_name, free_memory_bytes, set_cpu_threads
+from engine.devices import dtype_name, free_memory_bytes, others_cpu_seconds, set_cpu_threads
 from engine.errors import SwarmscopeError
 from engine.kv_cache import PagedKVCache
 from engine.runner import ModelRunner
 from engine.sequence import Sequence
-from engine.spec.calibration import DEFAULT_CONTEXT, calibrate_or_load, longest_context
+from engine.spec.calibration import (DEFAULT_CONTEXT, Calibration, calibrate_or_load,
+                                      longest_context)
 from engine.step import StepExecutor
 from engine.swarm.agent import Agent, AgentView
 from engine.swarm.config import SwarmConfig
@@ -30,6 +32,7 @@ from engine.swarm.workload import Workload, WORKLOAD_DIR, pick_category, tool_la
 from engine.telemetry.records import StepRecord
 from engine.telemetry.ring_buffer import RingBuffer
 from engine.telemetry.trace_writer import TraceWriter
+from engine.thread_tuner import ThreadTuner, default_counts
 
 # Most of the memory free beside the model that the KV cache may take: activations, the window
 # and the rest of the machine need the remainder.
@@ -65,6 +68,8 @@ class Engine:
         self.busy_s = 0.0       # time inside step() doing work
         self.telemetry_s = 0.0  # of which: recording (ring buffers, trace, agent events)
         self.trace = TraceWriter(trace_path, self._session()) if trace_path else None
+        self.thread_tuner: ThreadTuner | None = None  # set by tune_threads
+        self._curves: dict[int, Calibration] = {}  # the tuner's counts' curves
         with self._lock:
             self._resize(self.controls.swarm_size, 0.0)
 
@@ -110,9 +115,9 @@ class Engine:
         t = self.now()
         outcome = self.executor.run(out.scheduled, self.controls, self._step_no, t)
         rec = outcome.record
+        computed = rec.pass_tokens - rec.batch - rec.prefill  # drafts and padding
         with self._lock:
             if self.config.clock == "virtual":
-                computed = rec.pass_tokens - rec.batch - rec.prefill  # drafts and padding
                 self._virtual_t += self.calibration.step_ms(rec.batch, computed,
                                                             rec.prefill) / 1000
             elif self.config.clock == "measured":
@@ -131,6 +136,8 @@ class Engine:
                 self.trace.write_step(rec)
             self._step_no += 1
             self.telemetry_s += time.perf_counter() - mark
+        if self.thread_tuner is not None:
+            self._tune_threads(rec, computed)
         self.busy_s += time.perf_counter() - start
         return rec
 
@@ -155,26 +162,64 @@ class Engine:
         raised by `progress` (a cancelled window, say) aborts it and keeps the old curve."""
         measured = calibrate_or_load(self.loaded, self.calibration.eps, progress, force=True,
                                      context=self.swarm_context())
+        if self.thread_tuner is not None:
+            self._curves[torch.get_num_threads()] = measured
         self._put_in_force(measured)
         return measured
 
     def use_threads(self, threads: int, progress: Callable[[str], None] | None = None):
         """Run a CPU's forward passes on `threads` threads from the next step, planned with that
         count's t(N): cached, or measured now as `recalibrate` measures; logged as a control
-        change carrying the curve (whose `threads` is the count). Between steps, on the engine's
-        thread, like `recalibrate`; an exception from `progress` keeps the old count and curve."""
+        change carrying the curve (whose `threads` is the count); it ends `tune_threads`. Between
+        steps, on the engine's thread, like `recalibrate`; an exception from `progress` keeps the
+        old count and curve."""
         before = torch.get_num_threads()
-        set_cpu_threads(threads)
         try:
-            if self.loaded.model.builds_kernels_per_row_count:  # oneDNN's kernels are per count
-                self.loaded.model.warm_up()
-            curve = calibrate_or_load(self.loaded, self.calibration.eps, progress,
-                                      context=self.swarm_context())
+            curve = self._curve_at(threads, progress)
         except BaseException:
             set_cpu_threads(before)
             raise
+        self.thread_tuner = None  # a count asked for is kept
         self._put_in_force(curve)
         return curve
+
+    def tune_threads(self, progress: Callable[[str], None] | None = None,
+                     counts: list[int] | None = None):
+        """Let the steps' own times pick the CPU threads among `counts` (default: every core,
+        then halvings down to one) and the count in force (engine/thread_tuner.py), each switch
+        logged as `use_threads` logs one, until `use_threads` sets a count. Each count's curve is
+        cached or measured now, as `use_threads` does; on the engine's thread, between steps; an
+        exception from `progress` leaves the threads as they were. Returns the curve in force."""
+        if self.loaded.model.device.type != "cpu":
+            raise SwarmscopeError(f"CPU threads are tuned on a CPU; this engine runs on "
+                                  f"{self.loaded.model.device}")
+        now = torch.get_num_threads()
+        try:
+            curves = {count: self._curve_at(count, progress) for count in
+                      sorted(set(counts or default_counts(os.cpu_count() or 1)) | {now},
+                             reverse=True)}
+        finally:
+            set_cpu_threads(now)
+        self._curves = curves
+        self.thread_tuner = ThreadTuner(list(curves), now, curves[max(curves)].step_ms,
+                                        others=others_cpu_seconds)
+        return self.calibration
+
+    def _curve_at(self, threads: int, progress: Callable[[str], None] | None):
+        """Set `threads` and return their curve, cached or measured; oneDNN's kernels are
+        built per count, so a count's first use warms them first."""
+        set_cpu_threads(threads)
+        model = self.loaded.model
+        if model.builds_kernels_per_row_count and threads not in model.warm_threads:
+            model.warm_up()
+        return calibrate_or_load(self.loaded, self.calibration.eps, progress,
+                                 context=self.swarm_context())
+
+    def _tune_threads(self, rec: StepRecord, drafts: int) -> None:
+        count = self.thread_tuner.observe(rec.t, rec.dt_ms, rec.batch, drafts, rec.prefill)
+        if count is not None:
+            set_cpu_threads(count)
+            self._put_in_force(self._curves[count])
 
     def _put_in_force(self, calibration) -> None:
         with self._lock:

@@ -167,6 +167,7 @@ class LlamaModel(nn.Module):
         inv_freq = rope.frequencies(hd, config.rope_theta, config.rope_scaling)
         self.register_buffer("inv_freq", inv_freq.to(device), persistent=False)  # [hd / 2]
         self.requires_grad_(False)
+        self.warm_threads: set[int] = set()  # CPU thread counts warm_up ran at (kernels are per count)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -250,6 +251,8 @@ class LlamaModel(nn.Module):
                 _linear(torch.zeros(rows, weight.shape[1], dtype=self.dtype, device=self.device),
                         weight)
             done(rows)
+        if max_rows >= WARM_ROWS:
+            self.warm_threads.add(torch.get_num_threads())
 
     @classmethod
     def random(cls, config: ModelConfig, seed: int = 0, dtype: torch.dtype = torch.float32,

@@ -6,8 +6,11 @@ program holds a core, the thread that lost it holds up all the others, and fewer
 faster. Each count plans with its own t(N) (cached per count; measured first where missing), as
 the window's *CPU threads* control would switch it. The engines run on the "measured" clock
 (session time is the steps' wall time; tool waits are skipped) and take turns in phases of
-`--phase` session seconds, so a spell of this machine running slow lands on every count alike;
-the busy processes run in every other round of phases."""
+`--phase` session seconds, so a spell of this machine running slow lands on every count alike.
+The "busy" swarms run beside the busy processes, the "swing" ones beside them in every other
+phase of theirs (another program that comes and goes), the "idle" ones alone. `auto` is a swarm whose steps' own times
+pick its count (Engine.tune_threads, engine/thread_tuner.py), starting at one thread per core;
+its row says how its session time split between counts."""
 from __future__ import annotations
 
 import json
@@ -18,17 +21,20 @@ import sys
 from contextlib import contextmanager
 
 from engine.cli.options import MODEL_HELP, add_device_options, check_at_least
+from engine.thread_tuner import AUTO
 
-LOADS = ("idle", "busy")
+LOADS = ("idle", "busy", "swing")
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--model", default="default", help=MODEL_HELP)
     add_device_options(parser, threads=False)
     parser.add_argument("--counts", default=None, metavar="N,M,...",
-                        help="thread counts to compare (default: one per core, half that, 1)")
+                        help="thread counts to compare, auto among them for the tuned count "
+                             "(default: one per core, half that, 1, auto)")
     parser.add_argument("--busy", type=int, default=1, metavar="PROCESSES",
-                        help="processes spinning on a core each in the busy rounds (0: none)")
+                        help="processes spinning on a core each beside the busy swarms, and "
+                             "in every other phase of the swinging ones (0: idle only)")
     parser.add_argument("--agents", type=int, default=8)
     parser.add_argument("--duration", type=float, default=40.0,
                         help="session seconds per count and load")
@@ -56,28 +62,32 @@ def run(args) -> int:
         print(json.dumps(rows, indent=1))
         return 0
     print(f"{'threads':>7} {'load':<5}{'tokens/s':>10}{'step p50 ms':>13}{'batch':>7}{'steps':>7}"
-          f"{'x first':>9}")
+          f"{'x first':>9}  time at each count")
     for r in rows:
+        split = ", ".join(f"{count}: {share:.0%}" for count, share in r["time_at"].items())
         print(f"{r['threads']:>7} {r['load']:<5}{r['tokens_per_s']:>10.1f}{r['step_ms_p50']:>13.1f}"
-              f"{r['mean_batch']:>7.2f}{r['steps']:>7}{r['x_first']:>9.2f}")
+              f"{r['mean_batch']:>7.2f}{r['steps']:>7}{r['x_first']:>9.2f}  {split}")
     return 0
 
 
-def _counts(text: str | None) -> list[int]:
-    """The counts asked for, in order, the first the one the others are compared with."""
+def _counts(text: str | None) -> list[int | str]:
+    """The counts asked for (numbers and `auto`), in order, the first the one the others are
+    compared with."""
     cores = os.cpu_count() or 1
     if text is None:
-        return list(dict.fromkeys((cores, max(cores // 2, 1), 1)))
+        return list(dict.fromkeys((cores, max(cores // 2, 1), 1, AUTO)))
     counts = []
-    for part in text.split(","):
-        if not part.strip().isdigit() or not 1 <= int(part) <= cores:
-            raise ValueError(f"--counts: each must be 1..{cores} (this machine's cores), got "
-                             f"{part.strip()!r}")
-        counts.append(int(part))
+    for part in (part.strip() for part in text.split(",")):
+        if part != AUTO and (not part.isdigit() or not 1 <= int(part) <= cores):
+            raise ValueError(f"--counts: each must be 1..{cores} (this machine's cores) or "
+                             f"{AUTO}, got {part!r}")
+        counts.append(part if part == AUTO else int(part))
     return list(dict.fromkeys(counts))
 
 
 def measure(args, counts: list[int]) -> list[dict]:
+    import torch
+
     from engine.controls import Controls
     from engine.devices import set_cpu_threads
     from engine.engine import Engine
@@ -90,27 +100,32 @@ def measure(args, counts: list[int]) -> list[dict]:
     if loaded.device.type != "cpu":
         raise SwarmscopeError(f"threads set a CPU's pace, not {loaded.device}'s; use --device cpu")
     loads = LOADS if args.busy else LOADS[:1]
-    engines, curve = {}, None
+    cores = os.cpu_count() or 1
+    engines, threads, curve = {}, {}, None
+    progress = lambda message: print(f"  {message}", file=sys.stderr)
     for load in loads:
         for count in counts:  # each plans with its count's curve, the one before's until then
             engine = Engine(loaded, SwarmConfig(seed=args.seed, clock="measured"),
                             Controls(swarm_size=args.agents, tool_latency_s=args.tool_latency),
                             calibration=curve)
-            curve = engine.use_threads(count, progress=lambda message: print(f"  {message}",
-                                                                             file=sys.stderr))
-            engines[load, count] = engine
+            curve = engine.use_threads(cores if count == AUTO else count, progress=progress)
+            if count == AUTO:
+                engine.tune_threads(progress)
+            engines[load, count], threads[load, count] = engine, curve.threads
     print(f"  threads {', '.join(map(str, counts))} in turn, {args.phase:g} s phases, "
           f"{args.duration:g} s of session time each" +
-          (f"; {args.busy} busy process(es) every other round" if args.busy else ""),
-          file=sys.stderr)
+          (f"; {args.busy} busy process(es)" if args.busy else ""), file=sys.stderr)
+    rounds = 0
     while any(e.now() < args.duration for e in engines.values()):
+        rounds += 1
         for load in loads:
-            with _busy(args.busy if load == "busy" else 0):
+            with _busy(args.busy if load == "busy" or load == "swing" and rounds % 2 else 0):
                 for count in counts:
                     engine = engines[load, count]
                     if engine.now() < args.duration:
-                        set_cpu_threads(count)  # its curve and kernels: set up above
+                        set_cpu_threads(threads[load, count])  # its curve, kernels: set above
                         engine.run(duration_s=min(args.phase, args.duration - engine.now()))
+                        threads[load, count] = torch.get_num_threads()  # auto's may move
     rows = []
     for (load, count), engine in engines.items():
         engine.close()
@@ -118,11 +133,25 @@ def measure(args, counts: list[int]) -> list[dict]:
         rows.append({"threads": count, "load": load,
                      "tokens_per_s": summary.emitted / engine.now(),
                      "step_ms_p50": summary.step_ms_p50, "mean_batch": summary.mean_batch,
-                     "steps": summary.steps, "t1_ms": engine.calibration.t_ms(1)})
+                     "steps": summary.steps, "t1_ms": engine.calibration.t_ms(1),
+                     "time_at": _time_at_counts(engine)})
     for row in rows:
         first = next(r for r in rows if r["load"] == row["load"])
         row["x_first"] = row["tokens_per_s"] / first["tokens_per_s"]
     return rows
+
+
+def _time_at_counts(engine) -> dict[int, float]:
+    """The share of the engine's session time each CPU thread count ran, from the curves put in
+    force (each carries its count), the first at the session's start."""
+    switches = [(event["t"], event["changes"]["calibration"]["threads"])
+                for event in engine.events.snapshot()
+                if event["type"] == "control" and "calibration" in event["changes"]]
+    end, shares = engine.now(), {}
+    for (t, count), (until, _) in zip(switches, switches[1:] + [(end, None)]):
+        start = 0.0 if not shares else t
+        shares[count] = shares.get(count, 0.0) + (until - start) / end
+    return dict(sorted(shares.items(), reverse=True))
 
 
 @contextmanager

@@ -4,11 +4,13 @@ first drafts with it."""
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 from importlib import metadata
 
 from engine.errors import ModelLoadError, SwarmscopeError
+from engine.thread_tuner import AUTO
 
 MODEL_HELP = "default | tiny-test | a model folder | ORG/NAME in the Hugging Face cache"
 DTYPE_HELP = "auto (bf16 on GPUs and on CPUs with bf16 dot instructions, else fp32) | bf16 | fp32 | fp16 (GPU)"
@@ -42,23 +44,30 @@ def add_thinking_option(parser: argparse.ArgumentParser) -> None:
                              "template's enable_thinking, as Qwen3's); default: the template's")
 
 
-def add_device_options(parser: argparse.ArgumentParser, threads: bool = True) -> None:
+def add_device_options(parser: argparse.ArgumentParser, threads: bool = True,
+                       tuned: bool = False) -> None:
     """--dtype, --device and (unless `threads` is False) --threads N: the CPU threads of the
-    forward pass (default: torch's, one per core)."""
+    forward pass (default: torch's, one per core); with `tuned`, also --threads auto."""
     parser.add_argument("--dtype", default="auto", help=DTYPE_HELP)
     parser.add_argument("--device", default="auto", help=DEVICE_HELP)
     if not threads:
         return
-    parser.add_argument("--threads", type=_thread_count, metavar="N",
+    parser.add_argument("--threads", type=functools.partial(_thread_count, tuned=tuned),
+                        metavar=f"N{'|' + AUTO if tuned else ''}",
                         help="CPU threads for the forward pass (default: one per core); fewer "
                              "can be faster where other programs keep cores busy. t(N) is "
-                             "calibrated per thread count")
+                             "calibrated per thread count" + (
+                                 f"; {AUTO}: the steps' own times pick the count as the machine "
+                                 "gets busier or freer" if tuned else ""))
 
 
-def _thread_count(text: str) -> int:
+def _thread_count(text: str, tuned: bool = False) -> int | str:
+    if tuned and text == AUTO:
+        return AUTO
     cores = os.cpu_count() or 1
     if not text.isdigit() or not 1 <= int(text) <= cores:
-        raise argparse.ArgumentTypeError(f"must be 1..{cores} (this machine's cores), got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be 1..{cores} (this machine's cores)"
+                                         f"{' or ' + AUTO if tuned else ''}, got {text!r}")
     return int(text)
 
 

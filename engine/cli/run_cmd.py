@@ -15,6 +15,7 @@ from engine.controls import (ADAPTIVE_CAP, DEFAULT_K, FIXED_K, Controls, parse_c
 from engine.errors import SwarmscopeError
 from engine.telemetry.records import LAYOUTS, POLICIES
 from engine.telemetry.summary import format_summary, summarize
+from engine.thread_tuner import AUTO
 
 PROGRESS_EVERY_S = 1.0
 
@@ -24,7 +25,7 @@ def register(subparsers) -> None:
     p.add_argument("--headless", action="store_true",
                    help="run without a window (required; the window is `swarmscope`)")
     p.add_argument("--model", default="default", help=MODEL_HELP)
-    add_device_options(p)
+    add_device_options(p, tuned=True)
     add_thinking_option(p)
     p.add_argument("--agents", type=int, default=8, help="swarm size (default 8)")
     length = p.add_mutually_exclusive_group()
@@ -119,8 +120,9 @@ def _run(args) -> int:
     def say(message: str, *_) -> None:
         print(f"  {message}", file=sys.stderr)
 
+    tuned = args.threads == AUTO
     loaded = load_model(args.model, dtype=args.dtype, device=args.device, progress=say,
-                        thinking=args.thinking, threads=args.threads)
+                        thinking=args.thinking, threads=None if tuned else args.threads)
     print(f"model {loaded.name} ({loaded.dtype}, "
           f"{hardware(str(loaded.device), cpu_threads(loaded.device))})", file=sys.stderr)
     _check_against_model(args, changes, loaded)
@@ -129,6 +131,10 @@ def _run(args) -> int:
                          **({"max_context": args.max_context} if args.max_context else {}))
     engine = Engine(loaded, config, controls, calibration=calibrate_or_load(loaded, progress=say),
                     trace_path=args.trace)
+    if tuned:
+        engine.tune_threads(say)
+        print(f"CPU threads tuned among {', '.join(map(str, engine.thread_tuner.counts))}",
+              file=sys.stderr)
     print(f"budget T = {engine.calibration.budget} (calibrated with lanes at context "
           f"{engine.calibration.context}); {args.agents} agents, policy {args.policy}",
           file=sys.stderr)

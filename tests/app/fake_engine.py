@@ -12,6 +12,7 @@ import torch
 
 from engine.controls import ControlMailbox, Controls
 from engine.spec.calibration import Calibration
+from engine.thread_tuner import AUTO
 from engine.swarm.agent import AgentView
 from engine.telemetry.records import StepRecord
 from engine.telemetry.ring_buffer import RingBuffer
@@ -31,7 +32,8 @@ class FakeEngine:
         self.loaded = SimpleNamespace(name="fake", source="fake",
                                       model=torch.nn.Module())  # the worker hooks its forwards
         self.closed = False
-        self.threads_asked: list[int] = []
+        self.threads_asked: list[int | str] = []
+        self.thread_tuner = None  # set by tune_threads: a fake tuner that picks one thread
         self._rng = random.Random(seed)
         self._step = 0
         self._batch = 4
@@ -71,6 +73,8 @@ class FakeEngine:
         if self._writer:
             self._writer.write_step(rec)
         self._step += 1
+        if self.thread_tuner is not None and self._step == self.thread_tuner.switch_at:
+            self._put_in_force(dataclasses.replace(self.calibration, threads=1))
         return rec
 
     def agents(self, transcript_of: set[int] | None = None,
@@ -92,9 +96,16 @@ class FakeEngine:
 
     def use_threads(self, threads: int, progress=None) -> Calibration:
         self.threads_asked.append(threads)
+        self.thread_tuner = None
         self.recalibrate(progress)
         return self._put_in_force(dataclasses.replace(self.calibration, device="cpu",
                                                       threads=threads))
+
+    def tune_threads(self, progress=None) -> Calibration:
+        """Tuned from now: five steps on, the fake tuner switches to one thread."""
+        self.threads_asked.append(AUTO)
+        self.thread_tuner = SimpleNamespace(switch_at=self._step + 5)
+        return self.calibration
 
     def _put_in_force(self, calibration: Calibration) -> Calibration:
         """As the engine does: the curve in force from the next step, logged as a control."""

@@ -91,6 +91,18 @@ def test_loading_a_model_starts_a_session_of_its_own(window, qtbot, tmp_path, mo
     assert len(read_trace(str(first)).steps) >= steps  # the first one intact
 
 
+def test_a_model_loaded_while_threads_are_tuned_is_tuned_too(window, qtbot, monkeypatch,
+                                                             fake_builds):
+    window.start_session(EngineSpec("default", dtype="fp32", agents=3, trace_out=None))
+    qtbot.waitUntil(lambda: window.engine is not None, timeout=5000)
+    with qtbot.waitSignal(window.host.worker.recalibrated, timeout=5000):
+        window._switch_threads("auto")
+    monkeypatch.setattr(live_session, "check_model_folder", lambda folder: None)
+    window.load_model("/models/other")
+    assert window._spec.threads == "auto"
+    window.stop_engine()
+
+
 def test_loading_a_model_while_replaying_never_writes_the_replayed_trace(
         window, qtbot, tmp_path, monkeypatch, fake_builds):
     replayed = record_trace(tmp_path / "replayed.jsonl", 40)

@@ -358,6 +358,27 @@ def test_cpu_threads_switch_on_the_worker_and_show_in_the_panel(window, qtbot):
     assert threads.isHidden()
 
 
+def test_tuned_cpu_threads_show_the_count_the_tuner_picked(window, qtbot):
+    """auto asks the worker to tune; each switch of the engine's tuner then shows in the panel
+    and the views as a recalibration does; a count chosen ends tuning."""
+    engine = FakeEngine()
+    engine.calibration = dataclasses.replace(engine.calibration, device="cpu", threads=2)
+    window.start_live(build=lambda progress: engine)
+    threads = window.controls.threads
+    qtbot.waitUntil(lambda: window.engine is not None and threads.isEnabled(), timeout=5000)
+    assert threads.itemText(0) == "auto"
+    with qtbot.waitSignal(window.host.worker.recalibrated, timeout=5000):
+        threads.setCurrentIndex(0)
+    qtbot.waitUntil(lambda: threads.currentText() == "auto · 1 now", timeout=5000)
+    assert engine.threads_asked == ["auto"] and window.calibration.threads == 1
+    assert window.calibration is engine.calibration and threads.isEnabled()
+    with qtbot.waitSignal(window.host.worker.recalibrated, timeout=5000):
+        threads.setCurrentText("2")
+    qtbot.waitUntil(lambda: window.calibration.threads == 2, timeout=5000)
+    assert engine.thread_tuner is None and threads.currentText() == "2"
+    assert threads.itemText(0) == "auto"
+
+
 def _live_with_redraws_noted(window, qtbot) -> list[int]:
     """A live session of a fake engine a few steps in; the list gets the step count of every
     redraw from now on."""

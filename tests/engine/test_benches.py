@@ -29,18 +29,25 @@ def test_bench_swarm_runs_every_policy_on_the_same_swarm(capsys):
     assert rows[0]["acceptance"] is None  # speculation off drafts nothing
 
 
-def test_bench_threads_runs_each_count_idle_and_beside_a_busy_core(capsys, restore_threads):
+def test_bench_threads_runs_each_count_idle_beside_a_busy_core_and_one_that_comes_and_goes(
+        capsys, restore_threads):
     rows = _json_out(capsys, ["bench", "threads", "--model", "tiny-test", "--dtype", "fp32",
-                              "--counts", "2,1", "--duration", "0.6", "--phase", "0.2", "--json"])
-    assert [(row["threads"], row["load"]) for row in rows] == \
-        [(2, "idle"), (1, "idle"), (2, "busy"), (1, "busy")]
+                              "--counts", "2,1,auto", "--duration", "0.6", "--phase", "0.2",
+                              "--json"])
+    assert [(row["threads"], row["load"]) for row in rows] == [
+        (count, load) for load in ("idle", "busy", "swing") for count in (2, 1, "auto")]
     assert all(row["steps"] > 0 and row["tokens_per_s"] > 0 for row in rows)
-    assert [row["x_first"] for row in rows[::2]] == [1.0, 1.0]  # each load against 2 threads
+    assert [row["x_first"] for row in rows[::3]] == [1.0] * 3  # each load against 2 threads
+    fixed = [row["time_at"] for row in rows if row["threads"] != "auto"]
+    assert fixed == [{"2": 1.0}, {"1": 1.0}] * 3  # JSON: the keys are text
+    for auto in rows[2::3]:  # tuned: its time split between the counts it can run
+        assert set(auto["time_at"]) <= {"1", "2"}
+        assert sum(auto["time_at"].values()) == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("option, message", [
-    (["--counts", "1,0"], f"--counts: each must be 1..{os.cpu_count()} (this machine's cores), "
-                          "got '0'"),
+    (["--counts", "1,0"], f"--counts: each must be 1..{os.cpu_count()} (this machine's cores) "
+                          "or auto, got '0'"),
     (["--busy", "-1"], "--busy must be >= 0, got -1"),
     (["--phase", "0"], "--phase must be a finite number > 0, got 0")])
 def test_bench_threads_bad_options_are_messages_that_name_them(capsys, option, message):

@@ -115,10 +115,15 @@ def test_threads_reach_the_model_loader(monkeypatch, capsys, command):
     assert asked == [None, 1] and "stop here" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("value", ["0", "-1", "two", "100000"])
+@pytest.mark.parametrize("value", ["0", "-1", "two", "100000", "auto"])
 def test_a_thread_count_this_machine_cannot_run_names_the_flag(capsys, value):
+    """auto only where a session runs long enough to tune (run, the window), not calibrate."""
     with pytest.raises(SystemExit) as exit_:
         main(["calibrate", "--threads", value])
     assert exit_.value.code == 2
-    assert f"argument --threads: must be 1..{os.cpu_count()} (this machine's cores)" in \
+    assert f"argument --threads: must be 1..{os.cpu_count()} (this machine's cores), got " \
+        f"'{value}'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["run", "--headless", "--threads", "0"])
+    assert f"must be 1..{os.cpu_count()} (this machine's cores) or auto, got '0'" in \
         capsys.readouterr().err

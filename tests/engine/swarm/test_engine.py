@@ -234,6 +234,47 @@ def test_switching_cpu_threads_plans_with_that_counts_curve_from_the_next_step(
     assert logged == [1, 2, 1]
 
 
+def test_tuned_threads_switch_between_steps_as_the_tuner_says(
+        tiny, calibration, tmp_path, monkeypatch, restore_threads):
+    """Each count's curve is had before tuning starts; a switch the tuner asks for is in force
+    from the next step with that count's curve, logged; a count asked for ends tuning."""
+    import dataclasses
+
+    from engine.spec import calibration as cal
+    from engine.telemetry.trace_reader import read_trace
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "cache"))
+    measured = []
+
+    def measure(*args, threads=None, **kwargs):
+        measured.append(threads)
+        return dataclasses.replace(cal.Calibration.make_dummy(t1_ms=10.0 * threads),
+                                   device="cpu", dtype="fp32", threads=threads)
+
+    monkeypatch.setattr(cal, "measure", measure)
+    path = tmp_path / "s.jsonl"
+    engine = Engine(tiny, SwarmConfig(seed=3, clock="virtual"), Controls(swarm_size=2),
+                    calibration=calibration, trace_path=str(path))
+    torch.set_num_threads(2)
+    engine.tune_threads(counts=[1, 2])
+    assert sorted(measured) == [1, 2] and torch.get_num_threads() == 2
+    tuner = engine.thread_tuner
+    assert tuner.counts == [1, 2] and tuner.current == 2
+    seen, answers = [], iter([None, 1, None])
+    monkeypatch.setattr(tuner, "observe", lambda *step: seen.append(step) or next(answers))
+    engine.run(steps=3)
+    assert torch.get_num_threads() == 1 and engine.calibration.threads == 1
+    last = engine.records.snapshot()[-1]
+    assert seen[-1][:3] == (last.t, last.dt_ms, last.batch) and last.budget == engine.calibration.budget
+    engine.use_threads(2)
+    assert engine.thread_tuner is None
+    engine.close()
+    logged = [e["changes"]["calibration"]["threads"] for e in read_trace(path).controls]
+    assert logged == [1, 2]
+    monkeypatch.setattr(type(tiny.model), "device", property(lambda model: torch.device("cuda")))
+    with pytest.raises(SwarmscopeError, match="CPU threads are tuned on a CPU"):
+        engine.tune_threads()
+
+
 def test_the_kv_cache_takes_at_most_half_the_free_memory_and_one_context_at_least(
         tiny, calibration, monkeypatch):
     """A large model's swarm on a small machine preempts more, rather than allocating a cache

@@ -45,6 +45,25 @@ def test_headless_run_writes_a_trace_and_prints_a_summary(tmp_path, capsys, monk
     assert json.loads((tmp_path / "p.json").read_text())["traceEvents"]
 
 
+def test_a_headless_run_with_tuned_threads_has_each_counts_curve_first(
+        tmp_path, capsys, monkeypatch, restore_threads):
+    """--threads auto: the curves of every count it may switch to are had before the session
+    starts (measured once, then cached), the first the one per core; the session runs."""
+    import torch
+    from engine.thread_tuner import default_counts
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "cache"))
+    torch.set_num_threads(os.cpu_count())
+    assert cli(["run", "--headless", "--model", "tiny-test", "--dtype", "fp32", "--agents", "2",
+                "--steps", "30", "--clock", "virtual", "--max-context", "256",
+                "--threads", "auto", "--trace", str(tmp_path / "run.jsonl"), "--json"]) == 0
+    out, err = capsys.readouterr()
+    counts = default_counts(os.cpu_count())
+    assert f"CPU threads tuned among {', '.join(map(str, counts))}" in err
+    assert json.loads(out)["steps"] == 30
+    cached = sorted((tmp_path / "cache" / "calibration").glob("cpu-*threads_tiny-test-*"))
+    assert len(cached) == len(counts)
+
+
 def test_controls_set_at_the_start_and_changed_at_a_session_second(tmp_path, capsys,
                                                                     monkeypatch):
     """The headless run's controls: set from options, then changed at session seconds as the

@@ -1,0 +1,130 @@
+"""Automatic CPU threads: the tuner meets steps whose times a simulated machine sets, per count
+and per moment (another program taking a core and letting it go)."""
+import random
+
+import pytest
+
+from engine.thread_tuner import ThreadTuner, default_counts
+
+STEP_MS = 50.0  # the reference curve's time for every shape here
+
+
+class Machine:
+    """Steps take session time and as much wall time; `busy(t)`: the cores other programs hold
+    at t, which slow the threads down (`slowdown`) and which `others` reports when `tells`."""
+
+    def __init__(self, slowdown, busy=lambda t: 0.0, tells=True, noise=0.0, seed=0):
+        self.slowdown, self.busy, self.tells, self.noise = slowdown, busy, tells, noise
+        self.rng = random.Random(seed)
+        self.t, self.wall, self.others_s = 0.0, 0.0, 0.0
+
+    def others(self):
+        return (self.others_s, self.wall) if self.tells else None
+
+
+def run(tuner, machine, seconds):
+    """Steps until session time `seconds`, switching as the tuner says; the count that ran each
+    step."""
+    ran = []
+    while machine.t < seconds:
+        start, count = machine.t, tuner.current_count
+        dt_ms = STEP_MS * machine.slowdown(count, start, machine.busy(start)) * \
+            (1 + machine.noise * machine.rng.uniform(-1, 1))
+        machine.t += dt_ms / 1000
+        machine.wall += dt_ms / 1000
+        machine.others_s += machine.busy(start) * dt_ms / 1000
+        ran.append(count)
+        switch = tuner.observe(start, dt_ms, batch=4, drafts=2, prefill=0)
+        if switch is not None:
+            tuner.current_count = switch
+    return ran
+
+
+def make(counts, machine, current=None):
+    tuner = ThreadTuner(counts, current or max(counts), lambda batch, drafts, prefill: STEP_MS,
+                        others=machine.others)
+    tuner.current_count = tuner.current  # what runs: the count last switched to
+    return tuner
+
+
+IDLE = {2: 1.0, 1: 1.33}   # bench threads, both cores free: one thread 0.75x the speed
+BUSY = {2: 3.3, 1: 1.2}    # one core taken: two threads a third of one's speed
+
+
+def two_cores(count, t, busy):
+    return (BUSY if busy else IDLE)[count]
+
+
+def test_with_the_cores_free_the_count_stays_and_probes_grow_rare():
+    machine = Machine(two_cores, noise=0.1)
+    tuner = make([1, 2], machine)
+    ran = run(tuner, machine, 300)
+    assert tuner.current == 2
+    assert ran.count(1) / len(ran) < 0.03  # a lost probe costs a second, ever more seldom
+    probes = sum(1 for a, b in zip(ran, ran[1:]) if (a, b) == (2, 1))
+    assert probes <= 10  # 3, 13, 33, 73, 113... seconds in
+
+
+@pytest.mark.parametrize("tells", [True, False])
+def test_a_core_taken_brings_fewer_threads_at_once_and_its_return_brings_them_back(tells):
+    """Taken, the steps slow down; let go, only the system says so (one thread runs as fast
+    either way), and without it the next probe finds out."""
+    taken = (60.0, 200.0)
+    machine = Machine(two_cores, busy=lambda t: float(taken[0] <= t < taken[1]), tells=tells)
+    tuner = make([1, 2], machine)
+    run(tuner, machine, 60.0)
+    assert tuner.current == 2
+    run(tuner, machine, 65.0)
+    assert tuner.current == 1  # within five seconds of the core being taken, not at a period
+    ran = run(tuner, machine, 200.0)
+    assert ran.count(1) / len(ran) > 0.9  # probes of two threads lose while the core is taken
+    run(tuner, machine, 205.0 if tells else 200.0 + ThreadTuner.LONGEST_PERIOD_S + 3)
+    assert tuner.current == 2
+
+
+def test_noise_alike_for_every_count_does_not_thrash():
+    machine = Machine(lambda count, t, busy: 1.0, noise=0.3, seed=4)
+    tuner = make([1, 2], machine)
+    ran = run(tuner, machine, 600)
+    switches = sum(a != b for a, b in zip(ran, ran[1:]))
+    assert switches <= 40  # a probe is two switches; they come 10 to 40 s apart
+
+
+def test_a_busy_start_is_found_by_the_first_probe():
+    machine = Machine(two_cores, busy=lambda t: 1.0)
+    tuner = make([1, 2], machine)
+    run(tuner, machine, 6.0)
+    assert tuner.current == 1
+
+
+@pytest.mark.parametrize("best", [4, 16])
+def test_among_many_counts_it_walks_to_the_fastest(best):
+    """Halvings of 16 cores; the machine runs `best` threads fastest, and each step away from
+    it costs 20 %."""
+    counts = default_counts(16)
+    assert counts == [1, 2, 4, 8, 16]
+    distance = lambda count, t, busy: 1.0 + 0.2 * abs(counts.index(count) - counts.index(best))
+    machine = Machine(distance)
+    tuner = make(counts, machine)
+    run(tuner, machine, 400)
+    assert tuner.current == best
+
+
+def test_a_lone_count_has_nothing_to_try():
+    machine = Machine(lambda count, t, busy: 5.0 if t > 5 else 1.0)
+    tuner = make([1], machine)
+    assert set(run(tuner, machine, 60)) == {1}
+
+
+def test_a_gap_between_blocks_says_nothing_of_what_others_ran():
+    """A benchmark's other engines ran while this one waited: the wall clock moved on, the
+    session's did not, and the cores others took meanwhile are not held against it."""
+    machine = Machine(lambda count, t, busy: 1.0)
+    tuner = make([1, 2], machine)
+    run(tuner, machine, 5.0)  # its first probe (at 3 s) lost: the next comes at 13 s
+    ran = []
+    for _ in range(100):  # each step followed by 10 s of others' work on the wall clock
+        ran += run(tuner, machine, machine.t + 0.001)
+        machine.others_s += 10.0
+        machine.wall += 10.0
+    assert machine.t < 13.0 and set(ran) == {2}  # no probe: the gaps' work was not a sign
