@@ -203,6 +203,8 @@ class Engine:
         self._curves = curves
         self.thread_tuner = ThreadTuner(list(curves), now, curves[max(curves)].step_ms,
                                         others=others_cpu_seconds)
+        if self.calibration != curves[now]:  # tuned, each count plans with its own curve
+            self._put_in_force(curves[now])
         return self.calibration
 
     def _curve_at(self, threads: int, progress: Callable[[str], None] | None):
@@ -216,10 +218,14 @@ class Engine:
                                  context=self.swarm_context())
 
     def _tune_threads(self, rec: StepRecord, drafts: int) -> None:
-        count = self.thread_tuner.observe(rec.t, rec.dt_ms, rec.batch, drafts, rec.prefill)
-        if count is not None:
+        """The count the tuner runs the next step at (a probe's steps take turns between two),
+        and, where the count in force changed, its curve."""
+        tuner = self.thread_tuner
+        count = tuner.observe(rec.t, rec.dt_ms, rec.batch, drafts, rec.prefill)
+        if count != torch.get_num_threads():
             set_cpu_threads(count)
-            self._put_in_force(self._curves[count])
+        if tuner.current != self.calibration.threads:
+            self._put_in_force(self._curves[tuner.current])
 
     def _put_in_force(self, calibration) -> None:
         with self._lock:

@@ -72,3 +72,35 @@ def test_cpu_threads_are_set_or_left_as_torch_chose(restore_threads):
     assert torch.get_num_threads() == chosen
     devices.set_cpu_threads(1)
     assert torch.get_num_threads() == 1
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="reads Linux's /proc/stat")
+def test_other_programs_cpu_counts_a_spinning_process():
+    """A child spinning for half a second shows as at least a third of a core (more where the
+    machine is busier: the count is of every other process)."""
+    import subprocess
+    import sys
+
+    child = "import time\nend = time.monotonic() + 0.5\nwhile time.monotonic() < end: pass"
+    before = devices.others_cpu_seconds()
+    subprocess.run([sys.executable, "-c", child], check=True)
+    after = devices.others_cpu_seconds()
+    assert (after[0] - before[0]) / (after[1] - before[1]) > 0.33
+
+
+def test_other_programs_cpu_is_the_systems_busy_time_less_this_process(monkeypatch):
+    """/proc/stat's busy ticks (user, nice, system, irq, softirq, steal; not idle, iowait)
+    less this process's CPU seconds; unknown without it."""
+    import io
+    ticks = os.sysconf("SC_CLK_TCK")
+    stat = f"cpu  {3 * ticks} {ticks} {2 * ticks} {50 * ticks} {9 * ticks} 0 {ticks} {ticks} 0 0\n"
+    monkeypatch.setattr("builtins.open", lambda *args, **kwargs: io.StringIO(stat))
+    monkeypatch.setattr(os, "times", lambda: os.times_result((1.5, 0.5, 7.0, 7.0, 0.0)))
+    others, _ = devices.others_cpu_seconds()
+    assert others == pytest.approx(3 + 1 + 2 + 1 + 1 - 2.0)  # children count as others
+
+    def no_proc(*args, **kwargs):
+        raise FileNotFoundError("/proc/stat")
+
+    monkeypatch.setattr("builtins.open", no_proc)
+    assert devices.others_cpu_seconds() is None

@@ -259,17 +259,27 @@ def test_tuned_threads_switch_between_steps_as_the_tuner_says(
     assert sorted(measured) == [1, 2] and torch.get_num_threads() == 2
     tuner = engine.thread_tuner
     assert tuner.counts == [1, 2] and tuner.current == 2
-    seen, answers = [], iter([None, 1, None])
-    monkeypatch.setattr(tuner, "observe", lambda *step: seen.append(step) or next(answers))
-    engine.run(steps=3)
-    assert torch.get_num_threads() == 1 and engine.calibration.threads == 1
+    seen = []
+
+    def observe(*step):  # a probe's step at 1 thread, then 1 thread kept
+        seen.append(step)
+        if len(seen) == 2:
+            tuner.current = 1
+        return 1
+
+    monkeypatch.setattr(tuner, "observe", observe)
+    engine.run(steps=1)
+    assert torch.get_num_threads() == 1 and engine.calibration.threads == 2  # probing
+    engine.run(steps=2)
+    assert torch.get_num_threads() == 1 and engine.calibration.threads == 1  # in force
     last = engine.records.snapshot()[-1]
-    assert seen[-1][:3] == (last.t, last.dt_ms, last.batch) and last.budget == engine.calibration.budget
+    assert seen[-1][:3] == (last.t, last.dt_ms, last.batch)
+    assert last.budget == engine.calibration.budget
     engine.use_threads(2)
     assert engine.thread_tuner is None
     engine.close()
     logged = [e["changes"]["calibration"]["threads"] for e in read_trace(path).controls]
-    assert logged == [1, 2]
+    assert logged == [2, 1, 2]  # the count in force's own curve when tuning starts
     monkeypatch.setattr(type(tiny.model), "device", property(lambda model: torch.device("cuda")))
     with pytest.raises(SwarmscopeError, match="CPU threads are tuned on a CPU"):
         engine.tune_threads()
