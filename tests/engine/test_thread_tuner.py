@@ -65,19 +65,30 @@ def test_with_the_cores_free_the_count_stays_and_probes_grow_rare():
 
 @pytest.mark.parametrize("tells", [True, False])
 def test_a_core_taken_brings_fewer_threads_at_once_and_its_return_brings_them_back(tells):
-    """Taken, the steps slow down; let go, only the system says so (one thread runs as fast
-    either way), and without it the next probe finds out."""
+    """Taken, the system says so (where it tells) and the steps slow down; let go, only the
+    system says so (one thread runs as fast either way), and without it the next probe finds
+    out."""
     taken = (60.0, 200.0)
     machine = Machine(two_cores, busy=lambda t: float(taken[0] <= t < taken[1]), tells=tells)
     tuner = make([1, 2], machine)
     run(tuner, machine, 60.0)
     assert tuner.current == 2
-    run(tuner, machine, 65.0)
-    assert tuner.current == 1  # within five seconds of the core being taken, not at a period
+    run(tuner, machine, 62.0 if tells else 65.0)
+    assert tuner.current == 1  # within seconds of the core being taken, not at a period
     ran = run(tuner, machine, 200.0)
     assert ran.count(1) / len(ran) > 0.9  # probes of two threads lose while the core is taken
-    run(tuner, machine, 205.0 if tells else 200.0 + ThreadTuner.LONGEST_PERIOD_S + 3)
+    run(tuner, machine, 201.5 if tells else 200.0 + ThreadTuner.LONGEST_PERIOD_S + 5)
     assert tuner.current == 2
+
+
+def test_where_fewer_threads_run_faster_on_an_idle_machine_the_load_rule_lets_them():
+    """Probes find a memory-bound machine's best count below the cores; the load rule acts on
+    changes of the load only, so it does not pull the count back up while the load stays."""
+    counts = default_counts(8)
+    machine = Machine(lambda count, t, busy: {1: 1.6, 2: 1.2, 4: 1.0, 8: 1.15}[count])
+    tuner = make(counts, machine)
+    run(tuner, machine, 120)
+    assert tuner.current == 4
 
 
 def test_noise_alike_for_every_count_does_not_thrash():
