@@ -70,8 +70,9 @@ class WindowActionsMixin:
             loaded, calibration = self.engine.loaded, self.calibration
             context = ("" if calibration.context is None else
                        f", calibrated with lanes at context {calibration.context}")
+            tuned = " (tuned)" if self.engine.thread_tuner is not None else ""
             lines.append(f"{loaded.name} ({loaded.source}), {calibration.dtype} on "
-                         f"{calibration.hardware}: T = {calibration.budget}, "
+                         f"{calibration.hardware}{tuned}: T = {calibration.budget}, "
                          f"t(1) = {calibration.t_ms(1):.1f} ms{context}")
         lines.append("The default model, SmolLM2-135M-Instruct, is Apache-2.0 (Hugging Face).")
         return "\n".join(lines)

@@ -18,7 +18,8 @@ make-up and contexts (machine C, bf16, 8 agents), where neighbouring steps diffe
 probe runs PAIRS pairs of steps, one at a neighbouring count (the next fewer or more threads of
 `counts`) beside one at the count in force, and the neighbour is kept when the median of its
 pairs' ratios is faster by MARGIN (the median of 8 pairs swung by 4 %, a second's median by
-16 %). A probe comes after the first BLOCK_S of steps, then every PERIOD_S, the wait doubling
+16 %); one clearly lost (beside a busy core, two threads' steps took 3x as long) ends early. A
+probe comes after the first BLOCK_S of steps, then every PERIOD_S, the wait doubling
 after each lost probe (to LONGEST_PERIOD_S, or LONGEST_TOLD_S where the system tells of changes),
 so that a machine that stays as it is loses little to them; and, where the system does not tell,
 at once when the count in force's last two blocks of BLOCK_S ran SHIFT slower than those before,
@@ -47,11 +48,12 @@ def default_counts(cores: int) -> list[int]:
 
 class ThreadTuner:
     LOAD_S = 0.5             # other programs' load is counted over windows this long
-    FIT = 0.25               # cores of others' load a count may overlap and still fit
+    FIT = 0.5                # cores of others' load a count may overlap and still fit
     BLOCK_S = 1.0            # steps of the count in force are looked at in blocks this long ...
     MIN_STEPS = 5            # ... and of at least this many steps
     PAIRS = 8                # a probe's pairs of steps, one at each count
     MARGIN = 0.1             # a probe's count must be this much faster to be kept
+    CLEAR_LOSS = (3, 1.3)    # a probe whose first 3 pairs all ran 1.3x slower ends there
     PERIOD_S = 10.0          # between probes, doubling after each lost one ...
     LONGEST_PERIOD_S = 40.0  # ... up to this
     LONGEST_TOLD_S = 160.0   # ... or this where the system tells of changes
@@ -150,7 +152,9 @@ class ThreadTuner:
         else:
             probe.pairs.append(probe.probed_ratio / ratio)
         probe.at_probed = not probe.at_probed
-        if len(probe.pairs) < self.PAIRS:
+        pairs, slower = self.CLEAR_LOSS
+        lost = len(probe.pairs) == pairs and min(probe.pairs) > slower
+        if len(probe.pairs) < self.PAIRS and not lost:
             return probe.count if probe.at_probed else self.current
         if statistics.median(probe.pairs) < 1 - self.MARGIN:  # kept: its count is in force
             self._switch(probe.count, t)

@@ -76,7 +76,7 @@ def test_a_core_taken_brings_fewer_threads_at_once_and_its_return_brings_them_ba
     run(tuner, machine, 62.0 if tells else 65.0)
     assert tuner.current == 1  # within seconds of the core being taken, not at a period
     ran = run(tuner, machine, 200.0)
-    assert ran.count(1) / len(ran) > 0.9  # probes of two threads lose while the core is taken
+    assert ran.count(1) / len(ran) > 0.98  # probes of two threads lose early while it is taken
     run(tuner, machine, 201.5 if tells else 200.0 + ThreadTuner.LONGEST_PERIOD_S + 5)
     assert tuner.current == 2
 
