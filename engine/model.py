@@ -167,7 +167,7 @@ class LlamaModel(nn.Module):
         inv_freq = rope.frequencies(hd, config.rope_theta, config.rope_scaling)
         self.register_buffer("inv_freq", inv_freq.to(device), persistent=False)  # [hd / 2]
         self.requires_grad_(False)
-        self.warm_threads: set[int] = set()  # CPU thread counts warm_up ran at (kernels are per count)
+        self.warm_threads: set[int] = set()  # CPU thread counts warmed (kernels are per count)
 
     @property
     def dtype(self) -> torch.dtype:

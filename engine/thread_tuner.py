@@ -80,11 +80,23 @@ class ThreadTuner:
         self._period = self.PERIOD_S
         self._next_probe_t: float | None = None  # set by the first step seen
         self._fewer_first = True
+        self._running = current  # the count the step under way runs at
         self.probes = 0  # made so far
+        self.ran_s: dict[int, float] = {}  # step time run at each count
+
+    def shares(self) -> dict[int, float]:
+        """Each count's share of the step time seen, most threads first."""
+        total = sum(self.ran_s.values()) or 1.0
+        return {count: self.ran_s[count] / total for count in sorted(self.ran_s, reverse=True)}
 
     def observe(self, t: float, dt_ms: float, batch: int, drafts: float, prefill: int) -> int:
         """A step that started at session time `t` took `dt_ms`; returns the count to run the
         next step at (`current` then is the count in force)."""
+        self._running = self._next_count(t, dt_ms, batch, drafts, prefill)
+        return self._running
+
+    def _next_count(self, t: float, dt_ms: float, batch: int, drafts: float, prefill: int) -> int:
+        self.ran_s[self._running] = self.ran_s.get(self._running, 0.0) + dt_ms / 1000
         if self._next_probe_t is None:
             self._next_probe_t = t + self.BLOCK_S
         ratio = dt_ms / max(self._step_ms(batch, drafts, prefill), 1e-9)

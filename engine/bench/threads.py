@@ -8,9 +8,9 @@ the window's *CPU threads* control would switch it. The engines run on the "meas
 (session time is the steps' wall time; tool waits are skipped) and take turns in phases of
 `--phase` session seconds, so a spell of this machine running slow lands on every count alike.
 The "busy" swarms run beside the busy processes, the "swing" ones beside them in every other
-phase of theirs (another program that comes and goes), the "idle" ones alone. `auto` is a swarm whose steps' own times
-pick its count (Engine.tune_threads, engine/thread_tuner.py), starting at one thread per core;
-its row says how its session time split between counts."""
+phase of theirs (another program that comes and goes), the "idle" ones alone. `auto` is a swarm
+whose count is tuned as it runs (Engine.tune_threads, engine/thread_tuner.py), starting at one
+thread per core; its row says how its steps' time split between counts."""
 from __future__ import annotations
 
 import json
@@ -134,24 +134,11 @@ def measure(args, counts: list[int]) -> list[dict]:
                      "tokens_per_s": summary.emitted / engine.now(),
                      "step_ms_p50": summary.step_ms_p50, "mean_batch": summary.mean_batch,
                      "steps": summary.steps, "t1_ms": engine.calibration.t_ms(1),
-                     "time_at": _time_at_counts(engine)})
+                     "time_at": {count: 1.0} if count != AUTO else engine.thread_tuner.shares()})
     for row in rows:
         first = next(r for r in rows if r["load"] == row["load"])
         row["x_first"] = row["tokens_per_s"] / first["tokens_per_s"]
     return rows
-
-
-def _time_at_counts(engine) -> dict[int, float]:
-    """The share of the engine's session time each CPU thread count ran, from the curves put in
-    force (each carries its count), the first at the session's start."""
-    switches = [(event["t"], event["changes"]["calibration"]["threads"])
-                for event in engine.events.snapshot()
-                if event["type"] == "control" and "calibration" in event["changes"]]
-    end, shares = engine.now(), {}
-    for (t, count), (until, _) in zip(switches, switches[1:] + [(end, None)]):
-        start = 0.0 if not shares else t
-        shares[count] = shares.get(count, 0.0) + (until - start) / end
-    return dict(sorted(shares.items(), reverse=True))
 
 
 @contextmanager

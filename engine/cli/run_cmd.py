@@ -175,14 +175,18 @@ def _run(args) -> int:
                  else ""), file=sys.stderr)
     summary = summarize(records)
     overhead = engine.telemetry_s / engine.busy_s if engine.busy_s else 0.0
+    threads = engine.thread_tuner.shares() if engine.thread_tuner else None  # tuned: the split
     if args.json:
         print(json.dumps({**summary.to_dict(), "wall_s": wall_s, "telemetry_share": overhead,
                           "preemptions": engine.scheduler.num_preemptions,
-                          "engine_error": failure}))
+                          "engine_error": failure, "cpu_threads_share": threads}))
     else:
         print(format_summary(summary))
         print(f"{'preemptions':<22}  {engine.scheduler.num_preemptions}")
         print(f"{'telemetry cost':<22}  {100 * overhead:.2f}% of step time")
+        if threads:
+            print(f"{'CPU threads (tuned)':<22}  " + ", ".join(
+                f"{count}: {share:.0%}" for count, share in threads.items()) + " of step time")
         print(f"{'wall time':<22}  {wall_s:.1f} s")
         if args.trace:
             print(f"{'trace':<22}  {args.trace}")

@@ -59,7 +59,10 @@ def test_a_headless_run_with_tuned_threads_has_each_counts_curve_first(
     out, err = capsys.readouterr()
     counts = default_counts(os.cpu_count())
     assert f"CPU threads tuned among {', '.join(map(str, counts))}" in err
-    assert json.loads(out)["steps"] == 30
+    summary = json.loads(out)
+    assert summary["steps"] == 30 and sum(summary["cpu_threads_share"].values()) == \
+        pytest.approx(1.0)
+    assert {int(count) for count in summary["cpu_threads_share"]} <= set(counts)
     cached = sorted((tmp_path / "cache" / "calibration").glob("cpu-*threads_tiny-test-*"))
     assert len(cached) == len(counts)
 
