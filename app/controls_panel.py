@@ -91,8 +91,8 @@ class ControlsPanel(QWidget):
         self.threads.addItems([AUTO] + [str(n) for n in range(1, (os.cpu_count() or 1) + 1)])
         self.threads.setToolTip(
             "CPU threads of the forward pass. Fewer can be faster while other programs keep "
-            f"cores busy; {AUTO} lets the steps' own times pick the count as the machine gets "
-            "busier or freer. Each count has its own t(N), measured the first time and then "
+            f"cores busy; {AUTO} tunes the count as the session runs, as other programs take "
+            "or free cores. Each count has its own t(N), measured the first time and then "
             "cached")
         self.recalibrate_button = QPushButton("Re-run calibration")
         self.recalibrate_button.setToolTip(

@@ -57,8 +57,8 @@ def add_device_options(parser: argparse.ArgumentParser, threads: bool = True,
                         help="CPU threads for the forward pass (default: one per core); fewer "
                              "can be faster where other programs keep cores busy. t(N) is "
                              "calibrated per thread count" + (
-                                 f"; {AUTO}: the steps' own times pick the count as the machine "
-                                 "gets busier or freer" if tuned else ""))
+                                 f"; {AUTO}: tuned as the session runs, as other programs "
+                                 "take or free cores" if tuned else ""))
 
 
 def _thread_count(text: str, tuned: bool = False) -> int | str:

@@ -372,6 +372,7 @@ def test_tuned_cpu_threads_show_the_count_the_tuner_picked(window, qtbot):
     qtbot.waitUntil(lambda: threads.currentText() == "auto · 1 now", timeout=5000)
     assert engine.threads_asked == ["auto"] and window.calibration.threads == 1
     assert " on cpu, 1 thread (tuned): T = " in window.about_text()
+    assert window.statusBar().currentMessage().startswith("t(N) on cpu, 1 thread (tuned) · T = ")
     assert window.calibration is engine.calibration and threads.isEnabled()
     with qtbot.waitSignal(window.host.worker.recalibrated, timeout=5000):
         threads.setCurrentText("2")
