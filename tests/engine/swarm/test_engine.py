@@ -197,10 +197,11 @@ def test_a_cancelled_recalibration_keeps_the_old_curve(tiny, calibration, tmp_pa
     assert engine.step() is not None and engine.records.snapshot()[-1].budget == calibration.budget
 
 
-def test_switching_cpu_threads_plans_with_that_counts_curve_from_the_next_step(
-        tiny, calibration, tmp_path, monkeypatch, restore_threads):
-    """A count never calibrated is measured, one calibrated before comes from the cache; each
-    switch is logged as the curve it brought, and a cancelled one keeps the old count and curve."""
+@pytest.fixture
+def threads_engine(tiny, calibration, tmp_path, monkeypatch, restore_threads):
+    """An engine recording a trace, whose thread counts' curves are made up where measured
+    (`measured` lists the counts), in a cache of its own; `logged()`: the counts of the curves
+    its trace logged."""
     import dataclasses
 
     from engine.spec import calibration as cal
@@ -217,6 +218,14 @@ def test_switching_cpu_threads_plans_with_that_counts_curve_from_the_next_step(
     path = tmp_path / "s.jsonl"
     engine = Engine(tiny, SwarmConfig(seed=3, clock="virtual"), Controls(swarm_size=2),
                     calibration=calibration, trace_path=str(path))
+    logged = lambda: [e["changes"]["calibration"]["threads"] for e in read_trace(path).controls]
+    return engine, measured, logged
+
+
+def test_switching_cpu_threads_plans_with_that_counts_curve_from_the_next_step(threads_engine):
+    """A count never calibrated is measured, one calibrated before comes from the cache; each
+    switch is logged as the curve it brought, and a cancelled one keeps the old count and curve."""
+    engine, measured, logged = threads_engine
     engine.run(steps=2)
     curves = [engine.use_threads(threads) for threads in (1, 2, 1)]
     assert measured == [1, 2] and torch.get_num_threads() == 1
@@ -230,30 +239,13 @@ def test_switching_cpu_threads_plans_with_that_counts_curve_from_the_next_step(
         engine.use_threads(3, progress=cancel)
     assert torch.get_num_threads() == 1 and engine.calibration is curves[-1]
     engine.close()
-    logged = [e["changes"]["calibration"]["threads"] for e in read_trace(path).controls]
-    assert logged == [1, 2, 1]
+    assert logged() == [1, 2, 1]
 
 
-def test_tuned_threads_switch_between_steps_as_the_tuner_says(
-        tiny, calibration, tmp_path, monkeypatch, restore_threads):
+def test_tuned_threads_switch_between_steps_as_the_tuner_says(threads_engine, tiny, monkeypatch):
     """Each count's curve is had before tuning starts; a switch the tuner asks for is in force
     from the next step with that count's curve, logged; a count asked for ends tuning."""
-    import dataclasses
-
-    from engine.spec import calibration as cal
-    from engine.telemetry.trace_reader import read_trace
-    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "cache"))
-    measured = []
-
-    def measure(*args, threads=None, **kwargs):
-        measured.append(threads)
-        return dataclasses.replace(cal.Calibration.make_dummy(t1_ms=10.0 * threads),
-                                   device="cpu", dtype="fp32", threads=threads)
-
-    monkeypatch.setattr(cal, "measure", measure)
-    path = tmp_path / "s.jsonl"
-    engine = Engine(tiny, SwarmConfig(seed=3, clock="virtual"), Controls(swarm_size=2),
-                    calibration=calibration, trace_path=str(path))
+    engine, measured, logged = threads_engine
     torch.set_num_threads(2)
     engine.tune_threads(counts=[1, 2])
     assert sorted(measured) == [1, 2] and torch.get_num_threads() == 2
@@ -278,8 +270,7 @@ def test_tuned_threads_switch_between_steps_as_the_tuner_says(
     engine.use_threads(2)
     assert engine.thread_tuner is None
     engine.close()
-    logged = [e["changes"]["calibration"]["threads"] for e in read_trace(path).controls]
-    assert logged == [2, 1, 2]  # the count in force's own curve when tuning starts
+    assert logged() == [2, 1, 2]  # the count in force's own curve when tuning starts
     monkeypatch.setattr(type(tiny.model), "device", property(lambda model: torch.device("cuda")))
     with pytest.raises(SwarmscopeError, match="CPU threads are tuned on a CPU"):
         engine.tune_threads()
