@@ -160,10 +160,12 @@ class Engine:
         Call it from the thread that steps the engine, between steps: it times forward passes of
         the same model (on a KV cache of its own, so the agents' cache is untouched). An exception
         raised by `progress` (a cancelled window, say) aborts it and keeps the old curve."""
+        if self.thread_tuner is not None:  # the count in force's, not a probe's
+            set_cpu_threads(self.thread_tuner.current)
         measured = calibrate_or_load(self.loaded, self.calibration.eps, progress, force=True,
                                      context=self.swarm_context())
         if self.thread_tuner is not None:
-            self._curves[torch.get_num_threads()] = measured
+            self._curves[self.thread_tuner.current] = measured
         self._put_in_force(measured)
         return measured
 
@@ -185,9 +187,9 @@ class Engine:
 
     def tune_threads(self, progress: Callable[[str], None] | None = None,
                      counts: list[int] | None = None):
-        """Let the steps' own times pick the CPU threads among `counts` (default: every core,
-        then halvings down to one) and the count in force (engine/thread_tuner.py), each switch
-        logged as `use_threads` logs one, until `use_threads` sets a count. Each count's curve is
+        """Tune the CPU threads as the session runs, among `counts` (default: every core, then
+        halvings down to one) and the count in force (engine/thread_tuner.py), each change of
+        the count in force logged as `use_threads` logs one, until `use_threads` sets a count. Each count's curve is
         cached or measured now, as `use_threads` does; on the engine's thread, between steps; an
         exception from `progress` leaves the threads as they were. Returns the curve in force."""
         if self.loaded.model.device.type != "cpu":

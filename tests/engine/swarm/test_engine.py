@@ -262,6 +262,8 @@ def test_tuned_threads_switch_between_steps_as_the_tuner_says(threads_engine, ti
     monkeypatch.setattr(tuner, "observe", observe)
     engine.run(steps=1)
     assert torch.get_num_threads() == 1 and engine.calibration.threads == 2  # probing
+    engine.recalibrate()  # mid-probe: the count in force's curve, measured at that count
+    assert measured[-1] == 2 and engine.calibration.threads == 2
     engine.run(steps=2)
     assert torch.get_num_threads() == 1 and engine.calibration.threads == 1  # in force
     last = engine.records.snapshot()[-1]
@@ -270,7 +272,7 @@ def test_tuned_threads_switch_between_steps_as_the_tuner_says(threads_engine, ti
     engine.use_threads(2)
     assert engine.thread_tuner is None
     engine.close()
-    assert logged() == [2, 1, 2]  # the count in force's own curve when tuning starts
+    assert logged() == [2, 2, 1, 2]  # the count in force's own curve when tuning starts
     monkeypatch.setattr(type(tiny.model), "device", property(lambda model: torch.device("cuda")))
     with pytest.raises(SwarmscopeError, match="CPU threads are tuned on a CPU"):
         engine.tune_threads()
