@@ -48,19 +48,23 @@ def cpu_threads(device: torch.device) -> int | None:
 
 
 def others_cpu_seconds() -> tuple[float, float] | None:
-    """(CPU seconds every other process has run, monotonic seconds) now: the rate between two
-    readings is how many cores other programs keep busy. Linux (/proc/stat); None elsewhere."""
+    """(CPU seconds every other process has run on the cores this one may use, monotonic
+    seconds) now: the rate between two readings is how many of them other programs keep busy.
+    Linux (/proc/stat's per-core lines; a container or `taskset` that pins this process to some
+    cores counts only those); None elsewhere."""
     try:
         with open("/proc/stat") as stat:
-            fields = stat.readline().split()
-    except OSError:
+            lines = [line.split() for line in stat if line[:3] == "cpu" and line[3].isdigit()]
+        ours = os.sched_getaffinity(0)
+    except (OSError, AttributeError):  # no /proc/stat; no sched_getaffinity (macOS)
         return None
-    if fields[:1] != ["cpu"] or len(fields) < 9:
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[1:9])
-    busy = (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    busy = 0
+    for fields in lines:
+        if len(fields) >= 9 and int(fields[0][3:]) in ours:
+            user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[1:9])
+            busy += user + nice + system + irq + softirq + steal
     mine = sum(os.times()[:2])  # this process, every thread of it
-    return busy - mine, time.monotonic()
+    return busy / os.sysconf("SC_CLK_TCK") - mine, time.monotonic()
 
 
 def hardware(device: str, threads: int | None) -> str:

@@ -88,16 +88,19 @@ def test_other_programs_cpu_counts_a_spinning_process():
     assert (after[0] - before[0]) / (after[1] - before[1]) > 0.33
 
 
-def test_other_programs_cpu_is_the_systems_busy_time_less_this_process(monkeypatch):
-    """/proc/stat's busy ticks (user, nice, system, irq, softirq, steal; not idle, iowait)
-    less this process's CPU seconds; unknown without it."""
+def test_other_programs_cpu_is_the_busy_time_of_this_processs_cores_less_its_own(monkeypatch):
+    """/proc/stat's busy ticks (user, nice, system, irq, softirq, steal; not idle, iowait) of the
+    cores this process may run on, less its own CPU seconds; unknown without /proc/stat."""
     import io
     ticks = os.sysconf("SC_CLK_TCK")
-    stat = f"cpu  {3 * ticks} {ticks} {2 * ticks} {50 * ticks} {9 * ticks} 0 {ticks} {ticks} 0 0\n"
+    line = lambda core, busy: f"cpu{core} {busy * ticks} 0 0 {50 * ticks} {9 * ticks} 0 0 0 0 0\n"
+    stat = (f"cpu  {100 * ticks} 0 0 0 0 0 0 0 0 0\n" + line(0, 7) + line(1, 3) + line(2, 5)
+            + "intr 1 2 3\n")
     monkeypatch.setattr("builtins.open", lambda *args, **kwargs: io.StringIO(stat))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {1, 2})  # pinned: not core 0
     monkeypatch.setattr(os, "times", lambda: os.times_result((1.5, 0.5, 7.0, 7.0, 0.0)))
     others, _ = devices.others_cpu_seconds()
-    assert others == pytest.approx(3 + 1 + 2 + 1 + 1 - 2.0)  # children count as others
+    assert others == pytest.approx(3 + 5 - 2.0)  # a child of this process counts as another
 
     def no_proc(*args, **kwargs):
         raise FileNotFoundError("/proc/stat")
