@@ -189,9 +189,10 @@ class Engine:
                      counts: list[int] | None = None):
         """Tune the CPU threads as the session runs, among `counts` (default: every core, then
         halvings down to one) and the count in force (engine/thread_tuner.py), each change of
-        the count in force logged as `use_threads` logs one, until `use_threads` sets a count. Each count's curve is
-        cached or measured now, as `use_threads` does; on the engine's thread, between steps; an
-        exception from `progress` leaves the threads as they were. Returns the curve in force."""
+        the count in force logged as `use_threads` logs one, until `use_threads` sets a count.
+        Each count's curve is cached or measured now, as `use_threads` does; on the engine's
+        thread, between steps; an exception from `progress` leaves the threads as they were.
+        Returns the curve in force."""
         if self.loaded.model.device.type != "cpu":
             raise SwarmscopeError(f"CPU threads are tuned on a CPU; this engine runs on "
                                   f"{self.loaded.model.device}")
