@@ -270,5 +270,6 @@ def _progress(engine, done: int) -> None:
     emitted = sum(r.emitted for r in recent)
     busy = sum(r.dt_ms for r in recent) / 1000
     batch = recent[-1].batch if recent else 0
+    tuned = f"  threads={engine.thread_tuner.current}" if engine.thread_tuner else ""
     print(f"  t={engine.now():7.1f}s  steps={done:6d}  batch={batch:2d}  "
-          f"tok/s(in steps)={emitted / busy if busy else 0:7.1f}", file=sys.stderr)
+          f"tok/s(in steps)={emitted / busy if busy else 0:7.1f}{tuned}", file=sys.stderr)

@@ -67,6 +67,21 @@ def test_a_headless_run_with_tuned_threads_has_each_counts_curve_first(
     assert len(cached) == len(counts)
 
 
+def test_progress_lines_say_the_threads_in_force_where_tuned(capsys):
+    from types import SimpleNamespace
+
+    from engine.telemetry.ring_buffer import RingBuffer
+    records = RingBuffer()
+    records.append(StepRecord.make_dummy(0, batch=3))
+    engine = SimpleNamespace(records=records, now=lambda: 1.0,
+                             thread_tuner=SimpleNamespace(current=1))
+    run_cmd._progress(engine, 1)
+    assert capsys.readouterr().err.rstrip().endswith("  threads=1")
+    engine.thread_tuner = None
+    run_cmd._progress(engine, 1)
+    assert "threads=" not in capsys.readouterr().err
+
+
 def test_controls_set_at_the_start_and_changed_at_a_session_second(tmp_path, capsys,
                                                                     monkeypatch):
     """The headless run's controls: set from options, then changed at session seconds as the
