@@ -82,6 +82,27 @@ def test_the_real_engine_switches_cpu_threads_from_the_panel(qtbot, tmp_path, mo
     assert read_trace(trace).session["calibration"]["threads"] == 2
 
 
+@pytest.mark.slow
+def test_the_real_engine_starts_with_tuned_cpu_threads(qtbot, tmp_path, monkeypatch):
+    """threads="auto": the build has every count's curve (measured, nothing cached), and the
+    panel shows auto with the count in force."""
+    from engine.thread_tuner import default_counts
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "cache"))
+    window = MainWindow(Theme.load("dark"))
+    qtbot.addWidget(window)
+    window.show()
+    window.start_live(EngineSpec(model="tiny-test", dtype="fp32", device="cpu", agents=3,
+                                 threads="auto", trace_out=None))
+    qtbot.waitUntil(lambda: len(window.history) > 3, timeout=120_000)
+    engine = window.engine
+    assert engine.thread_tuner.counts == default_counts(os.cpu_count())
+    cached = list((tmp_path / "cache" / "calibration").glob("cpu-*threads_tiny-test-*"))
+    assert len(cached) == len(engine.thread_tuner.counts)
+    qtbot.waitUntil(lambda: window.controls.threads.currentText()  # a switch may be on its way
+                    == f"auto · {engine.calibration.threads} now", timeout=5_000)
+    window.close()
+
+
 def test_closing_mid_calibration_stops_the_worker(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "cache"))  # nothing cached: measure
     spec = EngineSpec(model="tiny-test", dtype="fp32", device="cpu", agents=2)
