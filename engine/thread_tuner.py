@@ -96,6 +96,7 @@ class ThreadTuner:
         return self._running
 
     def _next_count(self, t: float, dt_ms: float, batch: int, drafts: float, prefill: int) -> int:
+        """observe's answer; the step observed ran at `_running`."""
         self.ran_s[self._running] = self.ran_s.get(self._running, 0.0) + dt_ms / 1000
         if self._next_probe_t is None:
             self._next_probe_t = t + self.BLOCK_S
