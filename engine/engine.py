@@ -204,6 +204,8 @@ class Engine:
         finally:
             set_cpu_threads(now)
         self._curves = curves
+        if self._step_no == 0:  # tuned before the first step: the session starts after it
+            self._t0 = time.perf_counter()
         self.thread_tuner = ThreadTuner(list(curves), now, curves[max(curves)].step_ms,
                                         others=others_cpu_seconds)
         if self.calibration != curves[now]:  # tuned, each count plans with its own curve

@@ -278,6 +278,22 @@ def test_tuned_threads_switch_between_steps_as_the_tuner_says(threads_engine, ti
         engine.tune_threads()
 
 
+def test_tuning_before_the_first_step_is_not_session_time(tiny, calibration, monkeypatch,
+                                                          restore_threads):
+    """A window that starts tuned measures its counts' curves before the session's first step:
+    that time is not the session's (its plots would start a minute in)."""
+    import time
+    engine = Engine(tiny, SwarmConfig(seed=3, clock="wall"), Controls(swarm_size=2),
+                    calibration=calibration)
+    monkeypatch.setattr(engine, "_curve_at", lambda threads, progress: time.sleep(0.3) or
+                        calibration)
+    engine.tune_threads(counts=[1])
+    assert engine.now() < 0.2
+    engine.step()
+    engine.tune_threads(counts=[1])  # mid-session, time goes on
+    assert engine.now() > 0.3
+
+
 def test_the_kv_cache_takes_at_most_half_the_free_memory_and_one_context_at_least(
         tiny, calibration, monkeypatch):
     """A large model's swarm on a small machine preempts more, rather than allocating a cache
