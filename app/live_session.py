@@ -169,10 +169,8 @@ class LiveSessionMixin:
             self.host.worker.request_threads(threads)
 
     def _on_recalibrated(self, calibration) -> None:
-        tuned = self.engine is not None and self.engine.thread_tuner is not None
-        self.show_calibration(calibration, tuned)
-        self.statusBar().showMessage(f"t(N) on {calibration.hardware}{' (tuned)' * tuned} · "
-                                     f"T = {calibration.budget}")
+        self.show_calibration(calibration, tuned=self.engine is not None
+                              and self.engine.thread_tuner is not None)
         self._replanning(False)
 
     def _replanning(self, busy: bool) -> None:

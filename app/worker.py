@@ -77,7 +77,7 @@ class EngineWorker(QObject):
                 if self.engine.step() is None:
                     self._stop.wait(IDLE_WAIT_S)
                 elif self.engine.calibration is not shown:  # the tuner switched threads
-                    self.recalibrated.emit(self.engine.calibration)
+                    self._announce(self.engine.calibration)
         except Cancelled:
             pass
         except SwarmscopeError as exc:
@@ -99,7 +99,12 @@ class EngineWorker(QObject):
         self.progress.emit(message, 0.0)
         with self._report.checking(self.engine.loaded.model):
             calibration = plan(self._report.calibration(0.0, 1.0))
-        self.progress.emit(f"t(N) on {calibration.hardware} · T = {calibration.budget}", 1.0)
+        self._announce(calibration)
+
+    def _announce(self, calibration) -> None:
+        """Tell the window of the curve now in force (asked for, or the tuner's)."""
+        tuned = " (tuned)" if self.engine.thread_tuner is not None else ""
+        self.progress.emit(f"t(N) on {calibration.hardware}{tuned} · T = {calibration.budget}", 1.0)
         self.recalibrated.emit(calibration)
 
 

@@ -2,6 +2,7 @@
 torch.cuda, so "rocm" and "cuda" both mean torch.cuda here."""
 from __future__ import annotations
 
+import itertools
 import os
 import platform
 import time
@@ -53,8 +54,9 @@ def others_cpu_seconds() -> tuple[float, float] | None:
     Linux (/proc/stat's per-core lines; a container or `taskset` that pins this process to some
     cores counts only those); None elsewhere."""
     try:
-        with open("/proc/stat") as stat:
-            lines = [line.split() for line in stat if line[:3] == "cpu" and line[3].isdigit()]
+        with open("/proc/stat") as stat:  # the cpu lines come first; the rest is not read
+            lines = [line.split() for line in itertools.takewhile(
+                lambda line: line.startswith("cpu"), stat) if line[3].isdigit()]
         ours = os.sched_getaffinity(0)
     except (OSError, AttributeError):  # no /proc/stat; no sched_getaffinity (macOS)
         return None

@@ -63,7 +63,7 @@ class Engine:
         self._next_seq_id = 0
         self._step_no = 0
         self._virtual_t = 0.0
-        self._t0 = time.perf_counter()
+        self._t0: float | None = None  # the wall clock's start: the first step's
         self._lock = threading.RLock()
         self.busy_s = 0.0       # time inside step() doing work
         self.telemetry_s = 0.0  # of which: recording (ring buffers, trace, agent events)
@@ -94,14 +94,18 @@ class Engine:
 
     # -- clock --
     def now(self) -> float:
-        """Seconds since the session started (on the virtual and measured clocks, session time)."""
+        """Seconds since the session started with its first step (on the virtual and measured
+        clocks, session time): what comes before it (measuring curves, a window's start) is
+        not the session's."""
         if self.config.clock != "wall":
             return self._virtual_t
-        return time.perf_counter() - self._t0
+        return 0.0 if self._t0 is None else time.perf_counter() - self._t0
 
     # -- the loop --
     def step(self) -> StepRecord | None:
         start = time.perf_counter()
+        if self._t0 is None:
+            self._t0 = start
         with self._lock:
             self._apply_controls(self.now())
             paused = self.controls.paused
@@ -204,8 +208,6 @@ class Engine:
         finally:
             set_cpu_threads(now)
         self._curves = curves
-        if self._step_no == 0:  # tuned before the first step: the session starts after it
-            self._t0 = time.perf_counter()
         self.thread_tuner = ThreadTuner(list(curves), now, curves[max(curves)].step_ms,
                                         others=others_cpu_seconds)
         if self.calibration != curves[now]:  # tuned, each count plans with its own curve

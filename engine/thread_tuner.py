@@ -92,12 +92,11 @@ class ThreadTuner:
     def observe(self, t: float, dt_ms: float, batch: int, drafts: float, prefill: int) -> int:
         """A step that started at session time `t` took `dt_ms`; returns the count to run the
         next step at (`current` then is the count in force)."""
+        self.ran_s[self._running] = self.ran_s.get(self._running, 0.0) + dt_ms / 1000
         self._running = self._next_count(t, dt_ms, batch, drafts, prefill)
         return self._running
 
     def _next_count(self, t: float, dt_ms: float, batch: int, drafts: float, prefill: int) -> int:
-        """observe's answer; the step observed ran at `_running`."""
-        self.ran_s[self._running] = self.ran_s.get(self._running, 0.0) + dt_ms / 1000
         if self._next_probe_t is None:
             self._next_probe_t = t + self.BLOCK_S
         ratio = dt_ms / max(self._step_ms(batch, drafts, prefill), 1e-9)

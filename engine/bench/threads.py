@@ -13,6 +13,7 @@ whose count is tuned as it runs (Engine.tune_threads, engine/thread_tuner.py), s
 thread per core; its row says how its steps' time split between counts."""
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -20,7 +21,7 @@ import subprocess
 import sys
 from contextlib import contextmanager
 
-from engine.cli.options import MODEL_HELP, add_device_options, check_at_least
+from engine.cli.options import MODEL_HELP, add_device_options, check_at_least, thread_count
 from engine.thread_tuner import AUTO
 
 LOADS = ("idle", "busy", "swing")
@@ -76,16 +77,14 @@ def _counts(text: str | None) -> list[int | str]:
     cores = os.cpu_count() or 1
     if text is None:
         return list(dict.fromkeys((cores, max(cores // 2, 1), 1, AUTO)))
-    counts = []
-    for part in (part.strip() for part in text.split(",")):
-        if part != AUTO and (not part.isdigit() or not 1 <= int(part) <= cores):
-            raise ValueError(f"--counts: each must be 1..{cores} (this machine's cores) or "
-                             f"{AUTO}, got {part!r}")
-        counts.append(part if part == AUTO else int(part))
+    try:
+        counts = [thread_count(part.strip(), tuned=True) for part in text.split(",")]
+    except argparse.ArgumentTypeError as exc:
+        raise ValueError(f"--counts: each {exc}") from None
     return list(dict.fromkeys(counts))
 
 
-def measure(args, counts: list[int]) -> list[dict]:
+def measure(args, counts: list[int | str]) -> list[dict]:
     import torch
 
     from engine.controls import Controls

@@ -52,7 +52,7 @@ def add_device_options(parser: argparse.ArgumentParser, threads: bool = True,
     parser.add_argument("--device", default="auto", help=DEVICE_HELP)
     if not threads:
         return
-    parser.add_argument("--threads", type=functools.partial(_thread_count, tuned=tuned),
+    parser.add_argument("--threads", type=functools.partial(thread_count, tuned=tuned),
                         metavar=f"N{'|' + AUTO if tuned else ''}",
                         help="CPU threads for the forward pass (default: one per core); fewer "
                              "can be faster where other programs keep cores busy. t(N) is "
@@ -61,7 +61,8 @@ def add_device_options(parser: argparse.ArgumentParser, threads: bool = True,
                                  "take or free cores" if tuned else ""))
 
 
-def _thread_count(text: str, tuned: bool = False) -> int | str:
+def thread_count(text: str, tuned: bool = False) -> int | str:
+    """A --threads value: a count this machine can run (or, `tuned`, AUTO)."""
     if tuned and text == AUTO:
         return AUTO
     cores = os.cpu_count() or 1

@@ -273,8 +273,8 @@ def save(calibration: Calibration, model: str) -> Path:
 
 
 def measure(runner, vocab_size: int, *, device: str, model: str, dtype: str, eps: float = 0.10,
-            threads: int | None = None, context: int = DEFAULT_CONTEXT, repeats: int = 5, query_sizes=QUERY_SIZES,
-            batch_shapes=BATCH_SHAPES, decode_drafts=DECODE_DRAFTS,
+            threads: int | None = None, context: int = DEFAULT_CONTEXT, repeats: int = 5,
+            query_sizes=QUERY_SIZES, batch_shapes=BATCH_SHAPES, decode_drafts=DECODE_DRAFTS,
             progress: Callable[[str], None] | None = None) -> Calibration:
     """Time real forward passes on `runner` (a ModelRunner with room for max(batch_shapes)
     sequences of context + max(query_sizes) tokens). Sequence ids from 1_000_000 are used and
@@ -421,8 +421,8 @@ def calibrate_or_load(loaded, eps: float = 0.10,
     kv = PagedKVCache(loaded.config, blocks, block, loaded.model.dtype, loaded.model.device)
     runner = ModelRunner(loaded.model, kv)
     if progress:
-        progress(f"calibrating {loaded.name} ({dtype}, {hardware(device, threads)}): timing forward passes, "
-                 f"lanes at context {context}")
+        progress(f"calibrating {loaded.name} ({dtype}, {hardware(device, threads)}): timing "
+                 f"forward passes, lanes at context {context}")
     with torch.inference_mode():
         result = measure(runner, loaded.config.vocab_size, device=device, model=loaded.name,
                          dtype=dtype, eps=eps, threads=threads, context=context,
