@@ -101,15 +101,20 @@ class ReplayPanel(QWidget):
 class SessionTimeline:
     """What was in force at each moment of a recorded session: the controls (those it started
     with, then each control event's changes applied in order; a change the engine rejected is
-    recorded without changes, so it changes nothing here either) and the t(N) curve (the
-    session's, then each one a recalibration or a switch of CPU threads put in force)."""
+    recorded without changes, so it changes nothing here either), the t(N) curve (the
+    session's, then each one a recalibration or a switch of CPU threads put in force) and
+    whether the engine's tuner was picking the CPU threads."""
 
     def __init__(self, controls: Controls, calibration, events: list[dict]) -> None:
         from engine.spec.calibration import Calibration  # torch: imported once a trace opens
         self._controls, self._curves = _InForce(controls), _InForce(calibration)
+        self._tuned = _InForce(False)
         self.unreadable_curves = 0  # logged curves that do not read: the one before stays
         for event in sorted(events, key=lambda e: e["t"]):
             changes = dict(event["changes"])
+            tuned = changes.pop("threads_tuned", None)
+            if isinstance(tuned, bool):
+                self._tuned.change(event["t"], tuned)
             curve = changes.pop("calibration", None)
             if curve is not None:
                 try:
@@ -130,6 +135,10 @@ class SessionTimeline:
     def calibration_at(self, t: float):
         """The curve the step starting at session time t was planned with (None: unreadable)."""
         return self._curves.at(t)
+
+    def threads_tuned_at(self, t: float) -> bool:
+        """Whether the tuner picked the CPU threads of the step starting at session time t."""
+        return self._tuned.at(t)
 
 
 class _InForce:

@@ -17,6 +17,7 @@ class TraceReplayMixin:
         self.replaying = False
         self._timeline: SessionTimeline | None = None  # of the trace replayed
         self._replay_shown: Controls | None = None  # the controls its panel shows
+        self._replay_tuned = False  # whether its panel shows the CPU threads as tuned
 
     def open_trace(self, path: str) -> bool:
         from engine.spec.calibration import Calibration
@@ -59,7 +60,7 @@ class TraceReplayMixin:
             start = Controls()
             unreadable.append(f"its controls ({exc}), so the defaults are shown")
         self._timeline = SessionTimeline(start, self.calibration, trace.controls)
-        self._replay_shown = None
+        self._replay_shown, self._replay_tuned = None, False
         if self._timeline.unreadable_curves:
             unreadable.append(f"{self._timeline.unreadable_curves} curve(s) put in force "
                               "mid-session, so the one before is shown")
@@ -83,9 +84,10 @@ class TraceReplayMixin:
             self._replay_shown = controls
             self.controls.set_controls(controls)
             self._sync_ceilings()
-        calibration = self._timeline.calibration_at(t)
-        if calibration is not self.calibration:  # recalibrated, or another CPU thread count
-            self.show_calibration(calibration)
+        calibration, tuned = self._timeline.calibration_at(t), self._timeline.threads_tuned_at(t)
+        if calibration is not self.calibration or tuned != self._replay_tuned:
+            self._replay_tuned = tuned  # recalibrated, another CPU thread count, or tuned
+            self.show_calibration(calibration, tuned)
         self.dashboard.show_history(self.history, stop, force=True)
 
     def _leave_replay(self) -> None:

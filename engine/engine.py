@@ -210,8 +210,7 @@ class Engine:
         self._curves = curves
         self.thread_tuner = ThreadTuner(list(curves), now, curves[max(curves)].step_ms,
                                         others=others_cpu_seconds)
-        if self.calibration != curves[now]:  # tuned, each count plans with its own curve
-            self._put_in_force(curves[now])
+        self._put_in_force(curves[now])  # logged even where the curve is the same: now tuned
         return self.calibration
 
     def _curve_at(self, threads: int, progress: Callable[[str], None] | None):
@@ -239,6 +238,8 @@ class Engine:
             self.calibration = self.executor.calibration = calibration
             t = self.now()
             changes = {"calibration": calibration.to_dict()}
+            if calibration.threads is not None:  # a CPU's: replay shows a count or "auto · N"
+                changes["threads_tuned"] = self.thread_tuner is not None
             self._event({"type": "control", "t": t, "changes": changes})
             if self.trace:
                 self.trace.write_control(t, changes)

@@ -105,12 +105,14 @@ class FakeEngine:
         """Tuned from now: five steps on, the fake tuner switches to one thread."""
         self.threads_asked.append(AUTO)
         self.thread_tuner = SimpleNamespace(switch_at=self._step + 5)
-        return self.calibration
+        return self._put_in_force(dataclasses.replace(self.calibration, device="cpu", threads=2))
 
     def _put_in_force(self, calibration: Calibration) -> Calibration:
         """As the engine does: the curve in force from the next step, logged as a control."""
         self.calibration = calibration
         t, changes = time.monotonic() - self._t0, {"calibration": calibration.to_dict()}
+        if calibration.threads is not None:
+            changes["threads_tuned"] = self.thread_tuner is not None
         self.events.append({"type": "control", "t": t, "changes": changes})
         if self._writer:
             self._writer.write_control(t, changes)

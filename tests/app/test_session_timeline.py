@@ -36,3 +36,24 @@ def test_a_replay_plans_each_step_with_the_curve_in_force_then():
     assert timeline.calibration_at(99.0) == one_thread
     assert timeline.unreadable_curves == 1
     assert timeline.controls_at(99.0) == Controls().updated({"policy": "off"})  # not a curve
+
+
+def test_a_replay_knows_when_the_engine_tuned_its_cpu_threads():
+    """Tuning is logged with each curve the engine puts in force on a CPU; a count asked for
+    ends it. Traces from before it was logged (no flag) read as not tuned."""
+    two = dataclasses.replace(Calibration.make_dummy(knee=8), device="cpu", threads=2)
+    one = dataclasses.replace(two, threads=1)
+    events = [{"type": "control", "t": 1.0,
+               "changes": {"calibration": two.to_dict(), "threads_tuned": True}},
+              {"type": "control", "t": 3.0,
+               "changes": {"calibration": one.to_dict(), "threads_tuned": True}},
+              {"type": "control", "t": 6.0,
+               "changes": {"calibration": two.to_dict(), "threads_tuned": False}},
+              {"type": "control", "t": 7.0, "changes": {"threads_tuned": "yes"}}]
+    timeline = SessionTimeline(Controls(), two, events)
+    assert [timeline.threads_tuned_at(t) for t in (0.5, 1.0, 3.5, 6.0, 9.0)] == [
+        False, True, True, False, False]
+    assert timeline.calibration_at(3.5) == one
+    assert timeline.controls_at(9.0) == Controls()  # the flag is not a control
+    older = [{"type": "control", "t": 1.0, "changes": {"calibration": one.to_dict()}}]
+    assert not SessionTimeline(Controls(), two, older).threads_tuned_at(2.0)

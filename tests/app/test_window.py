@@ -17,6 +17,7 @@ from PySide6.QtGui import QImage
 
 from app.main import main
 from app.worker import EngineHost
+from engine.thread_tuner import AUTO
 from engine.telemetry.trace_reader import read_trace
 from tests.app.fake_engine import FakeEngine, record_trace
 from tests.recording import wait_for_steps
@@ -202,6 +203,27 @@ def test_a_replay_shows_the_curve_each_step_was_planned_with(window, tmp_path):
     window.replay.scrubber.setValue(90)
     assert window.calibration == recalibrated and recalibrated.budget != first.budget
     assert budget_label.format == f"T = {recalibrated.budget}"
+
+
+def test_a_replay_shows_when_the_cpu_threads_were_tuned(window, tmp_path):
+    """A session tuned from its 20th step, whose tuner picked one thread, then set to two: the
+    threads row reads as the live panel did at each step."""
+    trace = tmp_path / "session.jsonl"
+    engine = FakeEngine(trace_path=str(trace))
+    for steps, change in ((20, engine.tune_threads), (30, lambda: engine.use_threads(2)),
+                          (20, None)):
+        for _ in range(steps):
+            engine.step()
+        if change:
+            change()
+    engine.close()
+    assert window.open_trace(str(trace))
+    shown = []
+    for step in (10, 23, 40, 60):
+        window.replay.scrubber.setValue(step)
+        shown.append(window.controls.threads.currentText()
+                     if window.controls.threads.isVisibleTo(window) else None)
+    assert shown == [None, f"{AUTO} · 2 now", f"{AUTO} · 1 now", "2"]
 
 
 def test_a_trace_whose_calibration_and_controls_do_not_read_still_replays(window, tmp_path):

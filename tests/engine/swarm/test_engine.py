@@ -201,7 +201,7 @@ def test_a_cancelled_recalibration_keeps_the_old_curve(tiny, calibration, tmp_pa
 def threads_engine(tiny, calibration, tmp_path, monkeypatch, restore_threads):
     """An engine recording a trace, whose thread counts' curves are made up where measured
     (`measured` lists the counts), in a cache of its own; `logged()`: the counts of the curves
-    its trace logged."""
+    its trace logged, each with whether the tuner had it in force."""
     import dataclasses
 
     from engine.spec import calibration as cal
@@ -218,7 +218,8 @@ def threads_engine(tiny, calibration, tmp_path, monkeypatch, restore_threads):
     path = tmp_path / "s.jsonl"
     engine = Engine(tiny, SwarmConfig(seed=3, clock="virtual"), Controls(swarm_size=2),
                     calibration=calibration, trace_path=str(path))
-    logged = lambda: [e["changes"]["calibration"]["threads"] for e in read_trace(path).controls]
+    logged = lambda: [(e["changes"]["calibration"]["threads"], e["changes"]["threads_tuned"])
+                      for e in read_trace(path).controls]
     return engine, measured, logged
 
 
@@ -239,7 +240,7 @@ def test_switching_cpu_threads_plans_with_that_counts_curve_from_the_next_step(t
         engine.use_threads(3, progress=cancel)
     assert torch.get_num_threads() == 1 and engine.calibration is curves[-1]
     engine.close()
-    assert logged() == [1, 2, 1]
+    assert logged() == [(1, False), (2, False), (1, False)]
 
 
 def test_tuned_threads_switch_between_steps_as_the_tuner_says(threads_engine, tiny, monkeypatch):
@@ -272,7 +273,8 @@ def test_tuned_threads_switch_between_steps_as_the_tuner_says(threads_engine, ti
     engine.use_threads(2)
     assert engine.thread_tuner is None
     engine.close()
-    assert logged() == [2, 2, 1, 2]  # the count in force's own curve when tuning starts
+    # the count in force's own curve when tuning starts, and each tuned change, then a count asked
+    assert logged() == [(2, True), (2, True), (1, True), (2, False)]
     monkeypatch.setattr(type(tiny.model), "device", property(lambda model: torch.device("cuda")))
     with pytest.raises(SwarmscopeError, match="CPU threads are tuned on a CPU"):
         engine.tune_threads()
