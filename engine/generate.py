@@ -26,7 +26,7 @@ KV_HEADROOM = 80      # tokens of KV room per lane beyond prompt + max tokens (d
 class GenerationResult:
     prompt: str
     token_ids: list[int]   # generated ids (the prompt excluded)
-    text: str
+    text: str              # the generated ids' text, less the stop token that ended them
     drafted: int           # draft tokens proposed for this prompt
     accepted: int          # draft tokens accepted
 
@@ -102,5 +102,11 @@ def generate(loaded, prompts: list[str], controls: Controls, max_new_tokens: int
         for lane in record.lanes:
             drafted[lane.agent] += lane.k
             accepted[lane.agent] += lane.acc
-    return [GenerationResult(prompt, s.output_ids, tok.decode(s.output_ids), drafted[s.agent],
+    return [GenerationResult(prompt, s.output_ids, tok.decode(_before_stop(s)), drafted[s.agent],
                              accepted[s.agent]) for prompt, s in zip(prompts, seqs)]
+
+
+def _before_stop(seq: Sequence) -> list[int]:
+    """The generated ids less a stop token that ended them (<|im_end|> is not the answer's)."""
+    ids = seq.output_ids
+    return ids[:-1] if ids and ids[-1] in seq.stop_ids else ids

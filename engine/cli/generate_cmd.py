@@ -44,6 +44,7 @@ def read_prompts(path: str) -> list[str]:
 def register(subparsers) -> None:
     p = subparsers.add_parser("generate", help="generate text for one or more prompts")
     p.add_argument("--model", default="default", help=MODEL_HELP)
+    p.add_argument("texts", nargs="*", metavar="PROMPT", help="prompts, as --prompt gives them")
     p.add_argument("--prompt", action="append", default=[], help="a prompt (repeatable)")
     p.add_argument("--prompts", help="JSON Lines file of prompts (strings or {\"prompt\": ...})")
     p.add_argument("--max-tokens", type=int, default=64)
@@ -67,9 +68,9 @@ def run(args) -> int:
     from engine.generate import generate
     from engine.loading import load_model
     try:
-        prompts = list(args.prompt) + (read_prompts(args.prompts) if args.prompts else [])
+        prompts = [*args.texts, *args.prompt, *(read_prompts(args.prompts) if args.prompts else [])]
         if not prompts:
-            raise SwarmscopeError("give --prompt TEXT or --prompts FILE")
+            raise SwarmscopeError("give a PROMPT, --prompt TEXT or --prompts FILE")
         if args.max_tokens < 1:
             raise SwarmscopeError("--max-tokens must be >= 1")
         try:

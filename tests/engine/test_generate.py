@@ -10,6 +10,7 @@ from engine.errors import SwarmscopeError
 from engine.generate import generate
 from engine.loading import load_model
 from engine.model import LlamaModel
+from engine.sampling import SamplingParams
 from engine.spec.calibration import Calibration
 
 
@@ -34,6 +35,15 @@ def test_prompts_file_runs_as_one_batch_in_input_order(tmp_path, capsys):
     _, alone, _ = _generate(capsys, "--prompt", "hello hello hello", "--spec", "off")
     assert rows[1]["token_ids"] == alone[0]["token_ids"]
     assert rows[0]["drafted"] == rows[0]["accepted"] == 0
+
+
+def test_prompts_given_as_arguments_come_first_in_their_order(capsys):
+    """`swarmscope generate "a prompt"`, as one would type it, beside --prompt."""
+    rc, rows, _ = _generate(capsys, "--prompt", "hello hello hello", "xyz xyz xyz", "abc abc",
+                            "--spec", "off")
+    assert rc == 0 and len(rows) == 3
+    _, alone, _ = _generate(capsys, "--prompt", "abc abc", "--spec", "off")
+    assert rows[1]["token_ids"] == alone[0]["token_ids"] != rows[2]["token_ids"]
 
 
 @pytest.mark.parametrize("drafter", ["lookup", "self"])
@@ -138,3 +148,18 @@ def test_speculation_off_needs_no_calibration(monkeypatch):
     assert calibrated == [] and len(plain[0].token_ids) == 8 and plain[0].drafted == 0
     drafted = generate(loaded, ["hello"], Controls(policy="goodput"), max_new_tokens=8)
     assert calibrated == [loaded] and drafted[0].token_ids == plain[0].token_ids
+
+
+def test_the_stop_token_that_ends_a_turn_is_in_the_ids_not_the_text(monkeypatch):
+    """A sampled turn whose fourth token is made its stop token: the ids keep it, the text is
+    the answer before it (a printed <|im_end|> is noise)."""
+    loaded = load_model("tiny-test", dtype="fp32", device="cpu")
+    sampled = dict(max_new_tokens=8, sampling=SamplingParams(1.0, 0, 1.0, 7), chat=False)
+    [free] = generate(loaded, ["hello"], Controls(policy="off"), **sampled)
+    stop = free.token_ids[3]
+    assert stop not in free.token_ids[:3]
+    monkeypatch.setattr(loaded.tokenizer, "eos_ids", (stop,))
+    [ended] = generate(loaded, ["hello"], Controls(policy="off"), **sampled)
+    assert ended.token_ids == free.token_ids[:4]
+    decode = loaded.tokenizer.decode
+    assert ended.text == decode(free.token_ids[:3]) != decode(free.token_ids[:4])
