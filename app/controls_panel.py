@@ -7,7 +7,6 @@ K belongs to its policy (fixed's K, the adaptive policies' cap): switching polic
 K last used with it, or its default."""
 from __future__ import annotations
 
-import os
 
 from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtWidgets import (QAbstractSpinBox, QComboBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel,
@@ -15,7 +14,7 @@ from PySide6.QtWidgets import (QAbstractSpinBox, QComboBox, QDoubleSpinBox, QFor
 
 from engine.controls import CATEGORIES, DEFAULT_K, Controls
 from engine.telemetry.records import LAYOUTS, POLICIES
-from engine.thread_tuner import AUTO
+from engine.thread_tuner import AUTO, usable_cores
 
 DRAFTERS = ("lookup", "self")
 MAX_LANES = 64
@@ -88,7 +87,7 @@ class ControlsPanel(QWidget):
         self.pause.setCheckable(True)
         self.pause.setToolTip("Pause or resume the engine (Space)")
         self.threads = QComboBox()
-        self.threads.addItems([AUTO] + [str(n) for n in range(1, (os.cpu_count() or 1) + 1)])
+        self.threads.addItems([AUTO] + [str(n) for n in range(1, usable_cores() + 1)])
         self.threads.setToolTip(
             "CPU threads of the forward pass. Fewer can be faster while other programs keep "
             f"cores busy; {AUTO} tunes the count as the session runs, as other programs take "

@@ -7,7 +7,6 @@ buffers, or call agents(). Agent state is mutated only under `_lock`, never duri
 pass, so agents() waits at most for bookkeeping, not for a step."""
 from __future__ import annotations
 
-import os
 import random
 import statistics
 import threading
@@ -32,7 +31,7 @@ from engine.swarm.workload import Workload, WORKLOAD_DIR, pick_category, tool_la
 from engine.telemetry.records import StepRecord
 from engine.telemetry.ring_buffer import RingBuffer
 from engine.telemetry.trace_writer import TraceWriter
-from engine.thread_tuner import ThreadTuner, default_counts
+from engine.thread_tuner import ThreadTuner, default_counts, usable_cores
 
 # Most of the memory free beside the model that the KV cache may take: activations, the window
 # and the rest of the machine need the remainder.
@@ -203,7 +202,7 @@ class Engine:
         now = torch.get_num_threads()
         try:
             curves = {count: self._curve_at(count, progress) for count in
-                      sorted(set(counts or default_counts(os.cpu_count() or 1)) | {now},
+                      sorted(set(counts or default_counts(usable_cores())) | {now},
                              reverse=True)}
         finally:
             set_cpu_threads(now)

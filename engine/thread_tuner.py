@@ -29,12 +29,22 @@ Switching is setting the count: each count's kernels are warmed and its curve at
 tuning starts, and the curve the policy plans with changes only when the count in force does."""
 from __future__ import annotations
 
+import os
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
 AUTO = "auto"  # what users ask for tuned threads with (--threads auto, the panel's item)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: those of its affinity where the system says (a
+    container's cpuset, `taskset`; torch's own default counts them too), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # macOS, Windows
+        return os.cpu_count() or 1
 
 
 def default_counts(cores: int) -> list[int]:

@@ -6,11 +6,10 @@ from __future__ import annotations
 import argparse
 import functools
 import math
-import os
 from importlib import metadata
 
 from engine.errors import ModelLoadError, SwarmscopeError
-from engine.thread_tuner import AUTO
+from engine.thread_tuner import AUTO, usable_cores
 
 MODEL_HELP = "default | tiny-test | a model folder | ORG/NAME in the Hugging Face cache"
 DTYPE_HELP = "auto (bf16 on GPUs and on CPUs with bf16 dot instructions, else fp32) | bf16 | fp32 | fp16 (GPU)"
@@ -65,9 +64,9 @@ def thread_count(text: str, tuned: bool = False) -> int | str:
     """A --threads value: a count this machine can run (or, `tuned`, AUTO)."""
     if tuned and text == AUTO:
         return AUTO
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     if not text.isdigit() or not 1 <= int(text) <= cores:
-        raise argparse.ArgumentTypeError(f"must be 1..{cores} (this machine's cores)"
+        raise argparse.ArgumentTypeError(f"must be 1..{cores} (the cores this process may run on)"
                                          f"{' or ' + AUTO if tuned else ''}, got {text!r}")
     return int(text)
 

@@ -1,10 +1,10 @@
 """The benchmarks run end to end on the tiny model and report every row they promise."""
 import json
-import os
 
 import pytest
 
 from engine.cli.main import main
+from engine.thread_tuner import usable_cores
 
 
 def _json_out(capsys, argv):
@@ -46,7 +46,7 @@ def test_bench_threads_runs_each_count_idle_beside_a_busy_core_and_one_that_come
 
 
 @pytest.mark.parametrize("option, message", [
-    (["--counts", "1,0"], f"--counts: each must be 1..{os.cpu_count()} (this machine's cores) "
+    (["--counts", "1,0"], f"--counts: each must be 1..{usable_cores()} (the cores this process may run on) "
                           "or auto, got '0'"),
     (["--busy", "-1"], "--busy must be >= 0, got -1"),
     (["--phase", "0"], "--phase must be a finite number > 0, got 0")])

@@ -1,11 +1,11 @@
 """`swarmscope` itself: its help (the commands and the window's options), its version, the
 net under every command (Ctrl+C, a closed pipe), and the options the commands share."""
-import os
 from importlib.metadata import version
 
 import pytest
 
 from engine.cli.main import main
+from engine.thread_tuner import usable_cores
 
 
 def test_help_lists_the_commands_and_the_windows_options(capsys):
@@ -121,9 +121,23 @@ def test_a_thread_count_this_machine_cannot_run_names_the_flag(capsys, value):
     with pytest.raises(SystemExit) as exit_:
         main(["calibrate", "--threads", value])
     assert exit_.value.code == 2
-    assert f"argument --threads: must be 1..{os.cpu_count()} (this machine's cores), got " \
-        f"'{value}'" in capsys.readouterr().err
+    assert f"argument --threads: must be 1..{usable_cores()} (the cores this process may run " \
+        f"on), got '{value}'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["run", "--headless", "--threads", "0"])
-    assert f"must be 1..{os.cpu_count()} (this machine's cores) or auto, got '0'" in \
+    assert f"must be 1..{usable_cores()} (the cores this process may run on) or auto, got '0'" in \
         capsys.readouterr().err
+
+
+def test_threads_count_only_the_cores_this_process_may_run_on(monkeypatch, capsys):
+    """A container's cpuset or `taskset` leaves fewer cores than the machine has: more threads
+    than those would only queue on them."""
+    import os
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3, 5})
+    assert usable_cores() == 2
+    with pytest.raises(SystemExit):
+        main(["calibrate", "--threads", "3"])
+    assert "must be 1..2 (the cores this process may run on), got '3'" in capsys.readouterr().err
+    monkeypatch.delattr(os, "sched_getaffinity")  # macOS, Windows: the machine's
+    assert usable_cores() == 64
