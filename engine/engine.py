@@ -31,7 +31,7 @@ from engine.swarm.workload import Workload, WORKLOAD_DIR, pick_category, tool_la
 from engine.telemetry.records import StepRecord
 from engine.telemetry.ring_buffer import RingBuffer
 from engine.telemetry.trace_writer import TraceWriter
-from engine.thread_tuner import ThreadTuner, default_counts, usable_cores
+from engine.thread_tuner import ThreadTuner, default_counts, physical_cores
 
 # Most of the memory free beside the model that the KV cache may take: activations, the window
 # and the rest of the machine need the remainder.
@@ -190,8 +190,8 @@ class Engine:
 
     def tune_threads(self, progress: Callable[[str], None] | None = None,
                      counts: list[int] | None = None):
-        """Tune the CPU threads as the session runs, among `counts` (default: every core, then
-        halvings down to one) and the count in force (engine/thread_tuner.py), each change of
+        """Tune the CPU threads as the session runs, among `counts` (default: every physical
+        core this process may run on, then halvings down to one) and the count in force (engine/thread_tuner.py), each change of
         the count in force logged as `use_threads` logs one, until `use_threads` sets a count.
         Each count's curve is cached or measured now, as `use_threads` does; on the engine's
         thread, between steps; an exception from `progress` leaves the threads as they were.
@@ -202,7 +202,7 @@ class Engine:
         now = torch.get_num_threads()
         try:
             curves = {count: self._curve_at(count, progress) for count in
-                      sorted(set(counts or default_counts(usable_cores())) | {now},
+                      sorted(set(counts or default_counts(physical_cores())) | {now},
                              reverse=True)}
         finally:
             set_cpu_threads(now)

@@ -41,10 +41,29 @@ AUTO = "auto"  # what users ask for tuned threads with (--threads auto, the pane
 def usable_cores() -> int:
     """The cores this process may run on: those of its affinity where the system says (a
     container's cpuset, `taskset`; torch's own default counts them too), else the machine's."""
+    affinity = _affinity()
+    return len(affinity) if affinity else os.cpu_count() or 1
+
+
+def physical_cores(cpus: str = "/sys/devices/system/cpu") -> int:
+    """The physical cores among `usable_cores`: a core's second hardware thread shares its
+    arithmetic units, so a forward pass gains nothing from it (torch's default count is
+    physical cores too). Linux's sysfs topology; elsewhere `usable_cores`."""
+    cores = set()
+    for cpu in _affinity() or ():
+        try:
+            with open(f"{cpus}/cpu{cpu}/topology/thread_siblings_list") as siblings:
+                cores.add(siblings.read().strip())
+        except OSError:
+            return usable_cores()
+    return len(cores) or usable_cores()
+
+
+def _affinity() -> set[int] | None:
     try:
-        return len(os.sched_getaffinity(0))
+        return os.sched_getaffinity(0)
     except (AttributeError, OSError):  # macOS, Windows
-        return os.cpu_count() or 1
+        return None
 
 
 def default_counts(cores: int) -> list[int]:

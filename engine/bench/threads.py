@@ -21,7 +21,7 @@ import sys
 from contextlib import contextmanager
 
 from engine.cli.options import MODEL_HELP, add_device_options, check_at_least, thread_count
-from engine.thread_tuner import AUTO, usable_cores
+from engine.thread_tuner import AUTO, physical_cores
 
 LOADS = ("idle", "busy", "swing")
 
@@ -73,7 +73,7 @@ def run(args) -> int:
 def _counts(text: str | None) -> list[int | str]:
     """The counts asked for (numbers and `auto`), in order, the first the one the others are
     compared with."""
-    cores = usable_cores()
+    cores = physical_cores()
     if text is None:
         return list(dict.fromkeys((cores, max(cores // 2, 1), 1, AUTO)))
     try:
@@ -98,7 +98,7 @@ def measure(args, counts: list[int | str]) -> list[dict]:
     if loaded.device.type != "cpu":
         raise SwarmscopeError(f"threads set a CPU's pace, not {loaded.device}'s; use --device cpu")
     loads = LOADS if args.busy else LOADS[:1]
-    cores = usable_cores()
+    cores = physical_cores()
     engines, threads, curve = {}, {}, None
     progress = lambda message: print(f"  {message}", file=sys.stderr)
     for load in loads:

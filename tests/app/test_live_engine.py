@@ -14,7 +14,7 @@ from app.main_window import MainWindow
 from app.progress import Progress
 from app.theme import Theme
 from app.worker import EngineHost
-from engine.thread_tuner import usable_cores
+from engine.thread_tuner import physical_cores
 
 
 @pytest.mark.slow
@@ -55,7 +55,7 @@ def test_controls_reach_the_real_engine(qtbot, tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(usable_cores() < 2, reason="one core: no other thread count to choose")
+@pytest.mark.skipif(physical_cores() < 2, reason="one core: no other thread count to choose")
 def test_the_real_engine_switches_cpu_threads_from_the_panel(qtbot, tmp_path, monkeypatch):
     """The count chosen is measured on the worker (nothing cached), in force from the next
     step, and logged in the trace as the curve it brought."""
@@ -96,7 +96,7 @@ def test_the_real_engine_starts_with_tuned_cpu_threads(qtbot, tmp_path, monkeypa
                                  threads="auto", trace_out=None))
     qtbot.waitUntil(lambda: len(window.history) > 3, timeout=120_000)
     engine = window.engine
-    assert engine.thread_tuner.counts == default_counts(usable_cores())
+    assert engine.thread_tuner.counts == default_counts(physical_cores())
     cached = list((tmp_path / "cache" / "calibration").glob("cpu-*threads_tiny-test-*"))
     assert len(cached) == len(engine.thread_tuner.counts)
     qtbot.waitUntil(lambda: window.controls.threads.currentText()  # a switch may be on its way

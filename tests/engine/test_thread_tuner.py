@@ -154,3 +154,20 @@ def test_a_gap_between_blocks_says_nothing_of_what_others_ran():
         machine.others_s += 10.0
         machine.wall += 10.0
     assert machine.t < 13.0 and set(ran) == {2}  # no probe: the gaps' work was not a sign
+
+
+def test_counts_are_the_physical_cores_this_process_may_run_on(tmp_path, monkeypatch):
+    """Four hardware threads on two cores (0 and 2 share one): two cores, or one where pinned
+    to a core's pair; without the topology, the hardware threads."""
+    import os
+
+    from engine.thread_tuner import physical_cores, usable_cores
+    for cpu, siblings in enumerate(["0,2", "1,3", "0,2", "1,3"]):
+        (tmp_path / f"cpu{cpu}" / "topology").mkdir(parents=True)
+        (tmp_path / f"cpu{cpu}" / "topology" / "thread_siblings_list").write_text(siblings + "\n")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert (usable_cores(), physical_cores(str(tmp_path))) == (4, 2)
+    assert default_counts(physical_cores(str(tmp_path))) == [1, 2]
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2})
+    assert (usable_cores(), physical_cores(str(tmp_path))) == (2, 1)
+    assert physical_cores(str(tmp_path / "elsewhere")) == 2

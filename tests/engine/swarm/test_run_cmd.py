@@ -50,14 +50,14 @@ def test_a_headless_run_with_tuned_threads_has_each_counts_curve_first(
     """--threads auto: the curves of every count it may switch to are had before the session
     starts (measured once, then cached), the first the one per core; the session runs."""
     import torch
-    from engine.thread_tuner import default_counts, usable_cores
+    from engine.thread_tuner import default_counts, physical_cores
     monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "cache"))
-    torch.set_num_threads(usable_cores())
+    torch.set_num_threads(physical_cores())
     assert cli(["run", "--headless", "--model", "tiny-test", "--dtype", "fp32", "--agents", "2",
                 "--steps", "30", "--clock", "virtual", "--max-context", "256",
                 "--threads", "auto", "--trace", str(tmp_path / "run.jsonl"), "--json"]) == 0
     out, err = capsys.readouterr()
-    counts = default_counts(usable_cores())
+    counts = default_counts(physical_cores())
     assert f"CPU threads tuned among {', '.join(map(str, counts))}" in err
     summary = json.loads(out)
     assert summary["steps"] == 30 and sum(summary["cpu_threads_share"].values()) == \
