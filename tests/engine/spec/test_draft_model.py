@@ -46,3 +46,45 @@ def test_the_commands_refuse_it_before_anything_runs(draft_folder, capsys, comma
     err = capsys.readouterr().err
     assert f"--drafter {draft_folder}: {draft_folder}: draft model tokenizer differs" in err
     assert "engine error" not in err and "Traceback" not in err
+
+
+def test_the_self_drafter_follows_the_committed_text_through_rollbacks_and_pauses():
+    """Each proposal is what the target's first layers predict from the lane's whole committed
+    text, as a fresh cache computes it: after drafts partly accepted (rolled back), and after
+    steps that drafted nothing (caught up, never stale)."""
+    import random
+
+    from engine.forward_batch import LaneInput
+    from engine.kv_cache import PagedKVCache
+    from engine.runner import ModelRunner
+    from engine.sequence import Sequence
+    from engine.spec.draft_model import first_layers
+
+    target = load_model("tiny-test", dtype="fp32", device="cpu")
+    drafter = DraftModelDrafter.self_draft(target, num_blocks=64)
+    layers = first_layers(target.model, 1)
+
+    def fresh(ids, k):  # k greedy tokens of the first layer, from an empty cache each
+        out = []
+        for _ in range(k):
+            runner = ModelRunner(layers, PagedKVCache(layers.config, 64, 16, layers.dtype,
+                                                      layers.device))
+            out.append(runner.forward([LaneInput(0, ids + out, 0, 1)]).greedy()[0][-1])
+        return out
+
+    rng = random.Random(0)
+    seq = Sequence(0, [rng.randrange(256) for _ in range(20)], 20)
+    paused = rolled_back = 0
+    for _ in range(16):
+        k = rng.choice([0, 1, 3, 4])
+        if k:
+            [draft] = drafter.propose([seq], [k])
+            assert draft.tokens == fresh(seq.token_ids, k)
+            accepted = rng.randint(0, k)
+            drafter.commit(seq, k, accepted)
+            rolled_back += accepted < k
+            seq.token_ids += draft.tokens[:accepted] + [rng.randrange(256)]
+        else:
+            paused += 1
+            seq.token_ids += [rng.randrange(256) for _ in range(rng.randint(1, 3))]
+    assert paused and rolled_back  # both were met
