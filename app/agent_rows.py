@@ -85,9 +85,3 @@ class AgentTally:
                 shown.extend((text, kind) for text, kind in event["segments"])
                 self._segments_read[event["agent"]] = (self._segments_read.get(event["agent"], 0)
                                                        + len(event["segments"]))
-
-
-def rows_from_history(history: History, stop: int) -> list[AgentRow]:
-    """Agent table as of step `stop`: state and transcript from the events before the next step,
-    the rest from lanes."""
-    return AgentTally().rows(history, stop)

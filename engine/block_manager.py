@@ -28,9 +28,6 @@ class BlockManager:
         have = len(self._tables.get(seq_id, ()))
         return max(0, -(-num_tokens // self.block_size) - have)
 
-    def can_ensure(self, seq_id: int, num_tokens: int) -> bool:
-        return self.blocks_needed(seq_id, num_tokens) <= len(self._free)
-
     def ensure(self, seq_id: int, num_tokens: int) -> None:
         """Give seq_id room for num_tokens tokens; all or nothing."""
         needed = self.blocks_needed(seq_id, num_tokens)

@@ -40,16 +40,6 @@ class PagedKVCache:
         elem = torch.empty((), dtype=dtype).element_size()
         return 2 * config.num_layers * block_size * config.num_kv_heads * config.head_dim * elem
 
-    @classmethod
-    def from_memory_budget(cls, config: ModelConfig, budget_bytes: int, block_size: int = 16,
-                           dtype: torch.dtype = torch.float32,
-                           device: torch.device | str = "cpu") -> "PagedKVCache":
-        num_blocks = budget_bytes // cls.bytes_per_block(config, block_size, dtype)
-        if num_blocks < 1:
-            raise ValueError(f"a KV budget of {budget_bytes} bytes holds no block of "
-                             f"{cls.bytes_per_block(config, block_size, dtype)} bytes")
-        return cls(config, int(num_blocks), block_size, dtype, device)
-
     @property
     def block_size(self) -> int:
         return self.blocks.block_size

@@ -2,7 +2,7 @@
 at the end the whole transcript with accepted drafts highlighted as live."""
 import pytest
 
-from app.agent_rows import AgentTally, rows_from_history
+from app.agent_rows import AgentTally
 from engine.controls import Controls
 from engine.engine import Engine
 from engine.loading import load_model
@@ -62,5 +62,5 @@ def test_the_tally_moving_forward_equals_a_fresh_rebuild(window, trace_path):
     history, tally = window.history, AgentTally()
     for stop in range(1, len(history) + 1, 7):
         moving = [(r.id, r.state, r.tokens, r.transcript) for r in tally.rows(history, stop)]
-        fresh = [(r.id, r.state, r.tokens, r.transcript) for r in rows_from_history(history, stop)]
+        fresh = [(r.id, r.state, r.tokens, r.transcript) for r in AgentTally().rows(history, stop)]
         assert moving == fresh
