@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from app.acceptance import AcceptanceStats
-from app.agent_rows import rows_from_history
+from app.agent_rows import AgentTally
 from app.history import History
 from engine.telemetry.records import LaneRecord, StepRecord
 
@@ -51,7 +51,7 @@ def test_a_live_history_keeps_its_newest_events_and_the_agent_rows_read_them():
     kept, first = history.events_from(0)
     assert 100 <= len(kept) < 200 and kept == events[first:] and first == 1000 - len(kept)
     assert history.events_from(990) == (events[990:], 990)
-    rows = rows_from_history(history, 0)  # no steps: every event kept, the older ones gone
+    rows = AgentTally().rows(history, 0)  # no steps: every event kept, the older ones gone
     assert [r.id for r in rows] == [0, 1, 2]
     assert rows[1].transcript[-1] == ("997,", "committed")
     assert ("1,", "committed") not in rows[1].transcript
@@ -102,11 +102,11 @@ def test_agent_rows_rebuilt_from_trace_events():
                         {"type": "text", "t": 1.5, "agent": 1, "segments": [["c", "tool"]]},
                         {"type": "agent", "t": 2.0, "agent": 0, "event": "done"}])
     # After step 0: what was recorded before step 1 began (t < 1.0).
-    rows = rows_from_history(history, 1)
+    rows = AgentTally().rows(history, 1)
     assert [(r.id, r.state, r.tokens) for r in rows] == [(0, "waiting", 3), (1, "tool", 1)]
     assert rows[1].transcript == [("ab", "committed")] and rows[0].transcript == []
     # At the end: everything, also what was recorded after the last step began.
-    rows = rows_from_history(history, 2)
+    rows = AgentTally().rows(history, 2)
     assert [(r.id, r.state, r.tokens) for r in rows] == [(0, "done", 3 + 2), (1, "tool", 1)]
     assert rows[0].acceptance == pytest.approx(3 / 4)
     assert rows[1].transcript == [("ab", "committed"), ("c", "tool")]
@@ -121,6 +121,6 @@ def test_replayed_segments_are_numbered_once_the_oldest_scrolled_away(monkeypatc
     history.extend([_rec(0, [(1, 0)], t=0.0)])
     history.add_events([{"type": "text", "t": 0.1 * i, "agent": 1,
                          "segments": [[str(i), "committed"], [str(i), "tool"]]} for i in range(3)])
-    rows = rows_from_history(history, 1)
+    rows = AgentTally().rows(history, 1)
     assert rows[1].transcript == [("2", "committed"), ("2", "tool")]
     assert rows[1].first_segment == 4
