@@ -7,7 +7,6 @@ K belongs to its policy (fixed's K, the adaptive policies' cap): switching polic
 K last used with it, or its default."""
 from __future__ import annotations
 
-
 from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtWidgets import (QAbstractSpinBox, QComboBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel,
                                QPushButton, QSlider, QSpinBox, QVBoxLayout, QWidget)

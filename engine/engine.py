@@ -191,8 +191,9 @@ class Engine:
     def tune_threads(self, progress: Callable[[str], None] | None = None,
                      counts: list[int] | None = None):
         """Tune the CPU threads as the session runs, among `counts` (default: every physical
-        core this process may run on, then halvings down to one) and the count in force (engine/thread_tuner.py), each change of
-        the count in force logged as `use_threads` logs one, until `use_threads` sets a count.
+        core this process may run on, then halvings down to one) and the count in force
+        (engine/thread_tuner.py), each change of the count in force logged as `use_threads`
+        logs one, until `use_threads` sets a count.
         Each count's curve is cached or measured now, as `use_threads` does; on the engine's
         thread, between steps; an exception from `progress` leaves the threads as they were.
         Returns the curve in force."""

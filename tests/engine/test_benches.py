@@ -46,8 +46,8 @@ def test_bench_threads_runs_each_count_idle_beside_a_busy_core_and_one_that_come
 
 
 @pytest.mark.parametrize("option, message", [
-    (["--counts", "1,0"], f"--counts: each must be 1..{usable_cores()} (the cores this process may run on) "
-                          "or auto, got '0'"),
+    (["--counts", "1,0"], f"--counts: each must be 1..{usable_cores()} (the cores this process "
+                          "may run on) or auto, got '0'"),
     (["--busy", "-1"], "--busy must be >= 0, got -1"),
     (["--phase", "0"], "--phase must be a finite number > 0, got 0")])
 def test_bench_threads_bad_options_are_messages_that_name_them(capsys, option, message):
