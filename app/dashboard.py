@@ -25,9 +25,38 @@ from app.views.lane_strip import LaneStripView
 
 SLOW_REFRESH_S = 0.25  # tables and text change slowly; redrawing them at frame rate wastes time
 
+# What each pane shows, for someone new to it: its tooltip, and Help -> What the views show.
+VIEW_HELP = {
+    "Batch size over time": "Lanes decoding at each step (B), under the batch ceiling (the most "
+                            "lanes at once) and the speculation ceiling (no drafts above it), "
+                            "and the tokens emitted a second.",
+    "Speculation budget (this step)": "One step's pass in tokens of compute: a committed token "
+                                      "per decoding lane, drafts accepted and rejected, prefill "
+                                      "and padding, against T, the tokens a pass holds for "
+                                      "about the time of one (dashed; measured by calibration). "
+                                      "A pass past T takes longer; goodput goes there where its "
+                                      "drafts are likely enough to pay. The table: the free "
+                                      "budget per agent at B = 1 to 16.",
+    "Lane strip": "One row per lane over recent steps: its committed token, accepted and "
+                  "rejected drafts, and padded slots up to the pass width; the padding the layout "
+                  "wastes, and what the other layout would.",
+    "Acceptance": "Drafts accepted by draft position, by workload and by agent. The mean "
+                  "acceptance length counts the bonus token: tokens a lane emits a step while "
+                  "it drafts.",
+    "Cost curve": "t(N): the calibrated time of a pass of N tokens, T where it passes (1 + eps) "
+                  "t(1), and recent steps' own times, the live one circled (long contexts and a "
+                  "busy CPU sit above the curve).",
+    "Decisions": "Each step's policy and its reason, and the tokens emitted a second of step "
+                 "time against an estimate of the same work with speculation off.",
+    "Agents": "Each agent's state (decoding, in a tool call, done), workload, tokens and "
+              "acceptance. Select one to read its transcript: accepted drafts, tool output and "
+              "the prompt marked.",
+}
+
 
 def _boxed(title: str, widget: QWidget) -> QGroupBox:
     box = QGroupBox(title)
+    box.setToolTip(VIEW_HELP[title])
     layout = QVBoxLayout(box)
     layout.setContentsMargins(2, 2, 2, 2)
     layout.addWidget(widget)

@@ -12,6 +12,7 @@ from PySide6.QtCore import qVersion
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
+from app.dashboard import VIEW_HELP
 from app.exporting import FILTERS, export
 from engine.errors import SwarmscopeError
 
@@ -53,6 +54,8 @@ class WindowActionsMixin:
         action(help_menu, "Keyboard shortcuts",
                lambda: QMessageBox.information(self, "Keyboard shortcuts", self.shortcuts_text()),
                "F1")
+        action(help_menu, "What the views show",
+               lambda: QMessageBox.information(self, "What the views show", views_text()))
         action(help_menu, "About swarmscope",
                lambda: QMessageBox.about(self, "About swarmscope", self.about_text()))
 
@@ -107,3 +110,8 @@ class WindowActionsMixin:
         folder = QFileDialog.getExistingDirectory(self, "Hugging Face model folder")
         if folder:
             self.load_model(folder)
+
+
+def views_text() -> str:
+    """Each pane's title and what it shows (hovering over a pane shows the same)."""
+    return "\n\n".join(f"{title}: {text}" for title, text in VIEW_HELP.items())

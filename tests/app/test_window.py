@@ -110,6 +110,17 @@ def test_one_key_shortcuts_work_while_a_spin_box_has_the_focus(window, qtbot):
     assert window.controls.pause.isChecked()
 
 
+def test_every_pane_says_what_it_shows(window):
+    """Hovering over a pane, or Help -> What the views show, explains it to someone new."""
+    from PySide6.QtWidgets import QGroupBox
+
+    from app.window_actions import views_text
+    boxes = window.dashboard.findChildren(QGroupBox)
+    assert len(boxes) == 7 and all(len(box.toolTip()) > 60 for box in boxes)
+    assert all(f"{box.title()}: {box.toolTip()}" in views_text() for box in boxes)
+    assert "What the views show" in [action.text() for action in window.actions()]
+
+
 def test_help_lists_every_shortcut_and_says_what_runs(window, qtbot):
     lines = window.shortcuts_text().splitlines()
     for key, name in (("Ctrl+O", "Open trace"), ("Ctrl+E", "Export"), ("Space", "Pause"),
