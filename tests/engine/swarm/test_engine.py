@@ -280,6 +280,18 @@ def test_tuned_threads_switch_between_steps_as_the_tuner_says(threads_engine, ti
         engine.tune_threads()
 
 
+def test_tuning_is_logged_even_where_the_curve_in_force_stays(threads_engine):
+    """Asked for two threads, then tuned among counts whose curve in force is the same one: the
+    trace still says tuning began (replay shows *auto*), and when a count asked for ended it."""
+    engine, _, logged = threads_engine
+    engine.use_threads(2)
+    engine.tune_threads(counts=[2])
+    assert engine.thread_tuner is not None and engine.calibration.threads == 2
+    engine.use_threads(2)
+    engine.close()
+    assert logged() == [(2, False), (2, True), (2, False)]
+
+
 def test_tuning_before_the_first_step_is_not_session_time(tiny, calibration, monkeypatch,
                                                           restore_threads):
     """A window that starts tuned measures its counts' curves before the session's first step:
