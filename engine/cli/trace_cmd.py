@@ -1,4 +1,5 @@
-"""`swarmscope trace check FILE` and `swarmscope trace export FILE --perfetto OUT | --csv OUT`."""
+"""`swarmscope trace check FILE`, `swarmscope trace compare FILE FILE...` and
+`swarmscope trace export FILE --perfetto OUT | --csv OUT`."""
 from __future__ import annotations
 
 import sys
@@ -13,6 +14,10 @@ def register(subparsers) -> None:
     check.add_argument("file")
     check.add_argument("--lenient", action="store_true", help="skip bad lines with a warning")
     check.set_defaults(func=check_cmd)
+    compare = actions.add_parser("compare", help="summaries of two or more traces side by side")
+    compare.add_argument("files", nargs="+", metavar="file")
+    compare.add_argument("--lenient", action="store_true", help="skip bad lines with a warning")
+    compare.set_defaults(func=compare_cmd)
     export = actions.add_parser("export", help="export to Perfetto (Chrome trace JSON) or CSV")
     export.add_argument("file")
     target = export.add_mutually_exclusive_group(required=True)
@@ -38,6 +43,28 @@ def check_cmd(args) -> int:
           f"changes, {len(trace.agents)} agent events")
     if trace.steps:
         print(format_summary(summarize(trace.steps)))
+    return 0
+
+
+def compare_cmd(args) -> int:
+    """Each trace's summary in a column, the first the one the others' tokens/s are over."""
+    from engine.telemetry.summary import format_comparison, summarize
+    from engine.telemetry.trace_reader import read_trace
+    try:
+        if len(args.files) < 2:
+            raise SwarmscopeError("give two traces or more to compare")
+        named = []
+        for path in args.files:
+            trace = read_trace(path, lenient=args.lenient)
+            for warning in trace.warnings:
+                print(f"warning: {warning}", file=sys.stderr)
+            if not trace.steps:
+                raise TraceError(path, None, "has no steps to compare")
+            named.append((path, summarize(trace.steps)))
+    except SwarmscopeError as exc:
+        print(f"swarmscope trace compare: {exc}", file=sys.stderr)
+        return 2
+    print(format_comparison(named))
     return 0
 
 

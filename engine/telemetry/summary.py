@@ -92,6 +92,37 @@ def _share(steps: list[StepRecord]) -> PolicyShare:
 
 def format_summary(summary: Summary) -> str:
     """A plain two-column table."""
+    return _table([(name, [value]) for name, value in summary_rows(summary)])
+
+
+def format_comparison(named: list[tuple[str, Summary]]) -> str:
+    """Sessions side by side, a column each (named), their rows as `format_summary` words them
+    (but the tokens of each agent, agents being each session's own), and each one's tokens/s
+    over the first's."""
+    columns = [dict(summary_rows(summary)) for _, summary in named]
+    names = dict.fromkeys(name for _, summary in named for name, _ in summary_rows(summary)
+                          if name != "tokens per agent")
+    first = named[0][1]
+    rows = [("", [label for label, _ in named])]
+    for name in names:
+        rows.append((name, [column.get(name, "-") for column in columns]))
+        if name == "tokens/s":
+            rows.append(("  x the first", [
+                f"{s.tokens_per_s / first.tokens_per_s:.2f}  (inside steps: "
+                f"{s.busy_tokens_per_s / first.busy_tokens_per_s:.2f})" for _, s in named]))
+    return _table(rows)
+
+
+def _table(rows: list[tuple[str, list[str]]]) -> str:
+    """Rows of a name and its values, in columns as wide as their widest cell."""
+    widths = [max(len(row_name) for row_name, _ in rows)]
+    widths += [max(len(values[i]) for _, values in rows) for i in range(len(rows[0][1]))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in
+                               zip([row_name, *values], widths)).rstrip() for row_name, values in rows)
+
+
+def summary_rows(summary: Summary) -> list[tuple[str, str]]:
+    """Each summary line: its name and its value, as worded for people."""
     def pct(x: float | None) -> str:
         return "-" if x is None else f"{100 * x:.1f}%"
 
@@ -120,8 +151,7 @@ def format_summary(summary: Summary) -> str:
                                        f"inside steps, mean batch {share.mean_batch:.2f}, "
                                        f"acceptance {pct(share.acceptance)}")
                  for policy, share in summary.by_policy.items()]
-    width = max(len(name) for name, _ in rows)
-    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+    return rows
 
 
 def _quantile(sorted_values: list[float], q: float) -> float:

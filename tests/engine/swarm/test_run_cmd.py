@@ -206,6 +206,32 @@ def test_export_refuses_to_write_over_the_trace_it_reads(tmp_path, capsys):
     assert trace.read_bytes() == recorded
 
 
+def test_compare_puts_sessions_side_by_side_over_the_first(tmp_path, capsys):
+    """The same rows as `trace check`, a column a trace, and each one's tokens/s over the
+    first's; too few traces, or one without steps, is a clear error naming it."""
+    paths = []
+    for name, step_ms in (("first", 50.0), ("second", 100.0)):
+        paths.append(str(tmp_path / f"{name}.jsonl"))
+        with TraceWriter(paths[-1], {"model": "m"}) as writer:
+            for i in range(4):
+                step = StepRecord.make_dummy(i, batch=2, seed=1)
+                step.t, step.dt_ms = i * step_ms / 1000, step_ms
+                writer.write_step(step)
+    assert cli(["trace", "compare", *paths]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == paths
+    assert lines[lines.index(next(l for l in lines if l.startswith("tokens/s"))) + 1].split() == [
+        "x", "the", "first", "1.00", "(inside", "steps:", "1.00)",
+        "0.50", "(inside", "steps:", "0.50)"]
+    assert not any(line.startswith("tokens per agent") for line in lines)
+    assert cli(["trace", "compare", paths[0]]) == 2
+    assert "give two traces or more to compare" in capsys.readouterr().err
+    with TraceWriter(tmp_path / "empty.jsonl", {"model": "m"}):
+        pass
+    assert cli(["trace", "compare", paths[0], str(tmp_path / "empty.jsonl")]) == 2
+    assert f"{tmp_path / 'empty.jsonl'}: has no steps to compare" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("option, says", [
     (["--agents", "0"], "--agents must be >= 1, got 0"),
     (["--batch-ceiling", "0"], "--batch-ceiling must be >= 1, got 0"),

@@ -4,7 +4,7 @@ import json
 from engine.telemetry.csv_export import COLUMNS, write_csv
 from engine.telemetry.perfetto_export import write_perfetto
 from engine.telemetry.records import LaneRecord, StepRecord
-from engine.telemetry.summary import format_summary, summarize
+from engine.telemetry.summary import format_comparison, format_summary, summarize
 from engine.telemetry.trace_reader import Trace
 
 
@@ -82,3 +82,15 @@ def test_summary_splits_a_session_by_the_policies_it_switched_between():
     table = format_summary(summary)
     assert "under goodput  " in table and "2 steps, 150.0 tok/s" in table
     assert "under off" in table and "acceptance -" in table
+
+
+def test_a_comparison_marks_what_one_session_lacks():
+    """A workload only one session drafted for reads "-" in the other's column."""
+    def session(cat):
+        return summarize([StepRecord(0, 0.0, 10.0, 1, 0, 8, "fixed", "packed",
+                                     [LaneRecord(0, cat, 2, 1, 0, 10)], "")])
+    table = format_comparison([("a", session("chat")), ("b", session("json"))]).splitlines()
+    assert [line.split() for line in table if "acceptance chat" in line] == [
+        ["acceptance", "chat", "50.0%", "-"]]
+    assert [line.split() for line in table if "acceptance json" in line] == [
+        ["acceptance", "json", "-", "50.0%"]]
