@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from engine.errors import SwarmscopeError
+from engine.thread_tuner import affinity
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
            "fp64": torch.float64}
@@ -57,8 +58,10 @@ def others_cpu_seconds() -> tuple[float, float] | None:
         with open("/proc/stat") as stat:  # the cpu lines come first; the rest is not read
             lines = [line.split() for line in itertools.takewhile(
                 lambda line: line.startswith("cpu"), stat) if line[3].isdigit()]
-        ours = os.sched_getaffinity(0)
-    except (OSError, AttributeError):  # no /proc/stat; no sched_getaffinity (macOS)
+    except OSError:  # no /proc/stat (macOS, Windows)
+        return None
+    ours = affinity()
+    if ours is None:
         return None
     busy = 0
     for fields in lines:

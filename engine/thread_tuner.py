@@ -41,8 +41,8 @@ AUTO = "auto"  # what users ask for tuned threads with (--threads auto, the pane
 def usable_cores() -> int:
     """The cores this process may run on: those of its affinity where the system says (a
     container's cpuset, `taskset`; torch's own default counts them too), else the machine's."""
-    affinity = _affinity()
-    return len(affinity) if affinity else os.cpu_count() or 1
+    cores = affinity()
+    return len(cores) if cores else os.cpu_count() or 1
 
 
 def physical_cores(cpus: str = "/sys/devices/system/cpu") -> int:
@@ -50,7 +50,7 @@ def physical_cores(cpus: str = "/sys/devices/system/cpu") -> int:
     arithmetic units, so a forward pass gains nothing from it (torch's default count is
     physical cores too). Linux's sysfs topology; elsewhere `usable_cores`."""
     cores = set()
-    for cpu in _affinity() or ():
+    for cpu in affinity() or ():
         try:
             with open(f"{cpus}/cpu{cpu}/topology/thread_siblings_list") as siblings:
                 cores.add(siblings.read().strip())
@@ -59,7 +59,8 @@ def physical_cores(cpus: str = "/sys/devices/system/cpu") -> int:
     return len(cores) or usable_cores()
 
 
-def _affinity() -> set[int] | None:
+def affinity() -> set[int] | None:
+    """The cores this process may run on; None where the system does not say."""
     try:
         return os.sched_getaffinity(0)
     except (AttributeError, OSError):  # macOS, Windows
@@ -103,9 +104,7 @@ class ThreadTuner:
         self._load = [0.0, 0.0]  # others' CPU seconds and the wall seconds of the window
         self._fit = current  # the most threads that fit beside others, as last acted on
         self._misfits = 0  # windows in a row where another count fitted
-        self._block = _Block()
-        self._blocks: deque[float] = deque(maxlen=6)  # block medians of the count in force
-        self._probe: _Probe | None = None
+        self._look_afresh()
         self._period = self.PERIOD_S
         self._next_probe_t: float | None = None  # set by the first step seen
         self._fewer_first = True
@@ -182,7 +181,7 @@ class ThreadTuner:
     def _switch(self, count: int, t: float) -> None:
         """`count` in force from the next step; its steps are looked at afresh."""
         self.current, self._misfits = count, 0
-        self._probe, self._block, self._blocks = None, _Block(), deque(maxlen=6)
+        self._look_afresh()
         self._period, self._next_probe_t = self.PERIOD_S, t + self.PERIOD_S
 
     def _probing(self, t: float, ratio: float) -> int:
@@ -200,11 +199,17 @@ class ThreadTuner:
         if statistics.median(probe.pairs) < 1 - self.MARGIN:  # kept: its count is in force
             self._switch(probe.count, t)
             return self.current
-        self._probe, self._block, self._blocks = None, _Block(), deque(maxlen=6)
+        self._look_afresh()
         self._period = min(2 * self._period,
                            self.LONGEST_TOLD_S if self._told else self.LONGEST_PERIOD_S)
         self._next_probe_t = t + self._period
         return self.current
+
+    def _look_afresh(self) -> None:
+        """No probe under way, and the count in force's steps looked at from the next one."""
+        self._probe: _Probe | None = None
+        self._block = _Block()
+        self._blocks: deque[float] = deque(maxlen=6)  # block medians of the count in force
 
     def _neighbour(self, fewer_first: bool) -> int | None:
         i = self.counts.index(self.current)

@@ -100,7 +100,7 @@ def format_comparison(named: list[tuple[str, Summary]]) -> str:
     (but the tokens of each agent, agents being each session's own), and each one's tokens/s
     over the first's."""
     columns = [dict(summary_rows(summary)) for _, summary in named]
-    names = dict.fromkeys(name for _, summary in named for name, _ in summary_rows(summary)
+    names = dict.fromkeys(name for column in columns for name in column
                           if name != "tokens per agent")
     first = named[0][1]
     rows = [("", [label for label, _ in named])]
