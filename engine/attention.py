@@ -70,6 +70,15 @@ MATMUL_MAX_SCORES = 1 << 21
 # context grows every step: matmul calls pad their keys, masked, to a multiple of this so that
 # shapes repeat.
 KEY_BUCKET = 64
+# On a CPU with AMX, SDPA's bf16 flash kernel packs a call of at least this many query rows a KV
+# head over at least this many keys for oneDNN's brgemm, which JIT-builds kernels for the shape
+# of the call's last query block (rows mod 32, 64 or 256) and last key block (keys mod 512) and
+# keeps every one for the life of the process: 0.5 MB a new shape (1288 prefill shapes grew the
+# process by 664 MB on the 2-core Xeon), gigabytes over a day of prefill chunks. Such calls pad
+# their keys, masked, to a multiple of KEY_BUCKET and their query rows a KV head to a multiple
+# of ROW_BUCKET, so that at most 8 x 9 shapes recur.
+PACKED_SDPA_MIN = 64
+ROW_BUCKET = 32
 
 
 @dataclass(slots=True)
@@ -90,7 +99,8 @@ class LaneGroup:
     q_len: int
     max_blocks: int
     ctx: int                    # longest context in the group
-    mask: torch.Tensor | None   # [num_lanes, 1, group * q_len, ctx] additive: 0 or -inf
+    mask: torch.Tensor | None   # [num_lanes, 1, group * q_len + pad_rows, ctx] additive: 0 or -inf
+    pad_rows: int               # query rows a KV head added past the last (`ROW_BUCKET`)
     first_block: int | None     # set when `blocks` is one consecutive run starting here
     matmul: bool                # attended by `_matmul_attention`, else by SDPA
 
@@ -148,6 +158,7 @@ def plan_attention(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens
     device = block_tables.device
     may_matmul = (dtype == torch.bfloat16 and device.type == "cpu" and cpu_has_fast_bf16()
                   and matmuls_beat_sdpa())
+    packs = sdpa_packs_for_brgemm(dtype, device)
     cu = cu_q_lens.tolist()
     ctx_list = ctx_lens.tolist()
     tables = block_tables.tolist()
@@ -166,8 +177,11 @@ def plan_attention(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens
         matmul = (may_matmul and group_size * q_len >= MATMUL_MIN_ROWS
                   and len(entries) >= MATMUL_MIN_LANES
                   and MATMUL_MIN_SCORES <= scores <= MATMUL_MAX_SCORES)
-        if matmul:
+        bucketed = matmul or (packs and group_size * q_len >= PACKED_SDPA_MIN
+                              and ctx >= PACKED_SDPA_MIN)
+        if bucketed:
             ctx = -(-ctx // KEY_BUCKET) * KEY_BUCKET
+        pad_rows = -group_size * q_len % ROW_BUCKET if bucketed and not matmul else 0
         max_blocks = -(-ctx // block_size)
         # An entry with fewer queries is padded in front: its padding rows repeat its first query
         # (any finite row) and write to the scratch row past the last token.
@@ -192,13 +206,15 @@ def plan_attention(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens
                 hidden, float("-inf"))
             mask = mask[:, None].expand(len(entries), group_size, q_len, ctx)
             mask = mask.reshape(len(entries), 1, group_size * q_len, ctx)
+            if pad_rows:  # padding query rows see every key: finite, and dropped
+                mask = F.pad(mask, (0, 0, 0, pad_rows))
         consecutive = blocks == list(range(blocks[0], blocks[0] + len(blocks)))
         groups.append(LaneGroup(rows=torch.tensor(rows, device=device),
                                 out_rows=torch.tensor(out_rows, device=device),
                                 blocks=torch.tensor(blocks, device=device),
                                 num_lanes=len(entries), q_len=q_len, max_blocks=max_blocks,
-                                ctx=ctx, mask=mask, first_block=blocks[0] if consecutive else None,
-                                matmul=matmul))
+                                ctx=ctx, mask=mask, pad_rows=pad_rows,
+                                first_block=blocks[0] if consecutive else None, matmul=matmul))
     in_order = len(groups) == 1 and groups[0].rows.tolist() == list(range(num_tokens))
     return AttentionPlan(groups=groups, num_tokens=num_tokens, in_order=in_order, padded=padded)
 
@@ -221,6 +237,13 @@ def _matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if mask is not None:
         scores.add_(mask)
     return torch.matmul(torch.softmax(scores, -1), v.contiguous())
+
+
+def sdpa_packs_for_brgemm(dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether SDPA's CPU flash kernel packs large calls of `dtype` for oneDNN's brgemm, which
+    keeps a kernel for every shape it meets (`PACKED_SDPA_MIN`): bf16 where the CPU has AMX."""
+    return (dtype == torch.bfloat16 and device.type == "cpu" and torch.backends.mkldnn.enabled
+            and torch.cpu._is_amx_tile_supported())
 
 
 @functools.cache
@@ -310,6 +333,9 @@ def torch_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
                .transpose(1, 2))
         if g.matmul:
             o = _matmul_attention(q_g, k_g, v_g, g.mask, scale)
+        elif g.pad_rows:  # rows that only round the call's shape (ROW_BUCKET), then dropped
+            o = F.scaled_dot_product_attention(F.pad(q_g, (0, 0, 0, g.pad_rows)), k_g, v_g,
+                                               attn_mask=g.mask, scale=scale)[:, :, :group * q_len]
         else:
             o = F.scaled_dot_product_attention(q_g, k_g, v_g, attn_mask=g.mask, scale=scale)
         o = (o.view(lanes, num_kv_heads, group, q_len, head_dim)  # [G, kvh, group*q_len, hd]

@@ -62,6 +62,18 @@ def prepacks(device: torch.device, dtype: torch.dtype) -> bool:
 
 
 WARM_ROWS = 128  # the calibrated range: decode steps up to 16 lanes with their drafts
+# oneDNN keeps a kernel for every row count it meets, and prefill chunks (up to 512 tokens a
+# step, beside decoding lanes) meet hundreds past WARM_ROWS: linears at each of 129..512 rows
+# grew the process by 285 MB (SmolLM2-135M, bf16), gigabytes over a day. Past WARM_ROWS rows are
+# padded to a multiple of this, a few percent of a prefill chunk's arithmetic. Split into
+# WARM_ROWS pieces instead, prefill passes took 3-17 % longer on the 2-core Xeon (AMX).
+ROW_BUCKET = 32
+
+
+def onednn_rows(n: int) -> int:
+    """Rows to compute for n with a prepacked weight: n itself in the warmed range, past it
+    the next multiple of ROW_BUCKET."""
+    return n if n <= WARM_ROWS else -(-n // ROW_BUCKET) * ROW_BUCKET
 
 
 def _gemm_rows(n: int) -> int:
@@ -82,7 +94,11 @@ def _linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     if x.device.type != "cpu":
         return F.linear(x, weight, bias)
     if weight.is_mkldnn:  # prepacked
-        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+        n, rows = x.shape[0], onednn_rows(x.shape[0])
+        if rows == n:
+            return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+        x = torch.cat((x, x.new_zeros(rows - n, x.shape[1])))
+        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")[:n]
     dtype, n = x.dtype, x.shape[0]
     if dtype == torch.bfloat16:
         if not _SLOW_CPU_BF16_GEMM or n <= _BF16_GEMV_MAX_ROWS:

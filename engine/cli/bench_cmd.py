@@ -11,13 +11,14 @@ BENCHES = {
     "spec": "engine.bench.spec",
     "swarm": "engine.bench.swarm",
     "threads": "engine.bench.threads",
+    "memory": "engine.bench.memory",
     "gui": "app.bench",
 }
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("bench", help="run a benchmark (decode, attention, spec, swarm, "
-                                                  "threads, gui)")
+                                                  "threads, memory, gui)")
     benches = parser.add_subparsers(dest="bench", metavar="NAME", required=True)
     for name, module_name in BENCHES.items():
         module = importlib.import_module(module_name)

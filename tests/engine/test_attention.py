@@ -9,8 +9,9 @@ import time
 import pytest
 import torch
 
-from engine.attention import (matmuls_beat_sdpa, merge_query_lengths, paged_attention,
-                              plan_attention, runs_faster, write_kv)
+from engine.attention import (KEY_BUCKET, PACKED_SDPA_MIN, ROW_BUCKET, matmuls_beat_sdpa,
+                              merge_query_lengths, paged_attention, plan_attention, runs_faster,
+                              write_kv)
 
 
 def _brute_force_cost(q_lens, ctx_lens, call_cost, gather_cost):
@@ -205,6 +206,27 @@ def test_only_calls_of_a_middling_count_of_scores_are_matmuls(monkeypatch, least
     q, k_cache, v_cache, tables, bt, cu, ctx_lens = _lanes([17, 5, 5, 17], [30, 30, 30, 15])
     plan = plan_attention(bt, cu, ctx_lens, 4, 3, torch.bfloat16, call_cost_pairs=0)
     assert [(g.q_len, g.matmul) for g in plan.groups] == matmuls
+
+
+def test_sdpa_calls_that_brgemm_would_pack_are_rounded_to_shapes_that_recur(monkeypatch):
+    """Where SDPA packs large calls for oneDNN's brgemm (which keeps a kernel for every shape),
+    a call of at least PACKED_SDPA_MIN query rows a KV head over as many keys pads its keys to a
+    multiple of KEY_BUCKET and its rows to one of ROW_BUCKET; smaller calls keep their shapes.
+    fp64 against the textbook: neither padding changes a row."""
+    monkeypatch.setattr("engine.attention.sdpa_packs_for_brgemm", lambda dtype, device: True)
+    q_lens = [23, 23, 40, 3, 30]  # 3 query heads a KV head: 69, 120 and 90 rows; 9 rows
+    ctx = [70, 65, 100, 90, 40]   # the lane of 30 queries sees too few keys to be packed
+    q, k_cache, v_cache, tables, bt, cu, ctx_lens = _lanes(q_lens, ctx, nblocks=160)
+    plan = plan_attention(bt, cu, ctx_lens, 4, 3, q.dtype, call_cost_pairs=0)
+    shapes = [(g.q_len, g.ctx, g.pad_rows) for g in plan.groups]
+    assert shapes == [(3, 90, 0), (23, 128, 27), (30, 40, 0), (40, 128, 8)]
+    for g in plan.groups:
+        assert g.mask is None or g.mask.shape[2:] == (3 * g.q_len + g.pad_rows, g.ctx)
+        if 3 * g.q_len >= PACKED_SDPA_MIN and g.ctx >= PACKED_SDPA_MIN:
+            assert g.ctx % KEY_BUCKET == 0 and (3 * g.q_len + g.pad_rows) % ROW_BUCKET == 0
+    got = paged_attention(q, k_cache, v_cache, bt, cu, ctx_lens, 0.3, plan=plan)
+    want = _one_lane_at_a_time(q, k_cache, v_cache, tables, q_lens, ctx, 0.3)
+    torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
 
 
 def test_the_faster_of_two_calls_is_told_by_a_clear_margin():

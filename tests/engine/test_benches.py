@@ -29,6 +29,25 @@ def test_bench_swarm_runs_every_policy_on_the_same_swarm(capsys):
     assert rows[0]["acceptance"] is None  # speculation off drafts nothing
 
 
+def test_bench_memory_samples_resident_memory_through_one_session(capsys):
+    report = _json_out(capsys, ["bench", "memory", "--model", "tiny-test", "--duration", "3",
+                                "--samples", "3", "--json"])
+    samples = report["samples"]
+    assert len(samples) == 3 and all(s["resident_mb"] > 0 for s in samples)
+    assert [s["session_s"] >= 3 * (i + 1) / 3 for i, s in enumerate(samples)] == [True] * 3
+    assert 0 < samples[0]["steps"] < samples[1]["steps"] < samples[2]["steps"]
+    middle, last = samples[1], samples[2]
+    assert report["second_half_mb_per_1000_steps"] == pytest.approx(
+        1000 * (last["resident_mb"] - middle["resident_mb"]) / (last["steps"] - middle["steps"]))
+
+
+@pytest.mark.parametrize("option", [["--samples", "1"], ["--duration", "0"]])
+def test_bench_memory_bad_options_are_messages_that_name_them(capsys, option):
+    assert main(["bench", "memory", "--model", "tiny-test", *option]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"swarmscope bench memory: {option[0]} must be ") and len(err.splitlines()) == 1
+
+
 def test_bench_threads_runs_each_count_idle_beside_a_busy_core_and_one_that_comes_and_goes(
         capsys, restore_threads):
     rows = _json_out(capsys, ["bench", "threads", "--model", "tiny-test", "--dtype", "fp32",

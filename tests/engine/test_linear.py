@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.model import _gemm_rows, _linear
+from engine.model import ROW_BUCKET, WARM_ROWS, _gemm_rows, _linear, onednn_rows
 
 TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-12, torch.bfloat16: 2e-2}
 
@@ -27,6 +27,27 @@ def test_linear_matches_f_linear(dtype, rows, with_bias):
 def test_gemm_rows_are_two_four_or_multiples_of_eight():
     assert [_gemm_rows(n) for n in range(1, 18)] == [2, 2, 4, 4] + [8] * 4 + [16] * 8 + [24]
     assert all(_gemm_rows(n) >= n for n in range(1, 600))
+
+
+def test_onednn_meets_few_row_counts_past_the_warmed_range():
+    """Every count up to WARM_ROWS as it is; past it a multiple of ROW_BUCKET, never more than
+    ROW_BUCKET - 1 rows wasted: 2000-row steps meet 59 counts past the range, not 1872."""
+    counts = [onednn_rows(n) for n in range(1, 2001)]
+    assert counts[:WARM_ROWS] == list(range(1, WARM_ROWS + 1))
+    assert all(n <= rows < n + ROW_BUCKET for n, rows in enumerate(counts, 1))
+    assert len(set(counts[WARM_ROWS:])) == -(-(2000 - WARM_ROWS) // ROW_BUCKET)
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
+@pytest.mark.parametrize("rows", [1, WARM_ROWS, WARM_ROWS + 1, 200, 224])
+def test_prepacked_linear_pads_rows_past_the_warmed_range(rows):
+    gen = torch.Generator().manual_seed(rows)
+    x, weight, bias = (torch.randn(shape, generator=gen) for shape in ((rows, 24), (40, 24), 40))
+    packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
+    got = _linear(x, packed, bias)
+    assert got.shape == (rows, 40) and got.is_contiguous()
+    torch.testing.assert_close(got.double(), F.linear(x.double(), weight.double(), bias.double()),
+                               rtol=1e-5, atol=1e-4)
 
 
 def test_warm_up_runs_every_row_count_and_only_where_kernels_are_built():
