@@ -76,9 +76,9 @@ KEY_BUCKET = 64
 # keeps every one for the life of the process: 0.5 MB a new shape (1288 prefill shapes grew the
 # process by 664 MB on the 2-core Xeon), gigabytes over a day of prefill chunks. Such calls pad
 # their keys, masked, to a multiple of KEY_BUCKET and their query rows a KV head to a multiple
-# of ROW_BUCKET, so that at most 8 x 9 shapes recur.
+# of QUERY_ROW_BUCKET, so that at most 8 x 8 block shapes recur.
 PACKED_SDPA_MIN = 64
-ROW_BUCKET = 32
+QUERY_ROW_BUCKET = 32
 
 
 @dataclass(slots=True)
@@ -100,7 +100,7 @@ class LaneGroup:
     max_blocks: int
     ctx: int                    # longest context in the group
     mask: torch.Tensor | None   # [num_lanes, 1, group * q_len + pad_rows, ctx] additive: 0 or -inf
-    pad_rows: int               # query rows a KV head added past the last (`ROW_BUCKET`)
+    pad_rows: int               # query rows a KV head added past the last (QUERY_ROW_BUCKET)
     first_block: int | None     # set when `blocks` is one consecutive run starting here
     matmul: bool                # attended by `_matmul_attention`, else by SDPA
 
@@ -181,7 +181,7 @@ def plan_attention(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens
                               and ctx >= PACKED_SDPA_MIN)
         if bucketed:
             ctx = -(-ctx // KEY_BUCKET) * KEY_BUCKET
-        pad_rows = -group_size * q_len % ROW_BUCKET if bucketed and not matmul else 0
+        pad_rows = -group_size * q_len % QUERY_ROW_BUCKET if bucketed and not matmul else 0
         max_blocks = -(-ctx // block_size)
         # An entry with fewer queries is padded in front: its padding rows repeat its first query
         # (any finite row) and write to the scratch row past the last token.
@@ -333,7 +333,7 @@ def torch_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
                .transpose(1, 2))
         if g.matmul:
             o = _matmul_attention(q_g, k_g, v_g, g.mask, scale)
-        elif g.pad_rows:  # rows that only round the call's shape (ROW_BUCKET), then dropped
+        elif g.pad_rows:  # rows that only round the call's shape (QUERY_ROW_BUCKET): dropped
             o = F.scaled_dot_product_attention(F.pad(q_g, (0, 0, 0, g.pad_rows)), k_g, v_g,
                                                attn_mask=g.mask, scale=scale)[:, :, :group * q_len]
         else:

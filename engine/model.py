@@ -67,13 +67,13 @@ WARM_ROWS = 128  # the calibrated range: decode steps up to 16 lanes with their 
 # grew the process by 285 MB (SmolLM2-135M, bf16), gigabytes over a day. Past WARM_ROWS rows are
 # padded to a multiple of this, a few percent of a prefill chunk's arithmetic. Split into
 # WARM_ROWS pieces instead, prefill passes took 3-17 % longer on the 2-core Xeon (AMX).
-ROW_BUCKET = 32
+PREFILL_ROW_BUCKET = 32
 
 
 def onednn_rows(n: int) -> int:
     """Rows to compute for n with a prepacked weight: n itself in the warmed range, past it
-    the next multiple of ROW_BUCKET."""
-    return n if n <= WARM_ROWS else -(-n // ROW_BUCKET) * ROW_BUCKET
+    the next multiple of PREFILL_ROW_BUCKET."""
+    return n if n <= WARM_ROWS else -(-n // PREFILL_ROW_BUCKET) * PREFILL_ROW_BUCKET
 
 
 def _gemm_rows(n: int) -> int:

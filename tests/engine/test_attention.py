@@ -9,9 +9,9 @@ import time
 import pytest
 import torch
 
-from engine.attention import (KEY_BUCKET, PACKED_SDPA_MIN, ROW_BUCKET, matmuls_beat_sdpa,
-                              merge_query_lengths, paged_attention, plan_attention, runs_faster,
-                              write_kv)
+from engine.attention import (KEY_BUCKET, PACKED_SDPA_MIN, QUERY_ROW_BUCKET, matmuls_beat_sdpa,
+                              merge_query_lengths, paged_attention, plan_attention,
+                              runs_faster, write_kv)
 
 
 def _brute_force_cost(q_lens, ctx_lens, call_cost, gather_cost):
@@ -211,7 +211,8 @@ def test_only_calls_of_a_middling_count_of_scores_are_matmuls(monkeypatch, least
 def test_sdpa_calls_that_brgemm_would_pack_are_rounded_to_shapes_that_recur(monkeypatch):
     """Where SDPA packs large calls for oneDNN's brgemm (which keeps a kernel for every shape),
     a call of at least PACKED_SDPA_MIN query rows a KV head over as many keys pads its keys to a
-    multiple of KEY_BUCKET and its rows to one of ROW_BUCKET; smaller calls keep their shapes.
+    multiple of KEY_BUCKET and its rows to one of QUERY_ROW_BUCKET; smaller calls keep their
+    shapes.
     fp64 against the textbook: neither padding changes a row."""
     monkeypatch.setattr("engine.attention.sdpa_packs_for_brgemm", lambda dtype, device: True)
     q_lens = [23, 23, 40, 3, 30]  # 3 query heads a KV head: 69, 120 and 90 rows; 9 rows
@@ -223,7 +224,8 @@ def test_sdpa_calls_that_brgemm_would_pack_are_rounded_to_shapes_that_recur(monk
     for g in plan.groups:
         assert g.mask is None or g.mask.shape[2:] == (3 * g.q_len + g.pad_rows, g.ctx)
         if 3 * g.q_len >= PACKED_SDPA_MIN and g.ctx >= PACKED_SDPA_MIN:
-            assert g.ctx % KEY_BUCKET == 0 and (3 * g.q_len + g.pad_rows) % ROW_BUCKET == 0
+            assert g.ctx % KEY_BUCKET == 0
+            assert (3 * g.q_len + g.pad_rows) % QUERY_ROW_BUCKET == 0
     got = paged_attention(q, k_cache, v_cache, bt, cu, ctx_lens, 0.3, plan=plan)
     want = _one_lane_at_a_time(q, k_cache, v_cache, tables, q_lens, ctx, 0.3)
     torch.testing.assert_close(got, want, atol=1e-12, rtol=0)

@@ -5,7 +5,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.model import ROW_BUCKET, WARM_ROWS, _gemm_rows, _linear, onednn_rows
+from engine.model import (PREFILL_ROW_BUCKET, WARM_ROWS, _gemm_rows, _linear,
+                          onednn_rows)
 
 TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-12, torch.bfloat16: 2e-2}
 
@@ -30,12 +31,13 @@ def test_gemm_rows_are_two_four_or_multiples_of_eight():
 
 
 def test_onednn_meets_few_row_counts_past_the_warmed_range():
-    """Every count up to WARM_ROWS as it is; past it a multiple of ROW_BUCKET, never more than
-    ROW_BUCKET - 1 rows wasted: 2000-row steps meet 59 counts past the range, not 1872."""
+    """Every count up to WARM_ROWS as it is; past it a multiple of PREFILL_ROW_BUCKET, never
+    more than PREFILL_ROW_BUCKET - 1 rows wasted: up to 2000 rows, 59 counts past the range,
+    not 1872."""
     counts = [onednn_rows(n) for n in range(1, 2001)]
     assert counts[:WARM_ROWS] == list(range(1, WARM_ROWS + 1))
-    assert all(n <= rows < n + ROW_BUCKET for n, rows in enumerate(counts, 1))
-    assert len(set(counts[WARM_ROWS:])) == -(-(2000 - WARM_ROWS) // ROW_BUCKET)
+    assert all(n <= rows < n + PREFILL_ROW_BUCKET for n, rows in enumerate(counts, 1))
+    assert len(set(counts[WARM_ROWS:])) == -(-(2000 - WARM_ROWS) // PREFILL_ROW_BUCKET)
 
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
