@@ -19,6 +19,7 @@ from engine.controls import CATEGORIES, ControlMailbox, Controls
 from engine.devices import dtype_name, free_memory_bytes, others_cpu_seconds, set_cpu_threads
 from engine.errors import SwarmscopeError
 from engine.kv_cache import PagedKVCache
+from engine.native_memory import MemoryTrimmer
 from engine.runner import ModelRunner
 from engine.sequence import Sequence
 from engine.spec.calibration import (DEFAULT_CONTEXT, Calibration, calibrate_or_load,
@@ -69,6 +70,7 @@ class Engine:
         self.trace = TraceWriter(trace_path, self._session()) if trace_path else None
         self.thread_tuner: ThreadTuner | None = None  # set by tune_threads
         self._curves: dict[int, Calibration] = {}  # the tuner's counts' curves
+        self._trimmer = MemoryTrimmer()
         with self._lock:
             self._resize(self.controls.swarm_size, 0.0)
 
@@ -102,6 +104,7 @@ class Engine:
 
     # -- the loop --
     def step(self) -> StepRecord | None:
+        self._trimmer.maybe_trim()  # between steps: neither the step's time nor busy time
         start = time.perf_counter()
         if self._t0 is None:
             self._t0 = start
