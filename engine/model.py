@@ -94,10 +94,11 @@ def _linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     if x.device.type != "cpu":
         return F.linear(x, weight, bias)
     if weight.is_mkldnn:  # prepacked
-        n, rows = x.shape[0], onednn_rows(x.shape[0])
-        if rows == n:
+        n = x.shape[0]
+        pad = onednn_rows(n) - n if n > WARM_ROWS else 0  # decode steps skip the call
+        if not pad:
             return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
-        x = torch.cat((x, x.new_zeros(rows - n, x.shape[1])))
+        x = torch.cat((x, x.new_zeros(pad, x.shape[1])))
         return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")[:n]
     dtype, n = x.dtype, x.shape[0]
     if dtype == torch.bfloat16:
