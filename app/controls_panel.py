@@ -71,7 +71,7 @@ class ControlsPanel(QWidget):
         self.min_acceptance.setRange(0.0, 1.0)
         self.min_acceptance.setSingleStep(0.05)
         self.swarm_size = QSpinBox()
-        self.swarm_size.setRange(1, MAX_LANES)
+        self.swarm_size.setRange(0, MAX_LANES)  # 0: only API clients' agents
         self.tool_latency = QDoubleSpinBox()
         self.tool_latency.setRange(0.0, 60.0)
         self.tool_latency.setSingleStep(0.25)

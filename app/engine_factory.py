@@ -19,10 +19,11 @@ class EngineSpec:
     thinking: bool | None = None  # the chat template's enable_thinking (None: its default)
     threads: int | str | None = None  # CPU threads of the forward pass (None: one per core;
                                       # "auto": tuned as the session runs)
+    serving: bool = False         # API clients' agents join the swarm (KV cache room for them)
 
     def __post_init__(self) -> None:
-        if self.agents < 1:
-            raise ValueError(f"agents must be >= 1, got {self.agents}")
+        if self.agents < 0:
+            raise ValueError(f"agents must be >= 0, got {self.agents}")
 
     def build(self, progress: Progress):
         # Imported here: the app starts (and replays traces) without loading torch first.
@@ -42,7 +43,10 @@ class EngineSpec:
         # not stop it: here every forward pass checks for the close.
         with progress.checking(loaded.model):
             calibration = calibrate_or_load(loaded, progress=progress.calibration(0.7, 1.0))
-        engine = Engine(loaded, SwarmConfig(), controls=Controls(swarm_size=self.agents),
+        from engine.serve.http_api import CLIENT_LANES
+
+        config = SwarmConfig(client_lanes=CLIENT_LANES if self.serving else 0)
+        engine = Engine(loaded, config, controls=Controls(swarm_size=self.agents),
                         calibration=calibration, trace_path=self.trace_out)
         if tuned:  # every count's curve, measured where none is cached
             progress("CPU threads: each count's t(N)…", 0.7)

@@ -19,6 +19,8 @@ from app.session_traces import SessionTraces
 from app.theme import THEMES, Theme, apply_theme
 from engine.cli.options import (MODEL_HELP, add_device_options, add_thinking_option,
                                 add_version_option)
+from engine.errors import SwarmscopeError
+from engine.serve.http_api import ApiServer, parse_address
 
 
 DEFAULT_SIZE = (1600, 1000)
@@ -59,12 +61,23 @@ def _size(text: str) -> tuple[int, int]:
     return int(width), int(height)
 
 
+def _address(text: str) -> tuple[str, int]:
+    try:
+        return parse_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="swarmscope", description="The swarmscope window.")
     parser.add_argument("--model", default="default",
                         help=MODEL_HELP)
     add_device_options(parser, tuned=True)
-    parser.add_argument("--agents", type=int, default=8, help="swarm size at start")
+    parser.add_argument("--agents", type=int, default=None,
+                        help="simulated agents at start (default 8, or 0 with --serve)")
+    parser.add_argument("--serve", type=_address, metavar="[HOST:]PORT",
+                        help="answer OpenAI's chat completions API there (host default "
+                             "127.0.0.1): each conversation is an agent of the live session")
     add_thinking_option(parser)
     parser.add_argument("--trace-out", metavar="FILE",
                         help="record the session here, later ones (Ctrl+M) beside it, "
@@ -85,8 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    if args.agents < 1:
-        print("swarmscope: --agents must be >= 1", file=sys.stderr)
+    if args.agents is None:
+        args.agents = 0 if args.serve else 8
+    if args.agents < (0 if args.serve else 1):
+        print(f"swarmscope: --agents must be >= {0 if args.serve else 1}", file=sys.stderr)
         return 2
     if args.quit_after is not None and not 0 <= args.quit_after < math.inf:
         print(f"swarmscope: --quit-after must be a number of seconds >= 0, got {args.quit_after}",
@@ -101,6 +116,13 @@ def main(argv: list[str] | None = None) -> int:
     theme = Theme.load(args.theme)
     apply_theme(app, theme)
     window = MainWindow(theme, SessionTraces(args.trace_out))
+    try:  # before the window shows: a port in use is an error, not a window that cannot serve
+        server = ApiServer(lambda: window.engine, *args.serve).start() if args.serve else None
+    except SwarmscopeError as exc:
+        print(f"swarmscope: {exc}", file=sys.stderr)
+        return 2
+    if server:
+        window.show_serving(server.url)
     least = window.minimumSize()
     if args.size and (args.size[0] < least.width() or args.size[1] < least.height()):
         print(f"swarmscope: --size {args.size[0]}x{args.size[1]} is below the window's least size "
@@ -112,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         window.open_trace(args.replay)
     else:
         window.start_session(EngineSpec(args.model, args.dtype, args.device, args.agents,
-                                        thinking=args.thinking, threads=args.threads))
+                                        thinking=args.thinking, threads=args.threads,
+                                        serving=server is not None))
     if args.quit_after is not None:
         def finish() -> None:
             if args.screenshot:
@@ -122,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         QTimer.singleShot(int(args.quit_after * 1000), finish)
     app.exec()
     stop_closing_on_signals()
+    if server:
+        server.close()
     # Join the engine thread before Python tears down Qt objects (avoids crashes at exit).
     window.stop_engine()
     if not window.join_threads():

@@ -77,6 +77,8 @@ class WindowActionsMixin:
             lines.append(f"{loaded.name} ({loaded.source}), {calibration.dtype} on "
                          f"{calibration.hardware}{tuned}: T = {calibration.budget}, "
                          f"t(1) = {calibration.t_ms(1):.1f} ms{context}")
+        if self.api_url:
+            lines.append(f"Serving OpenAI's chat completions API at {self.api_url}")
         lines.append("The default model, SmolLM2-135M-Instruct, is Apache-2.0 (Hugging Face).")
         return "\n".join(lines)
 

@@ -30,7 +30,7 @@ class Controls:
     ragged: str = "packed"           # packed | padded
     drafter: str = "lookup"          # lookup | self | a draft model path
     min_acceptance: float = 0.1      # a lane or category below this stops drafting (re-probed)
-    swarm_size: int = 8              # agents in the swarm
+    swarm_size: int = 8              # simulated agents (0: only API clients' agents)
     tool_latency_s: float = 1.0      # median tool-call latency
     mix: dict[str, float] = field(default_factory=lambda: {c: 1.0 for c in CATEGORIES})
     paused: bool = False
@@ -44,8 +44,8 @@ class Controls:
             raise ValueError(f"ragged must be one of {LAYOUTS}, got {self.ragged!r}")
         if not 0 <= self.k <= 64:
             raise ValueError(f"k must be in 0..64, got {self.k}")
-        if self.batch_ceiling < 1 or self.spec_ceiling < 0 or self.swarm_size < 1:
-            raise ValueError("batch_ceiling and swarm_size must be >= 1, spec_ceiling >= 0")
+        if self.batch_ceiling < 1 or self.spec_ceiling < 0 or self.swarm_size < 0:
+            raise ValueError("batch_ceiling must be >= 1, spec_ceiling and swarm_size >= 0")
         if self.budget_override is not None and self.budget_override < 1:
             raise ValueError(f"budget_override must be >= 1, got {self.budget_override}")
         if not 0.0 <= self.min_acceptance <= 1.0:

@@ -7,10 +7,12 @@ buffers, or call agents(). Agent state is mutated only under `_lock`, never duri
 pass, so agents() waits at most for bookkeeping, not for a step."""
 from __future__ import annotations
 
+import math
 import random
 import statistics
 import threading
 import time
+from collections import deque
 from typing import Callable
 
 import torch
@@ -22,6 +24,8 @@ from engine.kv_cache import PagedKVCache
 from engine.native_memory import MemoryTrimmer
 from engine.runner import ModelRunner
 from engine.sequence import Sequence
+from engine.serve.client_agent import ClientAgent
+from engine.serve.completion import Completion
 from engine.spec.calibration import (DEFAULT_CONTEXT, Calibration, calibrate_or_load,
                                       longest_context)
 from engine.step import StepExecutor
@@ -38,6 +42,7 @@ from engine.thread_tuner import ThreadTuner, default_counts, physical_cores
 # and the rest of the machine need the remainder.
 KV_SHARE = 0.5
 IDLE_SLEEP_S = 0.02  # longest nap while every agent is in a tool call (wall clock)
+IDLE_CLIENTS = 32  # API clients' agents kept waiting for their next request; the oldest go
 
 
 class Engine:
@@ -58,9 +63,12 @@ class Engine:
         self.scheduler = Scheduler(SchedulerConfig(config.max_step_tokens,
                                                    config.rotate_after_steps), kv.blocks)
         self.workload = Workload(config.workload_dir or WORKLOAD_DIR)
-        self._max_context = max_context
+        self.max_context = max_context  # the most tokens a lane holds
         self._agents: dict[int, Agent] = {}
+        self._requests: deque[Completion] = deque()  # API requests not yet taken
+        self._closed = False  # requests are refused once it is
         self._next_seq_id = 0
+        self._next_agent_id = 0
         self._step_no = 0
         self._virtual_t = 0.0
         self._t0: float | None = None  # the wall clock's start: the first step's
@@ -80,7 +88,8 @@ class Engine:
         machine then preempts more, where a cache past the memory would swap the machine or get
         the process killed. Fewer than one agent's full context is an error."""
         per_block = PagedKVCache.bytes_per_block(loaded.config, config.block_size, loaded.dtype)
-        tokens = config.kv_tokens or max_context * self.controls.swarm_size
+        tokens = config.kv_tokens or max_context * max(
+            1, self.controls.swarm_size + config.client_lanes)
         blocks = -(-tokens // config.block_size)
         free = free_memory_bytes(loaded.device)
         if config.kv_tokens is None and free is not None and blocks * per_block > KV_SHARE * free:
@@ -112,6 +121,7 @@ class Engine:
             self._apply_controls(self.now())
             paused = self.controls.paused
             if not paused:
+                self._serve_clients(self.now())
                 self._wake_agents(self.now())
                 out = self.scheduler.schedule(self.controls.batch_ceiling)
         if paused:
@@ -273,11 +283,25 @@ class Engine:
         """Why the trace stopped being written (a full disk), while the session runs on."""
         return self.trace.error if self.trace else None
 
+    def submit(self, completion: Completion) -> None:
+        """Serve an API request from the next step (from any thread): it goes on with the
+        conversation of a waiting client agent whose context it extends, or starts a new one."""
+        with self._lock:
+            if self._closed:
+                completion.fail("the engine stopped")
+            else:
+                self._requests.append(completion)
+
     def close(self) -> None:
-        if self.trace:
-            with self._lock:  # the text since each agent's last state change
+        with self._lock:
+            self._closed = True
+            for completion in [*self._requests, *(a.completion for a in self._clients("decode"))]:
+                completion.fail("the engine stopped")
+            self._requests.clear()
+            if self.trace:  # the text since each agent's last state change
                 for agent in self._agents.values():
                     self._record_text(self.now(), agent)
+        if self.trace:
             self.trace.close()
 
     # -- controls --
@@ -298,21 +322,63 @@ class Engine:
             self._resize(self.controls.swarm_size, t)
 
     def _resize(self, size: int, t: float) -> None:
-        live = [a for a in self._agents.values() if a.state != "done"]
+        live = [a for a in self._agents.values()
+                if a.state != "done" and not isinstance(a, ClientAgent)]
         for agent in live[size:]:  # the newest leave first
             self._retire(agent.seq)
             agent.state = "done"
             self._agent_event(t, agent.id, "done")
         for _ in range(size - len(live)):
-            agent_id = len(self._agents)
+            agent_id = self._new_agent_id()
             rng = random.Random(f"{self.config.seed}:{agent_id}")
             agent = Agent(agent_id, self.workload, self.loaded.tokenizer, rng,
-                          self.config.temperature, self._max_context,
+                          self.config.temperature, self.max_context,
                           record_text=self.trace is not None)
             self._agents[agent_id] = agent
             # First tasks go round the categories in the mix, so every category is present.
             cats = [c for c in CATEGORIES if self.controls.mix.get(c, 0) > 0]
             self._start_task(agent, cats[agent_id % len(cats)], t)
+
+    def _new_agent_id(self) -> int:
+        self._next_agent_id += 1
+        return self._next_agent_id - 1
+
+    # -- API clients --
+    def _serve_clients(self, t: float) -> None:
+        """Requests taken, and turns whose client cancelled them ended."""
+        for agent in self._clients("decode"):
+            if agent.completion.cancelled:
+                self._send_to_tool(agent, t)
+        while self._requests:
+            completion = self._requests.popleft()
+            if completion.cancelled:
+                continue
+            prompt = completion.request.prompt_ids
+            waiting = self._clients("tool")
+            agent = max(waiting, key=lambda a: a.held(prompt), default=None)
+            if agent is not None and agent.held(prompt):
+                agent.go_on(completion, t)
+                self.executor.restart_sampling(agent.seq)
+                self.scheduler.add(agent.seq)
+            else:
+                if len(waiting) >= IDLE_CLIENTS:
+                    self._retire_client(min(waiting, key=lambda a: a.idle_since), t)
+                agent = ClientAgent(self._new_agent_id(), self.loaded.tokenizer,
+                                    self.max_context, record_text=self.trace is not None)
+                self._agents[agent.id] = agent
+                self._next_seq_id += 1
+                self.scheduler.add(agent.start(completion, self._next_seq_id, t))
+            self._agent_event(t, agent.id, "decode")
+
+    def _clients(self, state: str) -> list[ClientAgent]:
+        return [a for a in self._agents.values() if isinstance(a, ClientAgent) and a.state == state]
+
+    def _retire_client(self, agent: ClientAgent, t: float) -> None:
+        """A client agent no request went on with for longest: gone, KV and all."""
+        self._retire(agent.seq)
+        agent.state = "done"
+        self._agent_event(t, agent.id, "done")
+        del self._agents[agent.id]
 
     # -- agent transitions --
     def _start_task(self, agent: Agent, cat: str, t: float) -> None:
@@ -352,7 +418,9 @@ class Engine:
     # -- idling --
     def _next_tool_end(self) -> float | None:
         with self._lock:
-            ends = [a.tool_until for a in self._agents.values() if a.state == "tool"]
+            # a client agent's "tool" is its client, which may never come back
+            ends = [a.tool_until for a in self._agents.values()
+                    if a.state == "tool" and a.tool_until < math.inf]
         return min(ends) if ends else None
 
     def _idle(self, wake_at: float | None) -> None:

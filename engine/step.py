@@ -87,6 +87,11 @@ class StepExecutor:
         self.shadows.forget(seq.seq_id)
         self.stats.forget(seq.seq_id)
 
+    def restart_sampling(self, seq: Sequence) -> None:
+        """The lane's next tokens are drawn with its sampling params as they are now (a client's
+        next request brings its own), from a generator seeded afresh."""
+        self._samplers.pop(seq.seq_id, None)
+
     def run(self, scheduled: list[tuple[Sequence, int]], controls: Controls, step: int,
             t: float) -> StepOutcome:
         start = time.perf_counter()

@@ -86,17 +86,25 @@ class Tokenizer:
         as the start of the user message instead, as other tools do; ChatTemplateError, naming
         the template's file, when that is refused too."""
         try:
-            return self._render(user, system)
+            return self._render(_conversation(user, system))
         except ChatTemplateError as exc:
             if system is None:
                 raise self._named(exc) from None
             try:
-                return self._render(f"{system}\n\n{user}", None)
+                return self._render(_conversation(f"{system}\n\n{user}", None))
             except ChatTemplateError as folded:
                 if str(folded) == str(exc):
                     raise self._named(exc) from None
                 raise self._named(f"{exc}; with the system message folded into the user's: "
                                   f"{folded}") from None
+
+    def chat_messages(self, messages: list[dict[str, str]]) -> str:
+        """The prompt for a whole conversation (an API client's), ending with the assistant's
+        turn; ChatTemplateError, naming the template's file, when the template refuses it."""
+        try:
+            return self._render(messages)
+        except ChatTemplateError as exc:
+            raise self._named(exc) from None
 
     def follow_up(self, user: str) -> str:
         """What follows an assistant's turn when the user (a tool) answers: the turn's close, the
@@ -110,8 +118,8 @@ class Tokenizer:
             text = None
         return self.chat_prompt(user) if text is None else text
 
-    def _render(self, user: str, system: str | None) -> str:
-        return render_chat(self.chat_template, _conversation(user, system),
+    def _render(self, messages: list[dict[str, str]]) -> str:
+        return render_chat(self.chat_template, messages,
                            bos_token=self.bos_token or "", eos_token=self.eos_token or "",
                            variables=self.template_variables)
 
@@ -165,6 +173,9 @@ class ByteTokenizer:
 
     def chat_prompt(self, user: str, system: str | None = None) -> str:
         return render_chat(None, _conversation(user, system))
+
+    def chat_messages(self, messages: list[dict[str, str]]) -> str:
+        return render_chat(None, messages)
 
     def follow_up(self, user: str) -> str:
         return render_follow_up(None, user)  # ChatML shows the assistant's words as given

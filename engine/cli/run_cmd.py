@@ -13,6 +13,7 @@ from engine.cli.options import (MODEL_HELP, add_device_options, add_thinking_opt
 from engine.controls import (ADAPTIVE_CAP, DEFAULT_K, FIXED_K, Controls, parse_change,
                              parse_mix)
 from engine.errors import SwarmscopeError
+from engine.serve.http_api import CLIENT_LANES, ApiServer, parse_address
 from engine.telemetry.records import LAYOUTS, POLICIES
 from engine.telemetry.summary import format_summary, summarize
 from engine.thread_tuner import AUTO
@@ -27,9 +28,14 @@ def register(subparsers) -> None:
     p.add_argument("--model", default="default", help=MODEL_HELP)
     add_device_options(p, tuned=True)
     add_thinking_option(p)
-    p.add_argument("--agents", type=int, default=8, help="swarm size (default 8)")
+    p.add_argument("--agents", type=int, default=None,
+                   help="simulated agents (default 8, or 0 with --serve)")
+    p.add_argument("--serve", type=_checked(parse_address), metavar="[HOST:]PORT",
+                   help="also answer OpenAI's chat completions API there (host default "
+                        "127.0.0.1): each conversation is an agent of the session")
     length = p.add_mutually_exclusive_group()
-    length.add_argument("--duration", type=float, help="session seconds to run (default 30)")
+    length.add_argument("--duration", type=float,
+                        help="session seconds to run (default 30; with --serve, until Ctrl+C)")
     length.add_argument("--steps", type=int, help="engine steps to run")
     p.add_argument("--policy", choices=POLICIES, default="goodput")
     p.add_argument("--k", type=int, default=None,
@@ -108,6 +114,8 @@ def _run(args) -> int:
     from engine.spec.calibration import calibrate_or_load
     from engine.swarm.config import SwarmConfig
 
+    if args.agents is None:
+        args.agents = 0 if args.serve else 8
     _check_numbers(args)
     check_drafter("--drafter", args.drafter)
     controls = Controls(policy=args.policy, k=args.k, drafter=args.drafter, ragged=args.ragged,
@@ -128,9 +136,11 @@ def _run(args) -> int:
     _check_against_model(args, changes, loaded)
     # without --max-context the config's default, which the engine holds to the model's positions
     config = SwarmConfig(seed=args.seed, clock=args.clock, temperature=args.temperature,
+                         client_lanes=CLIENT_LANES if args.serve else 0,
                          **({"max_context": args.max_context} if args.max_context else {}))
     engine = Engine(loaded, config, controls, calibration=calibrate_or_load(loaded, progress=say),
                     trace_path=args.trace)
+    server = ApiServer(lambda: engine, *args.serve).start() if args.serve else None
     if tuned:
         engine.tune_threads(say)
         print(f"CPU threads tuned among {', '.join(map(str, engine.thread_tuner.counts))}",
@@ -138,8 +148,12 @@ def _run(args) -> int:
     print(f"budget T = {engine.calibration.budget} (calibrated with lanes at context "
           f"{engine.calibration.context}); {args.agents} agents, policy {args.policy}",
           file=sys.stderr)
+    if server:
+        print(f"serving OpenAI's chat completions API at {server.url} (Ctrl+C ends the session)",
+              file=sys.stderr)
     steps = args.steps
-    duration = args.duration if args.duration is not None or steps is not None else 30.0
+    duration = (args.duration if args.duration is not None or steps is not None or server
+                else 30.0)
     wall_start = last_report = time.perf_counter()
     failure = None
     sigterm = signal.signal(signal.SIGTERM, _interrupted)  # as Ctrl+C: summarise, finish
@@ -161,14 +175,16 @@ def _run(args) -> int:
               file=sys.stderr)
     finally:
         signal.signal(signal.SIGTERM, sigterm)
+        if server:
+            server.close()
         engine.close()
     if engine.trace_error:
         print(f"warning: {engine.trace_error}", file=sys.stderr)
     wall_s = time.perf_counter() - wall_start
     records = engine.records.snapshot()
     if not records:
-        print("no step ran", file=sys.stderr)
-        return 1
+        print("no request came" if server else "no step ran", file=sys.stderr)
+        return 0 if server and not failure else 1
     if engine.records.total > len(records):  # the engine keeps the newest record_capacity
         print(f"the summary covers the last {len(records)} of {engine.records.total} steps"
               + (f"; `swarmscope trace check {args.trace}` summarises them all" if args.trace
@@ -198,11 +214,14 @@ def _check_numbers(args) -> None:
     the configs' own errors name their fields (swarm_size for --agents)."""
     from engine.swarm.config import MIN_CONTEXT
 
-    check_at_least({"--agents": (args.agents, 1), "--batch-ceiling": (args.batch_ceiling, 1),
+    check_at_least({"--agents": (args.agents, 0 if args.serve else 1), "--batch-ceiling": (args.batch_ceiling, 1),
                     "--spec-ceiling": (args.spec_ceiling, 0), "--budget": (args.budget, 1),
                     "--steps": (args.steps, 1), "--max-context": (args.max_context, MIN_CONTEXT),
                     "--tool-latency": (args.tool_latency, 0),
                     "--temperature": (args.temperature, 0)})
+    if args.serve and args.clock != "wall":
+        raise SwarmscopeError(f"--serve answers clients in real time: it needs --clock wall, "
+                              f"not {args.clock}")
     if args.duration is not None and not 0 < args.duration < math.inf:
         raise SwarmscopeError(f"--duration must be a finite number > 0, got {args.duration:g}")
     if not 0 <= args.min_acceptance <= 1:

@@ -24,7 +24,8 @@ class SwarmConfig:
     tool_latency_sigma: float = 1.0  # log-normal spread around Controls.tool_latency_s
     max_step_tokens: int = 256      # tokens fed per step (decode + prefill chunks)
     rotate_after_steps: int = 256   # fair rotation when agents wait for a batch slot
-    kv_tokens: int | None = None    # KV cache size; None: max_context x the initial swarm size
+    kv_tokens: int | None = None    # KV cache size; None: max_context x the lanes below
+    client_lanes: int = 0           # lanes the cache holds for API clients beside the swarm's
     block_size: int = 16
     record_capacity: int = 100_000  # step records (and events) kept for the app
     workload_dir: str | None = None  # None: resources/workloads
@@ -37,6 +38,8 @@ class SwarmConfig:
         if self.max_context < MIN_CONTEXT:
             raise ValueError(f"max_context must be >= {MIN_CONTEXT} (a prompt token and a "
                              f"turn's), got {self.max_context}")
+        if self.client_lanes < 0:
+            raise ValueError(f"SwarmConfig.client_lanes must be >= 0, got {self.client_lanes}")
         for name in ("max_step_tokens", "rotate_after_steps", "block_size", "record_capacity"):
             if getattr(self, name) < 1:
                 raise ValueError(f"SwarmConfig.{name} must be >= 1, got {getattr(self, name)}")

@@ -1,0 +1,204 @@
+"""OpenAI's chat completions API over HTTP, answered by the running engine, so that a swarm of
+real agents (any OpenAI client) can be watched and steered: each conversation is a client agent
+of the engine (engine/serve/client_agent.py), batched and speculated for with the rest.
+
+Endpoints: GET /v1/models, POST /v1/chat/completions (streamed or not), GET /health. One thread
+a connection (the standard library's server); requests reach the engine through its `submit`,
+and the answer comes back token by token through a Completion."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+from engine.errors import SwarmscopeError
+from engine.serve.completion import AnswerText, Completion
+from engine.serve.request import ChatRequest, RequestError
+
+MAX_BODY = 64 * 2 ** 20  # bytes a request body may have
+CLIENT_LANES = 8  # lanes of full context a serving session's KV cache holds for its clients
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """`PORT` or `HOST:PORT` (an IPv6 host in brackets); the host defaults to 127.0.0.1, so
+    nothing beyond this machine reaches the engine unless asked for."""
+    host, _, port = text.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected PORT or HOST:PORT, got {text!r}")
+    return host, int(port)
+
+
+class ApiServer:
+    """Serves the engine `engine_of()` returns (None while none runs: a window loading its
+    model), from start() until close()."""
+
+    def __init__(self, engine_of: Callable[[], object | None], host: str = "127.0.0.1",
+                 port: int = 8000) -> None:
+        handler = type("Handler", (_Handler,), {"engine_of": staticmethod(engine_of)})
+        try:
+            self._server = ThreadingHTTPServer((host, port), handler)
+        except OSError as exc:
+            raise SwarmscopeError(f"cannot serve the API on {host}:{port}: {exc.strerror or exc}") \
+                from None
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="api-server",
+                                        daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
+
+    def start(self) -> "ApiServer":
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._server.shutdown()
+        self._server.server_close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    engine_of: Callable[[], object | None]
+    server_version = "swarmscope"
+
+    def log_message(self, format, *args) -> None:  # the engine's records say what ran
+        pass
+
+    def do_GET(self) -> None:
+        path = self.path.split("?")[0].rstrip("/")
+        engine = self.engine_of()
+        if path == "/health":
+            self._json(200 if engine else 503, {"status": "ok" if engine else "loading"})
+        elif path == "/v1/models":
+            names = [engine.loaded.name] if engine else []
+            self._json(200, {"object": "list", "data": [
+                {"id": name, "object": "model", "created": 0, "owned_by": "swarmscope"}
+                for name in names]})
+        else:
+            self._error(404, f"no such endpoint: GET {path}", "not_found_error")
+
+    def do_POST(self) -> None:
+        path = self.path.split("?")[0].rstrip("/")
+        if path != "/v1/chat/completions":
+            self._error(404, f"no such endpoint: POST {path} (this server answers "
+                        "/v1/chat/completions)", "not_found_error")
+            return
+        engine = self.engine_of()
+        if engine is None:
+            self._error(503, "the model is still loading", "server_error")
+            return
+        try:
+            request = ChatRequest.parse(self._body(), engine.loaded.tokenizer, engine.max_context)
+        except RequestError as exc:
+            self._error(400, str(exc), "invalid_request_error")
+            return
+        completion = Completion(request)
+        engine.submit(completion)
+        answer = AnswerText(engine.loaded.tokenizer, tuple(engine.loaded.tokenizer.eos_ids),
+                            request.stop)
+        head = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "created": int(time.time()),
+                "model": engine.loaded.name}
+        try:
+            if request.stream:
+                self._stream(completion, answer, head)
+            else:
+                self._whole(completion, answer, head)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client left
+        finally:
+            completion.cancel()  # ends the turn if the engine is still on it
+
+    # -- answers --
+    def _whole(self, completion: Completion, answer: AnswerText, head: dict) -> None:
+        text = []
+        for kind, value in _pieces(completion, answer):
+            if kind == "text":
+                text.append(value)
+            elif kind == "error":
+                self._error(503, value, "server_error")
+                return
+            else:
+                self._json(200, {**head, "object": "chat.completion", "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": "".join(text)},
+                     "finish_reason": value}], "usage": _usage(completion, answer)})
+
+    def _stream(self, completion: Completion, answer: AnswerText, head: dict) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()
+
+        def chunk(delta: dict, reason=None) -> None:
+            self._event({**head, "object": "chat.completion.chunk", "choices": [
+                {"index": 0, "delta": delta, "finish_reason": reason}]})
+
+        chunk({"role": "assistant", "content": ""})
+        for kind, value in _pieces(completion, answer):
+            if kind == "text":
+                chunk({"content": value})
+            elif kind == "error":
+                self._event({"error": {"message": value, "type": "server_error"}})
+            else:
+                chunk({}, value)
+                if completion.request.include_usage:
+                    self._event({**head, "object": "chat.completion.chunk", "choices": [],
+                                 "usage": _usage(completion, answer)})
+        self.wfile.write(b"data: [DONE]\n\n")
+
+    # -- plumbing --
+    def _body(self):
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            raise RequestError("the request needs a Content-Length header") from None
+        if not 0 < length <= MAX_BODY:
+            raise RequestError(f"the body must be 1 to {MAX_BODY} bytes, got {length}")
+        try:
+            return json.loads(self.rfile.read(length))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise RequestError(f"the body is not JSON: {exc}") from None
+
+    def _event(self, payload: dict) -> None:
+        self.wfile.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
+        self.wfile.flush()
+
+    def _json(self, status: int, payload: dict) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _error(self, status: int, message: str, kind: str) -> None:
+        self._json(status, {"error": {"message": message, "type": kind, "code": None}})
+
+
+def _pieces(completion: Completion, answer: AnswerText):
+    """("text", piece) as the answer's text comes, then ("end", finish_reason) or ("error",
+    message). A stop string met cancels the completion, so the engine stops at its next step."""
+    while True:
+        kind, value = completion.next_event()
+        if kind == "error":
+            yield "error", value
+            return
+        piece = answer.add(value) if kind == "tokens" else answer.add([], last=True)
+        if piece:
+            yield "text", piece
+        if answer.stopped or kind == "finish":
+            completion.cancel()
+            yield "end", "stop" if answer.stopped else value
+            return
+
+
+def _usage(completion: Completion, answer: AnswerText) -> dict:
+    prompt = len(completion.request.prompt_ids)
+    return {"prompt_tokens": prompt, "completion_tokens": answer.tokens,
+            "total_tokens": prompt + answer.tokens,
+            "prompt_tokens_details": {"cached_tokens": completion.reused_tokens}}

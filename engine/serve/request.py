@@ -1,0 +1,130 @@
+"""A chat completion request as OpenAI's API spells it, checked field by field: what a client
+sends becomes the prompt's token ids and the lane's sampling, or a RequestError that says which
+field is wrong and why (the server answers it with HTTP 400)."""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+from engine.chat_template import ChatTemplateError
+from engine.errors import SwarmscopeError
+from engine.sampling import SamplingParams
+
+ROLES = ("system", "user", "assistant", "tool", "developer")
+MAX_STOPS = 4  # stop strings a request may give, as OpenAI's API allows
+# Fields that ask for what a plain text completion does not do; refused rather than ignored,
+# so that a client is not answered as if its tools or format had been honoured.
+UNSUPPORTED = ("tools", "functions", "tool_choice", "function_call", "response_format", "logprobs",
+               "top_logprobs", "logit_bias", "audio", "prediction")
+
+
+class RequestError(SwarmscopeError):
+    """A request the server cannot serve; the message names the field."""
+
+
+@dataclass(slots=True)
+class ChatRequest:
+    prompt_ids: list[int]
+    max_tokens: int           # the most tokens the answer may have
+    sampling: SamplingParams
+    stop: tuple[str, ...]     # the answer ends before the first of these
+    stream: bool
+    include_usage: bool       # a streamed answer ends with a usage chunk
+
+    @classmethod
+    def parse(cls, body, tokenizer, max_context: int) -> "ChatRequest":
+        """`body`: the decoded JSON; `max_context`: the most tokens a lane may hold."""
+        if not isinstance(body, dict):
+            raise RequestError("the request body must be a JSON object")
+        asked = [name for name in UNSUPPORTED if body.get(name) not in (None, False, [], {})]
+        if asked:
+            raise RequestError(f"{', '.join(asked)}: not supported (the answer is plain text; "
+                               "describe tools in a system message)")
+        if body.get("n", 1) != 1:
+            raise RequestError(f"n: only one choice is generated, got {body['n']!r}")
+        messages = _messages(body.get("messages"))
+        try:
+            prompt = tokenizer.chat_messages(messages)
+        except ChatTemplateError as exc:
+            raise RequestError(f"messages: {exc}") from None
+        prompt_ids = tokenizer.encode(prompt)
+        room = max_context - len(prompt_ids)
+        if room < 1:
+            raise RequestError(f"messages: the prompt is {len(prompt_ids)} tokens, which leaves "
+                               f"no room for an answer in the {max_context} tokens a lane holds")
+        max_tokens = _number(body, ("max_completion_tokens", "max_tokens"), int, 1, math.inf)
+        if body.get("top_p") == 0:
+            raise RequestError("top_p: must be above 0, got 0")
+        sampling = SamplingParams(
+            temperature=_number(body, ("temperature",), float, 0.0, 2.0, default=1.0),
+            top_p=_number(body, ("top_p",), float, 0.0, 1.0, default=1.0),
+            top_k=_number(body, ("top_k",), int, 0, math.inf, default=0),
+            seed=_number(body, ("seed",), int, -math.inf, math.inf,
+                         default=random.randrange(2 ** 31)) % 2 ** 31)
+        stream_options = body.get("stream_options") or {}
+        if not isinstance(stream_options, dict):
+            raise RequestError("stream_options: must be an object")
+        return cls(prompt_ids=prompt_ids, max_tokens=min(max_tokens or room, room),
+                   sampling=sampling, stop=_stops(body.get("stop")),
+                   stream=_flag(body, "stream"),
+                   include_usage=_flag(stream_options, "include_usage"))
+
+
+def _messages(messages) -> list[dict[str, str]]:
+    """The conversation as the chat template takes it: roles and text (a content given as
+    OpenAI's list of parts is joined from its text parts)."""
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("messages: must be a non-empty list of {role, content} objects")
+    checked = []
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict) or message.get("role") not in ROLES:
+            raise RequestError(f"{where}: must be an object whose role is one of "
+                               f"{', '.join(ROLES)}")
+        content = message.get("content")
+        if isinstance(content, list):
+            if not all(isinstance(p, dict) and p.get("type") == "text" and
+                       isinstance(p.get("text"), str) for p in content):
+                raise RequestError(f"{where}.content: only text parts are supported")
+            content = "".join(part["text"] for part in content)
+        if content is None and message["role"] == "assistant":
+            content = ""
+        if not isinstance(content, str):
+            raise RequestError(f"{where}.content: must be text")
+        checked.append({"role": message["role"], "content": content})
+    return checked
+
+
+def _number(body: dict, names: tuple[str, ...], kind: type, low: float, high: float,
+            default=None):
+    """The first of `names` given, as `kind`, within [low, high]; `default` when none is."""
+    name = next((n for n in names if body.get(n) is not None), None)
+    if name is None:
+        return default
+    value = body[name]
+    whole = isinstance(value, int) or isinstance(value, float) and value.is_integer()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            kind is int and not whole or not low <= value <= high:
+        kind_name = "an integer" if kind is int else "a number"
+        bounds = " and ".join(part for part in (
+            f">= {low:g}" if low > -math.inf else "", f"<= {high:g}" if high < math.inf else "")
+            if part)
+        raise RequestError(f"{name}: must be {kind_name}" + (f" {bounds}" if bounds else "") +
+                           f", got {value!r}")
+    return kind(value)
+
+
+def _stops(stop) -> tuple[str, ...]:
+    stops = [stop] if isinstance(stop, str) else stop if stop is not None else []
+    if not isinstance(stops, list) or len(stops) > MAX_STOPS or \
+            not all(isinstance(s, str) and s for s in stops):
+        raise RequestError(f"stop: must be a non-empty string or a list of at most {MAX_STOPS}")
+    return tuple(stops)
+
+
+def _flag(body: dict, name: str) -> bool:
+    value = body.get(name, False)
+    if not isinstance(value, bool):
+        raise RequestError(f"{name}: must be true or false, got {value!r}")
+    return value

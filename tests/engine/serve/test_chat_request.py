@@ -1,0 +1,74 @@
+"""A client's request becomes prompt ids and sampling, or an error that names the field."""
+import pytest
+
+from engine.serve.request import ChatRequest, RequestError
+from engine.tokenizer import ByteTokenizer
+
+TOK = ByteTokenizer()
+HELLO = [{"role": "user", "content": "hello"}]
+
+
+def parse(max_context=256, **body):
+    return ChatRequest.parse({"messages": HELLO, **body}, TOK, max_context)
+
+
+def test_the_prompt_is_the_conversation_in_the_chat_template():
+    messages = [{"role": "system", "content": "be brief"}, *HELLO,
+                {"role": "assistant", "content": "hi"}, {"role": "user", "content": "again"}]
+    request = ChatRequest.parse({"messages": messages}, TOK, 256)
+    assert TOK.decode(request.prompt_ids) == TOK.chat_messages(messages)
+    assert TOK.decode(request.prompt_ids).endswith("again<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_text_parts_are_joined_and_a_missing_assistant_content_is_empty():
+    parts = ChatRequest.parse({"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "hel"}, {"type": "text", "text": "lo"}]},
+        {"role": "assistant", "content": None}, *HELLO]}, TOK, 256)
+    plain = ChatRequest.parse({"messages": [*HELLO, {"role": "assistant", "content": ""},
+                                            *HELLO]}, TOK, 256)
+    assert parts.prompt_ids == plain.prompt_ids
+
+
+def test_defaults_follow_openais_api_and_max_tokens_is_held_to_the_room_left():
+    request = parse()
+    room = 256 - len(request.prompt_ids)
+    assert (request.max_tokens, request.sampling.temperature, request.sampling.top_p,
+            request.stop, request.stream) == (room, 1.0, 1.0, (), False)
+    assert parse(max_tokens=10_000).max_tokens == room
+    assert parse(max_tokens=5, max_completion_tokens=7).max_tokens == 7
+    chosen = parse(temperature=0, seed=-3, stop="\n", stream=True,
+                   stream_options={"include_usage": True})
+    assert (chosen.sampling.temperature, chosen.sampling.seed, chosen.stop, chosen.stream,
+            chosen.include_usage) == (0.0, 2 ** 31 - 3, ("\n",), True, True)
+
+
+@pytest.mark.parametrize("body, says", [
+    ({"messages": []}, "messages: must be a non-empty list"),
+    ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0]: must be an object whose role"),
+    ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content: must be text"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+     "messages[0].content: only text parts"),
+    ({"max_tokens": 0}, "max_tokens: must be an integer >= 1, got 0"),
+    ({"max_tokens": 2.5}, "max_tokens: must be an integer >= 1, got 2.5"),
+    ({"temperature": 3}, "temperature: must be a number >= 0 and <= 2, got 3"),
+    ({"temperature": "hot"}, "temperature: must be a number"),
+    ({"top_p": 0}, "top_p: must be above 0"),
+    ({"seed": True}, "seed: must be an integer"),
+    ({"stop": ["a", "b", "c", "d", "e"]}, "stop: must be a non-empty string or a list of at most 4"),
+    ({"stop": [""]}, "stop: must be"),
+    ({"stream": "yes"}, "stream: must be true or false"),
+    ({"n": 2}, "n: only one choice"),
+    ({"tools": [{"type": "function"}]}, "tools: not supported"),
+    ({"response_format": {"type": "json_object"}}, "response_format: not supported"),
+])
+def test_a_bad_field_is_named(body, says):
+    with pytest.raises(RequestError, match=None) as caught:
+        ChatRequest.parse({"messages": HELLO, **body}, TOK, 256)
+    assert says in str(caught.value)
+
+
+def test_a_body_that_is_not_an_object_and_a_prompt_past_the_context_are_refused():
+    with pytest.raises(RequestError, match="must be a JSON object"):
+        ChatRequest.parse(["hello"], TOK, 256)
+    with pytest.raises(RequestError, match=r"leaves no room for an answer in the 30 tokens"):
+        ChatRequest.parse({"messages": [{"role": "user", "content": "x" * 40}]}, TOK, 30)
