@@ -1,0 +1,167 @@
+"""The HTTP API end to end: a server on a free port, the tiny model's engine stepping on a
+thread of its own (wall clock), and a plain HTTP client."""
+import http.client
+import json
+import pathlib
+import signal
+import subprocess
+import sys
+import threading
+import urllib.parse
+
+import pytest
+
+from engine.controls import Controls
+from engine.engine import Engine
+from engine.errors import SwarmscopeError
+from engine.generate import generate
+from engine.serve.http_api import ApiServer, parse_address
+from engine.swarm.config import SwarmConfig
+from engine.telemetry.trace_reader import read_trace
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+
+USER = "def add(a, b):\n    return a + b\n\nRepeat the function."
+
+
+@pytest.fixture
+def served(tiny, calibration):
+    """(engine, port) with the engine stepping until the test ends."""
+    engine = Engine(tiny, SwarmConfig(max_context=512, client_lanes=4), Controls(swarm_size=0),
+                    calibration=calibration)
+    stop = threading.Event()
+    stepping = threading.Thread(target=engine.run, kwargs={"stop": stop})
+    stepping.start()
+    server = ApiServer(lambda: engine, "127.0.0.1", 0).start()
+    yield engine, server
+    server.close()
+    stop.set()
+    stepping.join()
+    engine.close()
+
+
+def call(server, method, path, body=None):
+    host, port = server._server.server_address[:2]
+    connection = http.client.HTTPConnection(host, port, timeout=60)
+    data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+    connection.request(method, path, body=data,
+                       headers={"Content-Type": "application/json"} if data else {})
+    response = connection.getresponse()
+    return response.status, response.read().decode()
+
+
+def chat(**body):
+    return {"messages": [{"role": "user", "content": USER}], "temperature": 0, "max_tokens": 12,
+            **body}
+
+
+def test_an_answer_and_its_usage(served, tiny):
+    engine, server = served
+    status, text = call(server, "POST", "/v1/chat/completions", chat())
+    reply = json.loads(text)
+    expected = generate(tiny, [USER], Controls(policy="off"), max_new_tokens=12)[0]
+    assert status == 200 and reply["object"] == "chat.completion"
+    assert reply["choices"][0]["message"] == {"role": "assistant", "content": expected.text}
+    assert reply["choices"][0]["finish_reason"] == "length"
+    assert reply["usage"]["completion_tokens"] == 12
+    assert reply["usage"]["prompt_tokens"] == len(tiny.tokenizer.encode(
+        tiny.tokenizer.chat_prompt(USER)))
+    assert reply["model"] == engine.loaded.name
+
+
+def test_a_streamed_answer_comes_in_server_sent_events(served, tiny):
+    _, server = served
+    status, text = call(server, "POST", "/v1/chat/completions",
+                        chat(stream=True, stream_options={"include_usage": True}))
+    events = [line.removeprefix("data: ") for line in text.split("\n\n") if line]
+    assert status == 200 and events[-1] == "[DONE]"
+    chunks = [json.loads(event) for event in events[:-1]]
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    content = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+    assert content == generate(tiny, [USER], Controls(policy="off"), max_new_tokens=12)[0].text
+    assert chunks[-2]["choices"][0]["finish_reason"] == "length"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 12
+
+
+def test_a_stop_string_ends_the_answer_and_the_turn(served):
+    engine, server = served
+    # the tiny model's greedy answer is newlines: it ends before the first two
+    status, text = call(server, "POST", "/v1/chat/completions",
+                        chat(stop=["x", "\n\n"], max_tokens=400))
+    reply = json.loads(text)
+    assert status == 200 and reply["choices"][0]["message"]["content"] == ""
+    assert reply["choices"][0]["finish_reason"] == "stop"
+    assert reply["usage"]["completion_tokens"] < 400
+    for _ in range(100):  # the engine ends the turn at its next step
+        if [agent.state for agent in engine.agents()] == ["tool"]:
+            break
+        threading.Event().wait(0.05)
+    assert [agent.state for agent in engine.agents()] == ["tool"]
+    assert engine.agents()[0].tokens < 400
+
+
+def test_models_health_and_errors_are_json(served):
+    engine, server = served
+    status, text = call(server, "GET", "/v1/models")
+    assert status == 200 and [m["id"] for m in json.loads(text)["data"]] == [engine.loaded.name]
+    assert call(server, "GET", "/health") == (200, '{"status": "ok"}')
+    status, text = call(server, "POST", "/v1/chat/completions", chat(temperature=9))
+    assert status == 400 and "temperature: must be a number" in json.loads(text)["error"]["message"]
+    status, text = call(server, "POST", "/v1/chat/completions", b"{not json")
+    assert status == 400 and "the body is not JSON" in json.loads(text)["error"]["message"]
+    status, text = call(server, "POST", "/v1/completions", chat())
+    assert status == 404 and "/v1/chat/completions" in json.loads(text)["error"]["message"]
+
+
+def test_without_an_engine_the_server_says_it_is_loading():
+    server = ApiServer(lambda: None, "127.0.0.1", 0).start()
+    try:
+        assert call(server, "GET", "/health")[0] == 503
+        status, text = call(server, "POST", "/v1/chat/completions", chat())
+        assert status == 503 and "loading" in text
+        assert json.loads(call(server, "GET", "/v1/models")[1])["data"] == []
+    finally:
+        server.close()
+
+
+def test_a_port_in_use_is_a_clear_error_and_addresses_parse():
+    server = ApiServer(lambda: None, "127.0.0.1", 0)
+    try:
+        with pytest.raises(SwarmscopeError, match=r"cannot serve the API on 127.0.0.1:\d+"):
+            ApiServer(lambda: None, "127.0.0.1", server._server.server_address[1])
+    finally:
+        server.close()
+    assert parse_address("8000") == ("127.0.0.1", 8000)
+    assert parse_address("0.0.0.0:80") == ("0.0.0.0", 80)
+    assert parse_address("[::1]:9") == ("::1", 9)
+    with pytest.raises(ValueError, match="expected PORT or HOST:PORT"):
+        parse_address("host:http")
+
+
+def test_a_headless_session_serves_until_interrupted_and_summarises_its_clients(tmp_path):
+    """`swarmscope run --headless --serve 127.0.0.1:0`: no simulated agents by default, the
+    address on stderr, requests answered, Ctrl+C ends it with a summary and a trace."""
+    trace = tmp_path / "served.jsonl"
+    process = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from engine.cli.main import main; "
+         "sys.exit(main(sys.argv[1:]))", "run", "--headless", "--model", "tiny-test",
+         "--dtype", "fp32", "--serve", "127.0.0.1:0", "--json", "--trace", str(trace)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        said = []
+        for line in process.stderr:
+            said.append(line)
+            if "serving OpenAI's chat completions API at" in line:
+                break
+        url = urllib.parse.urlparse(line.split(" at ")[1].split()[0])
+        connection = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
+        connection.request("POST", url.path + "/chat/completions", json.dumps(chat()))
+        assert json.loads(connection.getresponse().read())["usage"]["completion_tokens"] == 12
+    finally:
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    summary = json.loads(out)
+    assert summary["tokens_by_agent"] == {"0": 12} and summary["engine_error"] is None
+    assert any("0 agents" in line for line in said)
+    assert read_trace(trace).steps  # the session was recorded
