@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QIcon
-from PySide6.QtWidgets import (QApplication, QDockWidget, QLabel, QMainWindow, QProgressBar, QScrollArea,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QApplication, QDockWidget, QLabel, QMainWindow, QProgressBar,
+                               QScrollArea, QVBoxLayout, QWidget)
 
 from app.controls_panel import ControlsPanel
 from app.dashboard import Dashboard

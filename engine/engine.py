@@ -355,10 +355,11 @@ class Engine:
                 continue
             prompt = completion.request.prompt_ids
             waiting = self._clients("tool")
-            agent = max(waiting, key=lambda a: a.held(prompt), default=None)
-            if agent is not None and agent.held(prompt):
+            held = {agent: agent.held(prompt) for agent in waiting}
+            agent = max(held, key=held.get, default=None)
+            if agent is not None and held[agent]:
+                self.executor.restart(agent.seq, held[agent])
                 agent.go_on(completion, t)
-                self.executor.restart_sampling(agent.seq)
                 self.scheduler.add(agent.seq)
             else:
                 if len(waiting) >= IDLE_CLIENTS:

@@ -87,9 +87,19 @@ class StepExecutor:
         self.shadows.forget(seq.seq_id)
         self.stats.forget(seq.seq_id)
 
-    def restart_sampling(self, seq: Sequence) -> None:
-        """The lane's next tokens are drawn with its sampling params as they are now (a client's
-        next request brings its own), from a generator seeded afresh."""
+    def restart(self, seq: Sequence, keep: int) -> None:
+        """A lane's context cut to its first `keep` tokens (an API client's conversation goes
+        on from there), its KV past them dropped in O(1) as a rejected draft's is, and what the
+        drafters built on the rest forgotten; its next tokens drawn with its sampling params as
+        they are now (a client's next request brings its own), from a generator seeded afresh."""
+        if keep < len(seq.token_ids):
+            del seq.token_ids[keep:]
+            seq.num_cached = min(seq.num_cached, keep)
+            if seq.seq_id in self.runner.kv.blocks:
+                self.runner.kv.blocks.truncate(seq.seq_id, seq.num_cached)
+            for drafter in self._drafters.values():
+                drafter.release(seq.seq_id)
+            self.shadows.forget(seq.seq_id)
         self._samplers.pop(seq.seq_id, None)
 
     def run(self, scheduled: list[tuple[Sequence, int]], controls: Controls, step: int,

@@ -155,6 +155,7 @@ def _run(args) -> int:
     duration = (args.duration if args.duration is not None or steps is not None or server
                 else 30.0)
     wall_start = last_report = time.perf_counter()
+    reported = 0
     failure = None
     sigterm = signal.signal(signal.SIGTERM, _interrupted)  # as Ctrl+C: summarise, finish
     try:
@@ -164,8 +165,8 @@ def _run(args) -> int:
                 engine.mailbox.post(**changes.pop(0)[1])
             if engine.step() is not None:
                 done += 1
-            if time.perf_counter() - last_report >= PROGRESS_EVERY_S:
-                last_report = time.perf_counter()
+            if time.perf_counter() - last_report >= PROGRESS_EVERY_S and done > reported:
+                last_report, reported = time.perf_counter(), done  # a server waiting says nothing
                 _progress(engine, done)
     except KeyboardInterrupt:
         print("\ninterrupted; summarising what ran", file=sys.stderr)
@@ -214,7 +215,8 @@ def _check_numbers(args) -> None:
     the configs' own errors name their fields (swarm_size for --agents)."""
     from engine.swarm.config import MIN_CONTEXT
 
-    check_at_least({"--agents": (args.agents, 0 if args.serve else 1), "--batch-ceiling": (args.batch_ceiling, 1),
+    check_at_least({"--agents": (args.agents, 0 if args.serve else 1),
+                    "--batch-ceiling": (args.batch_ceiling, 1),
                     "--spec-ceiling": (args.spec_ceiling, 0), "--budget": (args.budget, 1),
                     "--steps": (args.steps, 1), "--max-context": (args.max_context, MIN_CONTEXT),
                     "--tool-latency": (args.tool_latency, 0),

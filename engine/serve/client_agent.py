@@ -25,12 +25,15 @@ class ClientAgent(Agent):
         self.idle_since = 0.0  # session time its last answer ended
 
     def held(self, prompt_ids: list[int]) -> int:
-        """The prompt's tokens this agent's context already holds: all of its context where the
-        prompt goes on from it, else none (a context is reused whole or not at all)."""
+        """How much of the prompt this agent's context holds, where the prompt goes on with its
+        conversation: it repeats at least all the agent was given before its last answer (the
+        answer itself may come back otherwise: a template that drops a thinking model's
+        reasoning, text that tokenizes anew). At most all but the prompt's last token, which
+        must be fed for the answer's first. 0 for another conversation."""
         context = self.seq.token_ids
-        if len(prompt_ids) > len(context) and prompt_ids[:len(context)] == context:
-            return len(context)
-        return 0
+        same = next((i for i, (a, b) in enumerate(zip(context, prompt_ids)) if a != b),
+                    min(len(context), len(prompt_ids)))
+        return min(same, len(prompt_ids) - 1) if same >= self.seq.prompt_len else 0
 
     def start(self, completion: Completion, seq_id: int, t: float) -> Sequence:
         """A new conversation in a new sequence (the old one's KV is the engine's to free)."""
@@ -45,9 +48,10 @@ class ClientAgent(Agent):
         return self.seq
 
     def go_on(self, completion: Completion, t: float) -> None:
-        """The conversation goes on: the prompt's new tokens follow the context."""
+        """The conversation goes on: the prompt's new tokens follow the context (cut first to
+        what the prompt repeats of it: `held`)."""
         request = self._take(completion)
-        completion.reused_tokens = len(self.seq.token_ids)
+        completion.reused_tokens = self.seq.num_cached
         new_ids = request.prompt_ids[len(self.seq.token_ids):]
         self.seq.sampling = request.sampling
         self.resume(self.tokenizer.decode(new_ids), new_ids, t)

@@ -44,7 +44,8 @@ def test_defaults_follow_openais_api_and_max_tokens_is_held_to_the_room_left():
 
 @pytest.mark.parametrize("body, says", [
     ({"messages": []}, "messages: must be a non-empty list"),
-    ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0]: must be an object whose role"),
+    ({"messages": [{"role": "robot", "content": "x"}]},
+     "messages[0]: must be an object whose role"),
     ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content: must be text"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
      "messages[0].content: only text parts"),
@@ -54,7 +55,8 @@ def test_defaults_follow_openais_api_and_max_tokens_is_held_to_the_room_left():
     ({"temperature": "hot"}, "temperature: must be a number"),
     ({"top_p": 0}, "top_p: must be above 0"),
     ({"seed": True}, "seed: must be an integer"),
-    ({"stop": ["a", "b", "c", "d", "e"]}, "stop: must be a non-empty string or a list of at most 4"),
+    ({"stop": ["a", "b", "c", "d", "e"]},
+     "stop: must be a non-empty string or a list of at most 4"),
     ({"stop": [""]}, "stop: must be"),
     ({"stream": "yes"}, "stream: must be true or false"),
     ({"n": 2}, "n: only one choice"),

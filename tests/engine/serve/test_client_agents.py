@@ -71,7 +71,7 @@ def test_a_conversation_that_goes_on_reuses_its_context_and_answers_the_same(tin
     engine = make_engine(tiny, calibration, policy="off")
     first = [{"role": "user", "content": USER}]
     ids, _ = answer(engine, submit(engine, first, temperature=1, top_k=1))
-    context = len(engine._agents[0].seq.token_ids)
+    context = engine._agents[0].seq.num_cached  # the last token is fed with the next turn
     text = tiny.tokenizer.decode([i for i in ids if i not in tiny.tokenizer.eos_ids])
     going_on = first + [{"role": "assistant", "content": text},
                         {"role": "user", "content": "Tool output: ok. Once more."}]
@@ -81,10 +81,33 @@ def test_a_conversation_that_goes_on_reuses_its_context_and_answers_the_same(tin
     fresh = make_engine(tiny, calibration, policy="off")
     alone = submit(fresh, going_on, temperature=1, seed=8)
     assert answer(fresh, alone)[0] == again and alone.reused_tokens == 0 and len(set(again)) > 3
-    # a conversation that does not extend a waiting context gets an agent of its own
+    # a conversation that does not go on from a waiting one gets an agent of its own
     other = submit(engine, [{"role": "user", "content": "Something else."}])
     answer(engine, other)
     assert other.agent == 1 and other.reused_tokens == 0
+
+
+@pytest.mark.parametrize("edit", ["answer rewritten", "asked again"])
+def test_a_conversation_that_rewrites_its_last_answer_reuses_what_came_before(tiny, calibration,
+                                                                               edit):
+    """A template that drops a thinking model's reasoning, or a client that asks the same again,
+    repeats all but the last answer: the context is cut there and the answer is the same as
+    a fresh engine's. Another conversation with the same start is not that agent's."""
+    engine = make_engine(tiny, calibration, policy="off")
+    first = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": USER}]
+    answer(engine, submit(engine, first, temperature=1, seed=3))
+    before_answer = engine._agents[0].seq.prompt_len
+    going_on = first if edit == "asked again" else first + [
+        {"role": "assistant", "content": "(reasoning dropped)"}, {"role": "user", "content": "ok"}]
+    again = submit(engine, going_on, temperature=1, seed=8)
+    ids, _ = answer(engine, again)
+    assert again.agent == 0 and again.reused_tokens == (
+        before_answer - 1 if edit == "asked again" else before_answer)
+    fresh = make_engine(tiny, calibration, policy="off")
+    assert answer(fresh, submit(fresh, going_on, temperature=1, seed=8))[0] == ids
+    same_start = submit(engine, first[:1] + [{"role": "user", "content": "Another task."}])
+    answer(engine, same_start)
+    assert same_start.agent == 1 and same_start.reused_tokens == 0
 
 
 def test_a_cancelled_answer_ends_its_turn_and_the_agent_waits(tiny, calibration):

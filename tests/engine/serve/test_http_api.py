@@ -100,6 +100,21 @@ def test_a_stop_string_ends_the_answer_and_the_turn(served):
     assert engine.agents()[0].tokens < 400
 
 
+def test_openais_own_client_talks_to_it(served, tiny):
+    """The client agents are written against: its parsing of answers, streams and errors."""
+    import openai
+    _, server = served
+    client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
+    expected = generate(tiny, [USER], Controls(policy="off"), max_new_tokens=12)[0].text
+    reply = client.chat.completions.create(model="any", **chat())
+    assert reply.choices[0].message.content == expected and reply.usage.completion_tokens == 12
+    stream = client.chat.completions.create(model="any", stream=True, **chat())
+    assert "".join(chunk.choices[0].delta.content or "" for chunk in stream) == expected
+    with pytest.raises(openai.BadRequestError, match="max_tokens: must be an integer"):
+        client.chat.completions.create(model="any", **chat(max_tokens=-1))
+    assert [model.id for model in client.models.list()] == [tiny.name]
+
+
 def test_models_health_and_errors_are_json(served):
     engine, server = served
     status, text = call(server, "GET", "/v1/models")
