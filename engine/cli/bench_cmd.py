@@ -12,13 +12,14 @@ BENCHES = {
     "swarm": "engine.bench.swarm",
     "threads": "engine.bench.threads",
     "memory": "engine.bench.memory",
+    "serve": "engine.bench.serve",
     "gui": "app.bench",
 }
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("bench", help="run a benchmark (decode, attention, spec, swarm, "
-                                                  "threads, memory, gui)")
+                                                  "threads, memory, serve, gui)")
     benches = parser.add_subparsers(dest="bench", metavar="NAME", required=True)
     for name, module_name in BENCHES.items():
         module = importlib.import_module(module_name)

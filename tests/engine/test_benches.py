@@ -133,3 +133,23 @@ def test_swarm_policies_step_in_turn_until_each_has_run_its_session_time():
     assert [e.now() for e in engines] == [4.0, 4.0, 4.0]
     assert log[:6] == ["a", "b", "c", "b", "c", "a"]  # one step each, the first rotating
     assert log.count("b") == 2 and log.count("a") == log.count("c") == 4
+
+
+def test_bench_serve_serves_the_same_conversations_to_each_policy_over_http(capsys):
+    rows = _json_out(capsys, ["bench", "serve", "--model", "tiny-test", "--dtype", "fp32",
+                              "--clients", "2", "--turns", "2", "--rounds", "2",
+                              "--policies", "off,fixed,goodput", "--json"])
+    assert [row["policy"] for row in rows] == ["off", "fixed", "goodput"]
+    assert all(len(row["rounds_tokens_per_s"]) == 2 and row["tokens_per_s"] > 0 for row in rows)
+    assert rows[0]["ratio"] == 1.0 and rows[0]["acceptance"] is None
+    assert rows[2]["acceptance"] > 0 and rows[2]["ratio_spread"] is not None
+    # each conversation's second request went on from its first: its KV was reused
+    assert all(0 < row["reused_share"] < 1 for row in rows)
+
+
+@pytest.mark.parametrize("option, message", [(["--clients", "0"], "--clients must be >= 1"),
+                                             (["--policies", "off,off"], "--policies: each of"),
+                                             (["--policies", "fast"], "--policies: each of")])
+def test_bench_serve_bad_options_are_messages_that_name_them(capsys, option, message):
+    assert main(["bench", "serve", "--model", "tiny-test", *option]) == 2
+    assert message in capsys.readouterr().err
