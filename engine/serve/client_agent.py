@@ -26,14 +26,17 @@ class ClientAgent(Agent):
 
     def held(self, prompt_ids: list[int]) -> int:
         """How much of the prompt this agent's context holds, where the prompt goes on with its
-        conversation: it repeats at least all the agent was given before its last answer (the
+        conversation: it repeats all the agent was given before its last answer, and more (the
         answer itself may come back otherwise: a template that drops a thinking model's
-        reasoning, text that tokenizes anew). At most all but the prompt's last token, which
-        must be fed for the answer's first. 0 for another conversation."""
+        reasoning, text that tokenizes anew). 0 for another conversation, one that only repeats
+        what this agent was last given among them: in a swarm many conversations start alike,
+        and one must not take the context of another that is about to go on."""
         context = self.seq.token_ids
         same = next((i for i, (a, b) in enumerate(zip(context, prompt_ids)) if a != b),
                     min(len(context), len(prompt_ids)))
-        return min(same, len(prompt_ids) - 1) if same >= self.seq.prompt_len else 0
+        given = self.seq.prompt_len
+        # the prompt's last token is fed whatever is held: the answer's first comes from it
+        return min(same, len(prompt_ids) - 1) if same >= given and len(prompt_ids) > given else 0
 
     def start(self, completion: Completion, seq_id: int, t: float) -> Sequence:
         """A new conversation in a new sequence (the old one's KV is the engine's to free)."""
