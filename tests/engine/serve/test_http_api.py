@@ -26,7 +26,7 @@ USER = "def add(a, b):\n    return a + b\n\nRepeat the function."
 
 @pytest.fixture
 def served(tiny, calibration):
-    """(engine, port) with the engine stepping until the test ends."""
+    """(engine, server) with the engine stepping until the test ends."""
     engine = Engine(tiny, SwarmConfig(max_context=512, client_lanes=4), Controls(swarm_size=0),
                     calibration=calibration)
     stop = threading.Event()
@@ -113,6 +113,25 @@ def test_openais_own_client_talks_to_it(served, tiny):
     with pytest.raises(openai.BadRequestError, match="max_tokens: must be an integer"):
         client.chat.completions.create(model="any", **chat(max_tokens=-1))
     assert [model.id for model in client.models.list()] == [tiny.name]
+
+
+def test_a_client_that_leaves_mid_stream_ends_its_turn(served):
+    engine, server = served
+    engine.mailbox.post(policy="off")  # one token a step: the answer would take a while
+    host, port = server._server.server_address[:2]
+    connection = http.client.HTTPConnection(host, port, timeout=60)
+    connection.request("POST", "/v1/chat/completions", json.dumps(chat(stream=True,
+                                                                       max_tokens=400)))
+    response = connection.getresponse()
+    response.fp.readline()  # the first event, then away
+    connection.close()
+    response.close()
+    for _ in range(200):
+        if [agent.state for agent in engine.agents()] == ["tool"]:
+            break
+        threading.Event().wait(0.05)
+    assert [agent.state for agent in engine.agents()] == ["tool"]
+    assert engine.agents()[0].tokens < 400
 
 
 def test_models_health_and_errors_are_json(served):
