@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QLabel
 
 from app.agent_rows import AgentRow
 from app.engine_factory import EngineSpec
@@ -21,6 +22,7 @@ from app.views.transcript_view import TRANSCRIPT_CHARS
 from app.worker import EngineBuilder, EngineHost
 from engine.errors import SwarmscopeError
 from engine.loading import check_model_folder
+from engine.serve.http_api import ApiServer
 from engine.thread_tuner import AUTO
 
 FRAME_MS = 40  # 25 Hz: views redraw from the ring buffers on this timer, never once per step
@@ -43,6 +45,11 @@ class LiveSessionMixin:
         self.timer = QTimer(self)
         self.timer.setInterval(FRAME_MS)
         self.timer.timeout.connect(self.poll)
+        self.server: ApiServer | None = None  # OpenAI's API, answered by the live engine
+        self.api_label = QLabel()  # in the status bar while serving
+        self.api_label.setToolTip("OpenAI's chat completions API: each conversation a client "
+                                  "agent of the live session (category 'api')")
+        self.api_label.hide()
 
     def start_session(self, spec: EngineSpec) -> None:
         """A live session of `spec`'s model, recorded where `traces` says (`spec.trace_out` is
@@ -54,9 +61,27 @@ class LiveSessionMixin:
             trace, unrecorded = None, (f"this session is not recorded: cannot write its trace "
                                        f"({exc.filename}: {exc.strerror}); --trace-out FILE "
                                        "records elsewhere")
-        self.start_live(replace(spec, trace_out=trace))
+        self.start_live(replace(spec, trace_out=trace, serving=self.server is not None))
         if unrecorded:
             self.show_error(unrecorded, records_kept=False)
+
+    def serve(self, host: str, port: int) -> None:
+        """Answer OpenAI's chat completions API at host:port with whichever engine is live (503
+        while none is); SwarmscopeError where the address cannot be had. Sessions started from
+        now on size their KV cache for the clients too."""
+        self.stop_serving()
+        self.server = ApiServer(lambda: self.engine, host, port).start()
+        self.api_label.setText(f"API {self.server.url}")
+        self.api_label.show()
+        self.serve_action.setChecked(True)
+
+    def stop_serving(self) -> None:
+        """Requests in flight are answered by the engine as it runs; new ones are refused."""
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+            self.api_label.hide()
+            self.serve_action.setChecked(False)
 
     def start_live(self, spec: EngineSpec | None = None, build: EngineBuilder | None = None) -> None:
         """Start an engine on the worker thread: from `spec`, or from `build` (tests, benches).

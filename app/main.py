@@ -20,7 +20,7 @@ from app.theme import THEMES, Theme, apply_theme
 from engine.cli.options import (MODEL_HELP, add_device_options, add_thinking_option,
                                 add_version_option)
 from engine.errors import SwarmscopeError
-from engine.serve.http_api import ApiServer, parse_address
+from engine.serve.http_api import parse_address
 
 
 DEFAULT_SIZE = (1600, 1000)
@@ -117,12 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     apply_theme(app, theme)
     window = MainWindow(theme, SessionTraces(args.trace_out))
     try:  # before the window shows: a port in use is an error, not a window that cannot serve
-        server = ApiServer(lambda: window.engine, *args.serve).start() if args.serve else None
+        if args.serve:
+            window.serve(*args.serve)
     except SwarmscopeError as exc:
         print(f"swarmscope: {exc}", file=sys.stderr)
         return 2
-    if server:
-        window.show_serving(server.url)
     least = window.minimumSize()
     if args.size and (args.size[0] < least.width() or args.size[1] < least.height()):
         print(f"swarmscope: --size {args.size[0]}x{args.size[1]} is below the window's least size "
@@ -134,8 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         window.open_trace(args.replay)
     else:
         window.start_session(EngineSpec(args.model, args.dtype, args.device, args.agents,
-                                        thinking=args.thinking, threads=args.threads,
-                                        serving=server is not None))
+                                        thinking=args.thinking, threads=args.threads))
     if args.quit_after is not None:
         def finish() -> None:
             if args.screenshot:
@@ -145,8 +143,6 @@ def main(argv: list[str] | None = None) -> int:
         QTimer.singleShot(int(args.quit_after * 1000), finish)
     app.exec()
     stop_closing_on_signals()
-    if server:
-        server.close()
     # Join the engine thread before Python tears down Qt objects (avoids crashes at exit).
     window.stop_engine()
     if not window.join_threads():

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QIcon
-from PySide6.QtWidgets import (QApplication, QDockWidget, QLabel, QMainWindow, QProgressBar,
-                               QScrollArea, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QApplication, QDockWidget, QMainWindow, QProgressBar, QScrollArea,
+                               QVBoxLayout, QWidget)
 
 from app.controls_panel import ControlsPanel
 from app.dashboard import Dashboard
@@ -76,7 +76,7 @@ class MainWindow(LiveSessionMixin, TraceReplayMixin, WindowActionsMixin, QMainWi
         self.progress.setMaximumWidth(220)
         self.progress.hide()
         self.statusBar().addPermanentWidget(self.progress)
-        self.api_url: str | None = None  # where the API answers, when served
+        self.statusBar().addPermanentWidget(self.api_label)
         self._build_menus()
 
     def _wire_dashboard(self) -> None:
@@ -89,14 +89,6 @@ class MainWindow(LiveSessionMixin, TraceReplayMixin, WindowActionsMixin, QMainWi
         in force at the scrubbed step)."""
         self.dashboard.batch.set_ceilings(self.controls.batch_ceiling.value(),
                                           self.controls.spec_ceiling.value())
-
-    def show_serving(self, url: str) -> None:
-        """Say for good, in the status bar, where the API answers (swarmscope --serve)."""
-        self.api_url = url
-        label = QLabel(f"API {url}")
-        label.setToolTip("OpenAI's chat completions API: each conversation a client agent of "
-                         "the live session (category 'api')")
-        self.statusBar().addPermanentWidget(label)
 
     def show_error(self, message: str, records_kept: bool = True) -> None:
         """The banner over the views; `records_kept`: say that the session's records stay."""
@@ -147,5 +139,6 @@ class MainWindow(LiveSessionMixin, TraceReplayMixin, WindowActionsMixin, QMainWi
 
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt's name
         self.hide()  # gone at once, while the engine finishes its step or calibration point
+        self.stop_serving()
         self.stop_engine()
         super().closeEvent(event)

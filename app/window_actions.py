@@ -10,11 +10,14 @@ from importlib.metadata import version
 import torch
 from PySide6.QtCore import qVersion
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QFileDialog, QMessageBox
+from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox
 
 from app.dashboard import VIEW_HELP
 from app.exporting import FILTERS, export
 from engine.errors import SwarmscopeError
+from engine.serve.http_api import parse_address
+
+DEFAULT_ADDRESS = "127.0.0.1:8000"
 
 
 class WindowActionsMixin:
@@ -38,6 +41,8 @@ class WindowActionsMixin:
         action(session, "Speculation on / off", self.toggle_speculation, "S")
         action(session, "Load model…", self._load_model_dialog, "Ctrl+M")
         action(session, "Re-run calibration", self._recalibrate)
+        self.serve_action = action(session, "Serve OpenAI's API…", self._serve_dialog,
+                                   checkable=True)
         view = self.menuBar().addMenu("&View")
         self.follow_action = action(view, "Follow live", self._set_follow, "F", checkable=True)
         self.follow_action.setChecked(True)
@@ -77,10 +82,25 @@ class WindowActionsMixin:
             lines.append(f"{loaded.name} ({loaded.source}), {calibration.dtype} on "
                          f"{calibration.hardware}{tuned}: T = {calibration.budget}, "
                          f"t(1) = {calibration.t_ms(1):.1f} ms{context}")
-        if self.api_url:
-            lines.append(f"Serving OpenAI's chat completions API at {self.api_url}")
+        if self.server is not None:
+            lines.append(f"Serving OpenAI's chat completions API at {self.server.url}")
         lines.append("The default model, SmolLM2-135M-Instruct, is Apache-2.0 (Hugging Face).")
         return "\n".join(lines)
+
+    def _serve_dialog(self, checked: bool) -> None:
+        """Checked: ask where, then serve there; unchecked: stop serving."""
+        if not checked:
+            self.stop_serving()
+            return
+        text, ok = QInputDialog.getText(
+            self, "Serve OpenAI's API", "Answer at [HOST:]PORT (the host 127.0.0.1 unless given: "
+            "this machine only; 0.0.0.0 for every network):", text=DEFAULT_ADDRESS)
+        if ok:
+            try:
+                self.serve(*parse_address(text.strip()))
+            except (ValueError, SwarmscopeError) as exc:
+                self.show_error(f"not serving: {exc}", records_kept=False)
+        self.serve_action.setChecked(self.server is not None)
 
     def toggle_pause(self) -> None:
         if self.replaying:
