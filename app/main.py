@@ -17,10 +17,9 @@ from app.display import display_problem
 from app.main_window import MainWindow
 from app.session_traces import SessionTraces
 from app.theme import THEMES, Theme, apply_theme
-from engine.cli.options import (MODEL_HELP, add_device_options, add_thinking_option,
-                                add_version_option)
+from engine.cli.options import (MODEL_HELP, add_device_options, add_serve_option,
+                                add_thinking_option, add_version_option)
 from engine.errors import SwarmscopeError
-from engine.serve.http_api import parse_address
 
 
 DEFAULT_SIZE = (1600, 1000)
@@ -61,13 +60,6 @@ def _size(text: str) -> tuple[int, int]:
     return int(width), int(height)
 
 
-def _address(text: str) -> tuple[str, int]:
-    try:
-        return parse_address(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="swarmscope", description="The swarmscope window.")
     parser.add_argument("--model", default="default",
@@ -75,9 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_device_options(parser, tuned=True)
     parser.add_argument("--agents", type=int, default=None,
                         help="simulated agents at start (default 8, or 0 with --serve)")
-    parser.add_argument("--serve", type=_address, metavar="[HOST:]PORT",
-                        help="answer OpenAI's chat completions API there (host default "
-                             "127.0.0.1): each conversation is an agent of the live session")
+    add_serve_option(parser, "the live session")
     add_thinking_option(parser)
     parser.add_argument("--trace-out", metavar="FILE",
                         help="record the session here, later ones (Ctrl+M) beside it, "

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox
 from app.dashboard import VIEW_HELP
 from app.exporting import FILTERS, export
 from engine.errors import SwarmscopeError
-from engine.serve.http_api import parse_address
+from engine.cli.options import parse_address
 
 DEFAULT_ADDRESS = "127.0.0.1:8000"
 

@@ -43,6 +43,30 @@ def add_thinking_option(parser: argparse.ArgumentParser) -> None:
                              "template's enable_thinking, as Qwen3's); default: the template's")
 
 
+def add_serve_option(parser: argparse.ArgumentParser, session: str) -> None:
+    """--serve [HOST:]PORT: answer OpenAI's chat completions API (engine/serve/)."""
+    parser.add_argument("--serve", type=_address, metavar="[HOST:]PORT",
+                        help="answer OpenAI's chat completions API there (host default "
+                             f"127.0.0.1): each conversation is an agent of {session}")
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """`PORT` or `HOST:PORT` (an IPv6 host in brackets); the host defaults to 127.0.0.1, so
+    nothing beyond this machine reaches the engine unless asked for."""
+    host, _, port = text.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected PORT or HOST:PORT, got {text!r}")
+    return host, int(port)
+
+
+def _address(text: str) -> tuple[str, int]:
+    try:
+        return parse_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_device_options(parser: argparse.ArgumentParser, threads: bool = True,
                        tuned: bool = False) -> None:
     """--dtype, --device and (unless `threads` is False) --threads N: the CPU threads of the

@@ -8,12 +8,12 @@ import signal
 import sys
 import time
 
-from engine.cli.options import (MODEL_HELP, add_device_options, add_thinking_option,
-                                check_at_least, check_drafter)
+from engine.cli.options import (MODEL_HELP, add_device_options, add_serve_option,
+                                add_thinking_option, check_at_least, check_drafter)
 from engine.controls import (ADAPTIVE_CAP, DEFAULT_K, FIXED_K, Controls, parse_change,
                              parse_mix)
 from engine.errors import SwarmscopeError
-from engine.serve.http_api import CLIENT_LANES, ApiServer, parse_address
+from engine.serve.http_api import CLIENT_LANES, ApiServer
 from engine.telemetry.records import LAYOUTS, POLICIES
 from engine.telemetry.summary import format_summary, summarize
 from engine.thread_tuner import AUTO
@@ -30,9 +30,7 @@ def register(subparsers) -> None:
     add_thinking_option(p)
     p.add_argument("--agents", type=int, default=None,
                    help="simulated agents (default 8, or 0 with --serve)")
-    p.add_argument("--serve", type=_checked(parse_address), metavar="[HOST:]PORT",
-                   help="also answer OpenAI's chat completions API there (host default "
-                        "127.0.0.1): each conversation is an agent of the session")
+    add_serve_option(p, "the session (with no --duration or --steps, until Ctrl+C)")
     length = p.add_mutually_exclusive_group()
     length.add_argument("--duration", type=float,
                         help="session seconds to run (default 30; with --serve, until Ctrl+C)")
@@ -108,12 +106,6 @@ def run(args) -> int:
 
 
 def _run(args) -> int:
-    from engine.devices import cpu_threads, hardware
-    from engine.engine import Engine
-    from engine.loading import load_model
-    from engine.spec.calibration import calibrate_or_load
-    from engine.swarm.config import SwarmConfig
-
     if args.agents is None:
         args.agents = 0 if args.serve else 8
     _check_numbers(args)
@@ -124,6 +116,26 @@ def _run(args) -> int:
                         swarm_size=args.agents, tool_latency_s=args.tool_latency,
                         **({"mix": args.mix} if args.mix else {}))
     changes = _timed_changes(controls, args.change, args.clock, ends_by_time=args.steps is None)
+    if not args.serve:
+        return _session(args, controls, changes)
+    live = []  # the engine once it steps: until then the API answers 503, loading
+    server = ApiServer(lambda: live[0] if live else None, *args.serve).start()
+    print(f"serving OpenAI's chat completions API at {server.url} once the model is ready "
+          "(Ctrl+C ends the session)", file=sys.stderr)
+    try:
+        return _session(args, controls, changes, live.append)
+    finally:
+        server.close()
+
+
+def _session(args, controls: Controls, changes: list[tuple[float, dict]],
+             publish=lambda engine: None) -> int:
+    """Load, calibrate, run and summarise; `publish(engine)` once it is ready to step."""
+    from engine.devices import cpu_threads, hardware
+    from engine.engine import Engine
+    from engine.loading import load_model
+    from engine.spec.calibration import calibrate_or_load
+    from engine.swarm.config import SwarmConfig
 
     def say(message: str, *_) -> None:
         print(f"  {message}", file=sys.stderr)
@@ -140,7 +152,6 @@ def _run(args) -> int:
                          **({"max_context": args.max_context} if args.max_context else {}))
     engine = Engine(loaded, config, controls, calibration=calibrate_or_load(loaded, progress=say),
                     trace_path=args.trace)
-    server = ApiServer(lambda: engine, *args.serve).start() if args.serve else None
     if tuned:
         engine.tune_threads(say)
         print(f"CPU threads tuned among {', '.join(map(str, engine.thread_tuner.counts))}",
@@ -148,11 +159,9 @@ def _run(args) -> int:
     print(f"budget T = {engine.calibration.budget} (calibrated with lanes at context "
           f"{engine.calibration.context}); {args.agents} agents, policy {args.policy}",
           file=sys.stderr)
-    if server:
-        print(f"serving OpenAI's chat completions API at {server.url} (Ctrl+C ends the session)",
-              file=sys.stderr)
+    publish(engine)
     steps = args.steps
-    duration = (args.duration if args.duration is not None or steps is not None or server
+    duration = (args.duration if args.duration is not None or steps is not None or args.serve
                 else 30.0)
     wall_start = last_report = time.perf_counter()
     reported = 0
@@ -176,16 +185,14 @@ def _run(args) -> int:
               file=sys.stderr)
     finally:
         signal.signal(signal.SIGTERM, sigterm)
-        if server:
-            server.close()
         engine.close()
     if engine.trace_error:
         print(f"warning: {engine.trace_error}", file=sys.stderr)
     wall_s = time.perf_counter() - wall_start
     records = engine.records.snapshot()
     if not records:
-        print("no request came" if server else "no step ran", file=sys.stderr)
-        return 0 if server and not failure else 1
+        print("no request came" if args.serve else "no step ran", file=sys.stderr)
+        return 0 if args.serve and not failure else 1
     if engine.records.total > len(records):  # the engine keeps the newest record_capacity
         print(f"the summary covers the last {len(records)} of {engine.records.total} steps"
               + (f"; `swarmscope trace check {args.trace}` summarises them all" if args.trace

@@ -22,16 +22,6 @@ MAX_BODY = 64 * 2 ** 20  # bytes a request body may have
 CLIENT_LANES = 8  # lanes of full context a serving session's KV cache holds for its clients
 
 
-def parse_address(text: str) -> tuple[str, int]:
-    """`PORT` or `HOST:PORT` (an IPv6 host in brackets); the host defaults to 127.0.0.1, so
-    nothing beyond this machine reaches the engine unless asked for."""
-    host, _, port = text.rpartition(":")
-    host = host.strip("[]") or "127.0.0.1"
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"expected PORT or HOST:PORT, got {text!r}")
-    return host, int(port)
-
-
 class ApiServer:
     """Serves the engine `engine_of()` returns (None while none runs: a window loading its
     model), from start() until close()."""
