@@ -32,8 +32,11 @@ class ClientAgent(Agent):
         what this agent was last given among them: in a swarm many conversations start alike,
         and one must not take the context of another that is about to go on."""
         context = self.seq.token_ids
-        same = next((i for i, (a, b) in enumerate(zip(context, prompt_ids)) if a != b),
-                    min(len(context), len(prompt_ids)))
+        if prompt_ids[:len(context)] == context:  # the usual case, compared at C speed
+            same = len(context)
+        else:
+            same = next((i for i, (a, b) in enumerate(zip(context, prompt_ids)) if a != b),
+                        len(prompt_ids))  # the prompt is all a start of the context
         given = self.seq.prompt_len
         # the prompt's last token is fed whatever is held: the answer's first comes from it
         return min(same, len(prompt_ids) - 1) if same >= given and len(prompt_ids) > given else 0
