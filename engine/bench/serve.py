@@ -31,11 +31,11 @@ from engine.telemetry.records import POLICIES
 def add_arguments(parser) -> None:
     parser.add_argument("--model", default="default", help=MODEL_HELP)
     add_device_options(parser)
-    parser.add_argument("--clients", type=int, default=4, help="agents asking at once")
-    parser.add_argument("--turns", type=int, default=3, help="requests in each conversation")
-    parser.add_argument("--rounds", type=int, default=3, help="times each policy serves them")
+    parser.add_argument("--clients", type=int, default=4, help="agents asking at once (default 4)")
+    parser.add_argument("--turns", type=int, default=3, help="requests in each conversation (default 3)")
+    parser.add_argument("--rounds", type=int, default=3, help="times each policy serves them (default 3)")
     parser.add_argument("--category", choices=CATEGORIES, default="code-edit",
-                        help="the workload the conversations come from")
+                        help="the workload the conversations come from (default code-edit)")
     parser.add_argument("--policies", default="off,goodput",
                         help="comma-separated, the first the reference (default off,goodput)")
     parser.add_argument("--seed", type=int, default=0)
