@@ -203,3 +203,19 @@ def test_a_headless_session_serves_until_interrupted_and_summarises_its_clients(
     assert summary["tokens_by_agent"] == {"0": 12} and summary["engine_error"] is None
     assert "0 agents" in err
     assert read_trace(trace).steps  # the session was recorded
+
+
+def test_the_example_agents_run_against_it(served):
+    """examples/openai_agents.py, as the README tells users to run it."""
+    _, server = served
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "openai_agents.py"), "--url", server.url,
+         "--agents", "2", "--turns", "2", "--tool-seconds", "0", "--max-tokens", "8",
+         "--file-chars", "200"],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = sorted(done.stdout.splitlines())
+    assert [line.split(":")[0] for line in lines] == ["agent 0 turn 1", "agent 0 turn 2",
+                                                       "agent 1 turn 1", "agent 1 turn 2"]
+    assert all(" 8 tokens" in line for line in lines)
+    assert " 0 of " in lines[0] and " 0 of " not in lines[1]  # turn 2 went on from turn 1's KV
