@@ -20,3 +20,9 @@ def test_hip_kernels_stand_alone():
     offenders = [str(p) for p in _sources("hip_kernels")
                  if QT.search(p.read_text()) or ENGINE.search(p.read_text())]
     assert not offenders, f"hip_kernels/ imports Qt, app or engine: {offenders}"
+
+
+def test_examples_use_only_the_api():
+    """examples/ are agents as users write them: they reach the engine over HTTP, never import it."""
+    offenders = [str(p) for p in _sources("examples") if ENGINE.search(p.read_text())]
+    assert _sources("examples") and not offenders, f"examples/ import engine or app: {offenders}"
