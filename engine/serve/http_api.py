@@ -8,6 +8,7 @@ and the answer comes back token by token through a Completion."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 import uuid
@@ -29,8 +30,10 @@ class ApiServer:
     def __init__(self, engine_of: Callable[[], object | None], host: str = "127.0.0.1",
                  port: int = 8000) -> None:
         handler = type("Handler", (_Handler,), {"engine_of": staticmethod(engine_of)})
+        server = type("Server", (ThreadingHTTPServer,), {  # an IPv6 host needs its family
+            "address_family": socket.AF_INET6 if ":" in host else socket.AF_INET})
         try:
-            self._server = ThreadingHTTPServer((host, port), handler)
+            self._server = server((host, port), handler)
         except OSError as exc:
             raise SwarmscopeError(f"cannot serve the API on {host}:{port}: {exc.strerror or exc}") \
                 from None
