@@ -49,8 +49,9 @@ VIEW_HELP = {
     "Decisions": "Each step's policy and its reason, and the tokens emitted a second of step "
                  "time against an estimate of the same work with speculation off.",
     "Agents": "Each agent's state (decoding, in a tool call, done), workload, tokens and "
-              "acceptance. Select one to read its transcript: accepted drafts, tool output and "
-              "the prompt marked.",
+              "acceptance; an API client's conversation (Session → Serve OpenAI's API) is an "
+              "agent of workload api, in a tool call while its client works. Select one to read "
+              "its transcript: accepted drafts, tool output and the prompt marked.",
 }
 
 
