@@ -5,7 +5,7 @@ from __future__ import annotations
 import queue
 import threading
 
-from engine.serve.request import ChatRequest
+from engine.serve.request import ApiRequest
 
 
 class Completion:
@@ -13,7 +13,7 @@ class Completion:
     thread reads `next_event` and may `cancel` (its client left, or a stop string was met),
     which the engine honours at its next step."""
 
-    def __init__(self, request: ChatRequest) -> None:
+    def __init__(self, request: ApiRequest) -> None:
         self.request = request
         self.agent: int | None = None  # the agent that took it, set by the engine
         self.reused_tokens = 0         # of the prompt, tokens whose KV the agent already held

@@ -2,9 +2,9 @@
 real agents (any OpenAI client) can be watched and steered: each conversation is a client agent
 of the engine (engine/serve/client_agent.py), batched and speculated for with the rest.
 
-Endpoints: GET /v1/models, POST /v1/chat/completions (streamed or not), GET /health. One thread
-a connection (the standard library's server); requests reach the engine through its `submit`,
-and the answer comes back token by token through a Completion."""
+Endpoints: GET /v1/models, POST /v1/chat/completions and /v1/completions (streamed or not), GET
+/health. One thread a connection (the standard library's server); requests reach the engine
+through its `submit`, and the answer comes back token by token through a Completion."""
 from __future__ import annotations
 
 import json
@@ -17,10 +17,11 @@ from typing import Callable
 
 from engine.errors import SwarmscopeError
 from engine.serve.completion import AnswerText, Completion
-from engine.serve.request import ChatRequest, RequestError
+from engine.serve.request import ApiRequest, RequestError
 
 MAX_BODY = 64 * 2 ** 20  # bytes a request body may have
 CLIENT_LANES = 8  # lanes of full context a serving session's KV cache holds for its clients
+COMPLETIONS = {"/v1/chat/completions": True, "/v1/completions": False}  # path -> chat
 
 
 class ApiServer:
@@ -78,16 +79,17 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = self.path.split("?")[0].rstrip("/")
-        if path != "/v1/chat/completions":
+        if path not in COMPLETIONS:
             self._error(404, f"no such endpoint: POST {path} (this server answers "
-                        "/v1/chat/completions)", "not_found_error")
+                        f"{' and '.join(COMPLETIONS)})", "not_found_error")
             return
         engine = self.engine_of()
         if engine is None:
             self._error(503, "the model is still loading", "server_error")
             return
         try:
-            request = ChatRequest.parse(self._body(), engine.loaded.tokenizer, engine.max_context)
+            request = ApiRequest.parse(self._body(), engine.loaded.tokenizer, engine.max_context,
+                                       chat=COMPLETIONS[path])
         except RequestError as exc:
             self._error(400, str(exc), "invalid_request_error")
             return
@@ -95,8 +97,8 @@ class _Handler(BaseHTTPRequestHandler):
         engine.submit(completion)
         answer = AnswerText(engine.loaded.tokenizer, tuple(engine.loaded.tokenizer.eos_ids),
                             request.stop)
-        head = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "created": int(time.time()),
-                "model": engine.loaded.name}
+        head = {"id": f"{'chatcmpl' if request.chat else 'cmpl'}-{uuid.uuid4().hex[:24]}",
+                "created": int(time.time()), "model": engine.loaded.name}
         try:
             if request.stream:
                 self._stream(completion, answer, head)
@@ -117,9 +119,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self._error(503, value, "server_error")
                 return
             else:
-                self._json(200, {**head, "object": "chat.completion", "choices": [
-                    {"index": 0, "message": {"role": "assistant", "content": "".join(text)},
-                     "finish_reason": value}], "usage": _usage(completion, answer)})
+                chat = completion.request.chat
+                self._json(200, {**head, "object": "chat.completion" if chat else "text_completion",
+                                 "choices": [_choice(chat, "".join(text), value, whole=True)],
+                                 "usage": _usage(completion, answer)})
 
     def _stream(self, completion: Completion, answer: AnswerText, head: dict) -> None:
         self.send_response(200)
@@ -127,21 +130,20 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache")
         self.end_headers()
 
-        def chunk(delta: dict, reason=None) -> None:
-            self._event({**head, "object": "chat.completion.chunk", "choices": [
-                {"index": 0, "delta": delta, "finish_reason": reason}]})
-
-        chunk({"role": "assistant", "content": ""})
+        chat = completion.request.chat
+        head = {**head, "object": "chat.completion.chunk" if chat else "text_completion"}
+        if chat:  # a chat stream opens with the speaker
+            self._event({**head, "choices": [{"index": 0, "finish_reason": None,
+                                              "delta": {"role": "assistant", "content": ""}}]})
         for kind, value in _pieces(completion, answer):
             if kind == "text":
-                chunk({"content": value})
+                self._event({**head, "choices": [_choice(chat, value, None)]})
             elif kind == "error":
                 self._event({"error": {"message": value, "type": "server_error"}})
             else:
-                chunk({}, value)
+                self._event({**head, "choices": [_choice(chat, None, value)]})
                 if completion.request.include_usage:
-                    self._event({**head, "object": "chat.completion.chunk", "choices": [],
-                                 "usage": _usage(completion, answer)})
+                    self._event({**head, "choices": [], "usage": _usage(completion, answer)})
         self.wfile.write(b"data: [DONE]\n\n")
 
     # -- plumbing --
@@ -188,6 +190,18 @@ def _pieces(completion: Completion, answer: AnswerText):
             completion.cancel()
             yield "end", "stop" if answer.stopped else value
             return
+
+
+def _choice(chat: bool, text: str | None, reason: str | None, whole: bool = False) -> dict:
+    """A choice as each endpoint spells it: a chat's message (whole) or delta (a stream's piece;
+    none at the end), or a text completion's text."""
+    if not chat:
+        return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": reason}
+    if whole:
+        return {"index": 0, "message": {"role": "assistant", "content": text},
+                "finish_reason": reason}
+    return {"index": 0, "delta": {} if text is None else {"content": text},
+            "finish_reason": reason}
 
 
 def _usage(completion: Completion, answer: AnswerText) -> dict:

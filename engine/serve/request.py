@@ -1,6 +1,6 @@
-"""A chat completion request as OpenAI's API spells it, checked field by field: what a client
-sends becomes the prompt's token ids and the lane's sampling, or a RequestError that says which
-field is wrong and why (the server answers it with HTTP 400)."""
+"""A completion request as OpenAI's API spells it (chat: messages; text: a prompt), checked field
+by field: what a client sends becomes the prompt's token ids and the lane's sampling, or a
+RequestError that says which field is wrong and why (the server answers it with HTTP 400)."""
 from __future__ import annotations
 
 import math
@@ -16,7 +16,7 @@ MAX_STOPS = 4  # stop strings a request may give, as OpenAI's API allows
 # Fields that ask for what a plain text completion does not do; refused rather than ignored,
 # so that a client is not answered as if its tools or format had been honoured.
 UNSUPPORTED = ("tools", "functions", "tool_choice", "function_call", "response_format", "logprobs",
-               "top_logprobs", "logit_bias", "audio", "prediction")
+               "top_logprobs", "logit_bias", "audio", "prediction", "echo", "suffix", "best_of")
 
 
 class RequestError(SwarmscopeError):
@@ -24,7 +24,8 @@ class RequestError(SwarmscopeError):
 
 
 @dataclass(slots=True)
-class ChatRequest:
+class ApiRequest:
+    chat: bool                # /v1/chat/completions; else /v1/completions
     prompt_ids: list[int]
     max_tokens: int           # the most tokens the answer may have
     sampling: SamplingParams
@@ -33,8 +34,10 @@ class ChatRequest:
     include_usage: bool       # a streamed answer ends with a usage chunk
 
     @classmethod
-    def parse(cls, body, tokenizer, max_context: int) -> "ChatRequest":
-        """`body`: the decoded JSON; `max_context`: the most tokens a lane may hold."""
+    def parse(cls, body, tokenizer, max_context: int, chat: bool = True) -> "ApiRequest":
+        """`body`: the decoded JSON; `max_context`: the most tokens a lane may hold; `chat`:
+        `messages` in the chat template, else a plain `prompt` (as transformers' tokenizer(text)
+        encodes it, BOS and all)."""
         if not isinstance(body, dict):
             raise RequestError("the request body must be a JSON object")
         asked = [name for name in UNSUPPORTED if body.get(name) not in (None, False, [], {})]
@@ -43,15 +46,11 @@ class ChatRequest:
                                "describe tools in a system message)")
         if body.get("n", 1) != 1:
             raise RequestError(f"n: only one choice is generated, got {body['n']!r}")
-        messages = _messages(body.get("messages"))
-        try:
-            prompt = tokenizer.chat_messages(messages)
-        except ChatTemplateError as exc:
-            raise RequestError(f"messages: {exc}") from None
-        prompt_ids = tokenizer.encode(prompt)
+        field = "messages" if chat else "prompt"
+        prompt_ids = _chat_prompt(body, tokenizer) if chat else _plain_prompt(body, tokenizer)
         room = max_context - len(prompt_ids)
         if room < 1:
-            raise RequestError(f"messages: the prompt is {len(prompt_ids)} tokens, which leaves "
+            raise RequestError(f"{field}: the prompt is {len(prompt_ids)} tokens, which leaves "
                                f"no room for an answer in the {max_context} tokens a lane holds")
         max_tokens = _number(body, ("max_completion_tokens", "max_tokens"), int, 1, math.inf)
         if body.get("top_p") == 0:
@@ -65,10 +64,31 @@ class ChatRequest:
         stream_options = body.get("stream_options") or {}
         if not isinstance(stream_options, dict):
             raise RequestError("stream_options: must be an object")
-        return cls(prompt_ids=prompt_ids, max_tokens=min(max_tokens or room, room),
+        return cls(chat=chat, prompt_ids=prompt_ids, max_tokens=min(max_tokens or room, room),
                    sampling=sampling, stop=_stops(body.get("stop")),
                    stream=_flag(body, "stream"),
                    include_usage=_flag(stream_options, "include_usage"))
+
+
+def _chat_prompt(body: dict, tokenizer) -> list[int]:
+    try:
+        return tokenizer.encode(tokenizer.chat_messages(_messages(body.get("messages"))))
+    except ChatTemplateError as exc:
+        raise RequestError(f"messages: {exc}") from None
+
+
+def _plain_prompt(body: dict, tokenizer) -> list[int]:
+    """A text prompt (or a list of one, as some clients send it); empty text is refused, since
+    the answer's first token needs a token before it."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1:
+        prompt = prompt[0]
+    if not isinstance(prompt, str) or not prompt:
+        raise RequestError("prompt: must be non-empty text (one prompt a request)")
+    ids = tokenizer.encode_plain(prompt)
+    if not ids:
+        raise RequestError("prompt: encodes to no tokens")
+    return ids
 
 
 def _messages(messages) -> list[dict[str, str]]:

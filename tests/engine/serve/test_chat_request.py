@@ -1,7 +1,7 @@
 """A client's request becomes prompt ids and sampling, or an error that names the field."""
 import pytest
 
-from engine.serve.request import ChatRequest, RequestError
+from engine.serve.request import ApiRequest, RequestError
 from engine.tokenizer import ByteTokenizer
 
 TOK = ByteTokenizer()
@@ -9,22 +9,22 @@ HELLO = [{"role": "user", "content": "hello"}]
 
 
 def parse(max_context=256, **body):
-    return ChatRequest.parse({"messages": HELLO, **body}, TOK, max_context)
+    return ApiRequest.parse({"messages": HELLO, **body}, TOK, max_context)
 
 
 def test_the_prompt_is_the_conversation_in_the_chat_template():
     messages = [{"role": "system", "content": "be brief"}, *HELLO,
                 {"role": "assistant", "content": "hi"}, {"role": "user", "content": "again"}]
-    request = ChatRequest.parse({"messages": messages}, TOK, 256)
+    request = ApiRequest.parse({"messages": messages}, TOK, 256)
     assert TOK.decode(request.prompt_ids) == TOK.chat_messages(messages)
     assert TOK.decode(request.prompt_ids).endswith("again<|im_end|>\n<|im_start|>assistant\n")
 
 
 def test_text_parts_are_joined_and_a_missing_assistant_content_is_empty():
-    parts = ChatRequest.parse({"messages": [{"role": "user", "content": [
+    parts = ApiRequest.parse({"messages": [{"role": "user", "content": [
         {"type": "text", "text": "hel"}, {"type": "text", "text": "lo"}]},
         {"role": "assistant", "content": None}, *HELLO]}, TOK, 256)
-    plain = ChatRequest.parse({"messages": [*HELLO, {"role": "assistant", "content": ""},
+    plain = ApiRequest.parse({"messages": [*HELLO, {"role": "assistant", "content": ""},
                                             *HELLO]}, TOK, 256)
     assert parts.prompt_ids == plain.prompt_ids
 
@@ -65,12 +65,24 @@ def test_defaults_follow_openais_api_and_max_tokens_is_held_to_the_room_left():
 ])
 def test_a_bad_field_is_named(body, says):
     with pytest.raises(RequestError, match=None) as caught:
-        ChatRequest.parse({"messages": HELLO, **body}, TOK, 256)
+        ApiRequest.parse({"messages": HELLO, **body}, TOK, 256)
     assert says in str(caught.value)
+
+
+def test_a_text_prompt_is_encoded_as_given_and_checked():
+    request = ApiRequest.parse({"prompt": ["hello"]}, TOK, 256, chat=False)
+    assert not request.chat and request.prompt_ids == TOK.encode_plain("hello")
+    for prompt, says in ((None, "prompt: must be non-empty text"), (["a", "b"], "prompt: must"),
+                         ([1, 2], "prompt: must"), ("x" * 300, "prompt: the prompt is 300")):
+        with pytest.raises(RequestError, match=None) as caught:
+            ApiRequest.parse({"prompt": prompt}, TOK, 256, chat=False)
+        assert says in str(caught.value)
+    with pytest.raises(RequestError, match="echo: not supported"):
+        ApiRequest.parse({"prompt": "hi", "echo": True}, TOK, 256, chat=False)
 
 
 def test_a_body_that_is_not_an_object_and_a_prompt_past_the_context_are_refused():
     with pytest.raises(RequestError, match="must be a JSON object"):
-        ChatRequest.parse(["hello"], TOK, 256)
+        ApiRequest.parse(["hello"], TOK, 256)
     with pytest.raises(RequestError, match=r"leaves no room for an answer in the 30 tokens"):
-        ChatRequest.parse({"messages": [{"role": "user", "content": "x" * 40}]}, TOK, 30)
+        ApiRequest.parse({"messages": [{"role": "user", "content": "x" * 40}]}, TOK, 30)

@@ -9,7 +9,7 @@ from engine.generate import generate
 from engine.serve.client_agent import CATEGORY
 from engine.serve.completion import Completion
 from engine.sampling import SamplingParams
-from engine.serve.request import ChatRequest
+from engine.serve.request import ApiRequest
 from engine.swarm.config import SwarmConfig
 
 USER = "def add(a, b):\n    return a + b\n\nRepeat the function."
@@ -23,7 +23,7 @@ def make_engine(tiny, calibration, agents=0, policy="goodput", **config):
 
 
 def submit(engine, messages, **body):
-    completion = Completion(ChatRequest.parse(
+    completion = Completion(ApiRequest.parse(
         {"messages": messages, "temperature": 0, "max_tokens": 24, **body},
         engine.loaded.tokenizer, engine.max_context))
     engine.submit(completion)

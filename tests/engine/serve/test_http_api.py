@@ -116,6 +116,26 @@ def test_openais_own_client_talks_to_it(served, tiny):
     assert [model.id for model in client.models.list()] == [tiny.name]
 
 
+def test_a_text_completion_continues_the_prompt_as_given(served, tiny):
+    """/v1/completions: no chat template, the prompt as transformers' tokenizer(text) encodes
+    it; the answer what `generate` gives it plain, whole or streamed."""
+    import openai
+    _, server = served
+    body = {"prompt": USER, "temperature": 0, "max_tokens": 12}
+    expected = generate(tiny, [USER], Controls(policy="off"), max_new_tokens=12,
+                        chat=False)[0].text
+    status, text = call(server, "POST", "/v1/completions", body)
+    reply = json.loads(text)
+    assert status == 200 and reply["object"] == "text_completion"
+    assert reply["choices"][0]["text"] == expected and reply["id"].startswith("cmpl-")
+    assert reply["usage"]["prompt_tokens"] == len(tiny.tokenizer.encode_plain(USER))
+    client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
+    stream = client.completions.create(model="any", stream=True, **body)
+    assert "".join(chunk.choices[0].text for chunk in stream) == expected
+    with pytest.raises(openai.BadRequestError, match="prompt: must be non-empty text"):
+        client.completions.create(model="any", prompt="", max_tokens=2)
+
+
 def test_a_client_that_leaves_mid_stream_ends_its_turn(served):
     engine, server = served
     engine.mailbox.post(policy="off")  # one token a step: the answer would take a while
@@ -144,8 +164,9 @@ def test_models_health_and_errors_are_json(served):
     assert status == 400 and "temperature: must be a number" in json.loads(text)["error"]["message"]
     status, text = call(server, "POST", "/v1/chat/completions", b"{not json")
     assert status == 400 and "the body is not JSON" in json.loads(text)["error"]["message"]
-    status, text = call(server, "POST", "/v1/completions", chat())
-    assert status == 404 and "/v1/chat/completions" in json.loads(text)["error"]["message"]
+    status, text = call(server, "POST", "/v1/embeddings", chat())
+    assert status == 404 and "/v1/chat/completions and /v1/completions" in json.loads(text)[
+        "error"]["message"]
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
