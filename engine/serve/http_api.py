@@ -1,6 +1,7 @@
-"""OpenAI's chat completions API over HTTP, answered by the running engine, so that a swarm of
-real agents (any OpenAI client) can be watched and steered: each conversation is a client agent
-of the engine (engine/serve/client_agent.py), batched and speculated for with the rest.
+"""OpenAI's completions API (chat and text) over HTTP, answered by the running engine, so that a
+swarm of real agents (any OpenAI client) can be watched and steered: each conversation is a
+client agent of the engine (engine/serve/client_agent.py), batched and speculated for with the
+rest.
 
 Endpoints: GET /v1/models, POST /v1/chat/completions and /v1/completions (streamed or not), GET
 /health. One thread a connection (the standard library's server); requests reach the engine
