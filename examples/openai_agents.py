@@ -34,9 +34,10 @@ def agent(client: OpenAI, number: int, args: argparse.Namespace) -> None:
         reply = client.chat.completions.create(model="default", messages=messages,
                                                temperature=0, max_tokens=args.max_tokens)
         answer = reply.choices[0].message.content
+        # one write a line: print's text and its newline are two, which threads interleave
         print(f"agent {number} turn {turn + 1}: {reply.usage.completion_tokens} tokens, "
               f"{reply.usage.prompt_tokens_details.cached_tokens} of "
-              f"{reply.usage.prompt_tokens} prompt tokens already held", flush=True)
+              f"{reply.usage.prompt_tokens} prompt tokens already held\n", end="", flush=True)
         time.sleep(rng.uniform(0, 2 * args.tool_seconds))  # the tool runs
         messages += [{"role": "assistant", "content": answer},
                      {"role": "user", "content": f"Tool output: the file was saved and its "

@@ -96,8 +96,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         completion = Completion(request)
         engine.submit(completion)
-        answer = AnswerText(engine.loaded.tokenizer, tuple(engine.loaded.tokenizer.eos_ids),
-                            request.stop)
+        answer = AnswerText(engine.loaded.tokenizer, request.stop)
         head = {"id": f"{'chatcmpl' if request.chat else 'cmpl'}-{uuid.uuid4().hex[:24]}",
                 "created": int(time.time()), "model": engine.loaded.name}
         try:

@@ -7,7 +7,7 @@ TOK = ByteTokenizer()
 
 def pieces(text_or_ids, stops=(), step=1):
     ids = TOK.encode(text_or_ids) if isinstance(text_or_ids, str) else text_or_ids
-    answer = AnswerText(TOK, TOK.eos_ids, stops)
+    answer = AnswerText(TOK, stops)
     out = [answer.add(ids[i:i + step]) for i in range(0, len(ids), step)]
     out.append(answer.add([], last=True))
     return out, answer
