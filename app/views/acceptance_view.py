@@ -28,9 +28,9 @@ class AcceptanceView(QWidget):
         self.headline = LiveLabel("mean acceptance length –", role="headline", lines=2)
         # The titles say what the x axes count: axis labels under them would cost each plot a
         # text line of its height.
-        self.position_plot = make_plot(theme)
+        self.position_plot = make_plot(theme, whole_x=True)
         self.category_plot = make_plot(theme)
-        self.lane_plot = make_plot(theme)
+        self.lane_plot = make_plot(theme, whole_x=True)
         self.lane_plot.getAxis("bottom").enableAutoSIPrefix(False)  # agent ids, not a quantity
         self.titles = [PlotTitle(self.position_plot, theme, "by draft position", "by position",
                                  "by pos.", titled_px=0),

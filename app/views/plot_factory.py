@@ -6,18 +6,20 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QGraphicsItem
 
 from app.theme import Theme
-from app.views.plot_text import SpacedValueAxis
+from app.views.plot_text import SpacedValueAxis, WholeNumberAxis
 
 pg.setConfigOptions(imageAxisOrder="row-major", antialias=False)
 LEFT_AXIS_PX = 52
 RIGHT_MARGIN_PX = 10  # half a tick label: one at the right end of the axis is not cut
 
 
-def make_plot(theme: Theme, left: str = "") -> pg.PlotWidget:
+def make_plot(theme: Theme, left: str = "", whole_x: bool = False) -> pg.PlotWidget:
     """A plot with its axes themed; its title and bottom axis label, if any, are a PlotTitle and
-    an AxisLabel (plot_text.py)."""
-    plot = pg.PlotWidget(background=theme.background,
-                         axisItems={"left": SpacedValueAxis(orientation="left")})
+    an AxisLabel (plot_text.py). `whole_x`: its x axis counts things, ticked at whole numbers."""
+    axes = {"left": SpacedValueAxis(orientation="left")}
+    if whole_x:
+        axes["bottom"] = WholeNumberAxis(orientation="bottom")
+    plot = pg.PlotWidget(background=theme.background, axisItems=axes)
     item = plot.getPlotItem()
     left_margin, top_margin, _, bottom_margin = item.layout.getContentsMargins()
     item.layout.setContentsMargins(left_margin, top_margin, RIGHT_MARGIN_PX, bottom_margin)

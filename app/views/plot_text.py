@@ -134,6 +134,15 @@ class SpacedValueAxis(pg.AxisItem):
         return levels if step == major else [(step, 0), (major, 0)]
 
 
+class WholeNumberAxis(pg.AxisItem):
+    """An axis of things counted one by one (agent ids, draft positions): pyqtgraph steps a short
+    range in fractions, and two agents read 0, 0.5, 1.0."""
+
+    def tickSpacing(self, minVal, maxVal, size):  # noqa: N802 N803 - pyqtgraph's names
+        levels = [level for level in super().tickSpacing(minVal, maxVal, size) if level[0] >= 1]
+        return levels or [(1.0, 0)]
+
+
 def _next_nice(step: float) -> float:
     """The step after `step` on the 1, 2, 5, 10, 20, ... scale."""
     power = 10 ** math.floor(math.log10(step) + 1e-9)

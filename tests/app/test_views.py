@@ -6,6 +6,7 @@ from PySide6.QtCore import QPointF
 from app.dashboard import Dashboard
 from app.history import History
 from app.theme import THEMES, Theme
+from app.views.acceptance_view import AcceptanceView
 from app.views.budget_view import BudgetView, per_agent_draft
 from app.views.cost_curve_view import CostCurveView
 from app.views.decisions_view import DecisionsView
@@ -54,6 +55,17 @@ def test_dashboard_draws_every_view(qtbot, history):
     assert dashboard.cost.budget_line.label.toPlainText() == f"T = {Calibration.make_dummy().budget}"
     live_x, live_y = dashboard.cost.live.getData()
     assert (live_x[0], live_y[0]) == (last.pass_tokens, pytest.approx(last.dt_ms))
+
+
+@pytest.mark.parametrize("low,high", [(-0.6, 1.6), (6.4, 7.6), (-0.6, 40.6)])
+def test_the_acceptance_views_agents_and_draft_positions_tick_at_whole_numbers(qtbot, low, high):
+    """Two agents' bars once read 0, 0.5, 1.0 under them."""
+    view = AcceptanceView(Theme.load("dark"))
+    qtbot.addWidget(view)
+    for plot in (view.lane_plot, view.position_plot):
+        levels = plot.getAxis("bottom").tickValues(low, high, 80)
+        ticks = [value for _, values in levels for value in values]
+        assert ticks and all(value == round(value) for value in ticks)
 
 
 def test_every_view_draws_a_live_history_whose_old_records_are_gone(qtbot):
