@@ -52,18 +52,19 @@ def _compile(source: str) -> jinja2.Template:
         raise ChatTemplateError(f"chat template does not parse: {exc}") from exc
 
 
-def pick_template(value):
+def pick_template(value, name: str = "default"):
     """tokenizer_config.json's chat_template: its text, or, where it lists named templates
-    ([{"name", "template"}, ...]), the one named "default", which transformers renders a
-    conversation without tools in; without one it refuses, and so does this."""
+    ([{"name", "template"}, ...]), the one named `name`. transformers renders a conversation
+    without tools in "default" (without one it refuses, and so does this) and one with tools in
+    "tool_use" (Hermes' models ship it; None without one)."""
     if not isinstance(value, list):
         return value
     named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
-    if "default" not in named:
+    if name not in named and name == "default":
         names = ", ".join(repr(n) for n in named) or "none"
         raise ChatTemplateError("chat_template lists named templates but none named 'default' "
                                 f"(names: {names})")
-    return named["default"]
+    return named.get(name)
 
 
 def check_template(source) -> None:

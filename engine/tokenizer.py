@@ -26,10 +26,11 @@ class Tokenizer:
     """Text <-> ids for one model, plus its chat template."""
 
     def __init__(self, inner: tokenizers.Tokenizer, *, chat_template: str | None = None,
-                 bos_token: str | None = None, eos_tokens: tuple[str, ...] = (),
-                 eos_ids: tuple[int, ...] = ()) -> None:
+                 tool_template: str | None = None, bos_token: str | None = None,
+                 eos_tokens: tuple[str, ...] = (), eos_ids: tuple[int, ...] = ()) -> None:
         self.inner = inner
         self.chat_template = chat_template
+        self.tool_template = tool_template or chat_template  # renders conversations with tools
         self.template_source: Path | None = None  # the file the template came from
         # More variables for the template: {"enable_thinking": False} turns Qwen3's off
         self.template_variables: dict[str, object] = {}
@@ -64,8 +65,10 @@ class Tokenizer:
         cfg = tokenizer_config or {}
         template = pick_template(cfg.get("chat_template"))
         eos = _token_text(cfg.get("eos_token"))
-        return cls(inner, chat_template=template, bos_token=_token_text(cfg.get("bos_token")),
-                   eos_tokens=(eos,) if eos else (), eos_ids=eos_ids)
+        return cls(inner, chat_template=template,
+                   tool_template=pick_template(cfg.get("chat_template"), "tool_use"),
+                   bos_token=_token_text(cfg.get("bos_token")), eos_tokens=(eos,) if eos else (),
+                   eos_ids=eos_ids)
 
     def encode(self, text: str) -> list[int]:
         # Special tokens written in the text (e.g. "<|im_start|>") become their single ids, and
@@ -98,10 +101,15 @@ class Tokenizer:
                 raise self._named(f"{exc}; with the system message folded into the user's: "
                                   f"{folded}") from None
 
-    def chat_messages(self, messages: list[dict[str, str]]) -> str:
+    def chat_messages(self, messages: list[dict], tools: list[dict] | None = None) -> str:
         """The prompt for a whole conversation (an API client's), ending with the assistant's
-        turn; ChatTemplateError, naming the template's file, when the template refuses it."""
+        turn, with the `tools` it may call (in OpenAI's form) where given; ChatTemplateError,
+        naming the template's file, when the template refuses it."""
         try:
+            if tools:
+                return render_chat(self.tool_template, messages, bos_token=self.bos_token or "",
+                                   eos_token=self.eos_token or "",
+                                   variables={**self.template_variables, "tools": tools})
             return self._render(messages)
         except ChatTemplateError as exc:
             raise self._named(exc) from None
@@ -140,7 +148,7 @@ class ByteTokenizer:
         self.vocab_size = 256 + len(self.SPECIALS)
         # A chat turn ends with <|im_end|>; plain text ends with </s>.
         self.eos_ids: tuple[int, ...] = (self.EOS, self.IM_END)
-        self.chat_template = None
+        self.chat_template = self.tool_template = self.template_source = None
         self.template_variables: dict[str, object] = {}  # ChatML reads none
 
     def encode(self, text: str) -> list[int]:
@@ -174,8 +182,8 @@ class ByteTokenizer:
     def chat_prompt(self, user: str, system: str | None = None) -> str:
         return render_chat(None, _conversation(user, system))
 
-    def chat_messages(self, messages: list[dict[str, str]]) -> str:
-        return render_chat(None, messages)
+    def chat_messages(self, messages: list[dict], tools: list[dict] | None = None) -> str:
+        return render_chat(None, messages)  # ChatML has no tools (nor does the server offer any)
 
     def follow_up(self, user: str) -> str:
         return render_follow_up(None, user)  # ChatML shows the assistant's words as given

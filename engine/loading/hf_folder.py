@@ -249,6 +249,7 @@ def read_tokenizer(folder: Path, config: ModelConfig) -> Tokenizer:
         tokenizer.template_source = template_source
         try:
             check_template(tokenizer.chat_template)
+            check_template(tokenizer.tool_template)
         except ChatTemplateError as exc:
             raise ModelLoadError(template_source, str(exc)) from None
     return tokenizer

@@ -58,8 +58,8 @@ class AnswerText:
     less those ones' own text), so a long answer costs no more a token than a short one and a
     tokenizer that drops a word's leading space at the start of a decode keeps it."""
 
-    def __init__(self, tokenizer, stops: tuple[str, ...]) -> None:
-        self._decode = lambda ids: tokenizer.decode(ids, skip_special=True)
+    def __init__(self, tokenizer, stops: tuple[str, ...], keep_special: bool = False) -> None:
+        self._decode = lambda ids: tokenizer.decode(ids, skip_special=not keep_special)
         self._stop_ids, self._stops = set(tokenizer.eos_ids), stops  # the lane's stop tokens
         self._ids: list[int] = []
         self._prefix = self._read = 0  # token offsets: context for the next decode, and read up to

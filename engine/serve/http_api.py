@@ -3,8 +3,8 @@ swarm of real agents (any OpenAI client) can be watched and steered: each conver
 client agent of the engine (engine/serve/client_agent.py), batched and speculated for with the
 rest.
 
-Endpoints: GET /v1/models, POST /v1/chat/completions and /v1/completions (streamed or not), GET
-/health. One thread a connection (the standard library's server); requests reach the engine
+Endpoints: GET /v1/models, POST /v1/chat/completions (with tools where the model's template
+offers them: tool_calls.py) and /v1/completions (streamed or not), GET /health. One thread a connection (the standard library's server); requests reach the engine
 through its `submit`, and the answer comes back token by token through a Completion."""
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from typing import Callable
 from engine.errors import SwarmscopeError
 from engine.serve.completion import AnswerText, Completion
 from engine.serve.request import ApiRequest, RequestError
+from engine.serve.tool_calls import CallStream, ToolCall, split_calls
 
 MAX_BODY = 64 * 2 ** 20  # bytes a request body may have
 CLIENT_LANES = 8  # lanes of full context a serving session's KV cache holds for its clients
@@ -96,7 +97,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         completion = Completion(request)
         engine.submit(completion)
-        answer = AnswerText(engine.loaded.tokenizer, request.stop)
+        # tool calls' tags may be special tokens (Hermes'): an answer with tools keeps them
+        answer = AnswerText(engine.loaded.tokenizer, request.stop,
+                            keep_special=request.tools is not None)
         head = {"id": f"{'chatcmpl' if request.chat else 'cmpl'}-{uuid.uuid4().hex[:24]}",
                 "created": int(time.time()), "model": engine.loaded.name}
         try:
@@ -111,18 +114,21 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- answers --
     def _whole(self, completion: Completion, answer: AnswerText, head: dict) -> None:
-        text = []
+        pieces = []
         for kind, value in _pieces(completion, answer):
             if kind == "text":
-                text.append(value)
+                pieces.append(value)
             elif kind == "error":
                 self._error(503, value, "server_error")
                 return
             else:
-                chat = completion.request.chat
-                self._json(200, {**head, "object": "chat.completion" if chat else "text_completion",
-                                 "choices": [_choice(chat, "".join(text), value, whole=True)],
-                                 "usage": _usage(completion, answer)})
+                request = completion.request
+                text = "".join(pieces)
+                choice = (_message(request, text, value) if request.chat else
+                          _choice(False, text, value))
+                self._json(200, {**head, "choices": [choice], "usage": _usage(completion, answer),
+                                 "object": "chat.completion" if request.chat else
+                                 "text_completion"})
 
     def _stream(self, completion: Completion, answer: AnswerText, head: dict) -> None:
         self.send_response(200)
@@ -130,19 +136,29 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache")
         self.end_headers()
 
-        chat = completion.request.chat
+        request = completion.request
+        chat = request.chat
         head = {**head, "object": "chat.completion.chunk" if chat else "text_completion"}
         if chat:  # a chat stream opens with the speaker
             self._event({**head, "choices": [{"index": 0, "finish_reason": None,
                                               "delta": {"role": "assistant", "content": ""}}]})
+        held = CallStream() if request.tools else None
         for kind, value in _pieces(completion, answer):
             if kind == "text":
-                self._event({**head, "choices": [_choice(chat, value, None)]})
+                if piece := held.add(value) if held else value:
+                    self._event({**head, "choices": [_choice(chat, piece, None)]})
             elif kind == "error":
                 self._event({"error": {"message": value, "type": "server_error"}})
             else:
+                rest, calls = held.end() if held else ("", [])
+                if rest:
+                    self._event({**head, "choices": [_choice(chat, rest, None)]})
+                if calls := _kept(request, calls):
+                    self._event({**head, "choices": [{"index": 0, "finish_reason": None, "delta": {
+                        "tool_calls": [call.as_api(i) for i, call in enumerate(calls)]}}]})
+                    value = "tool_calls"
                 self._event({**head, "choices": [_choice(chat, None, value)]})
-                if completion.request.include_usage:
+                if request.include_usage:
                     self._event({**head, "choices": [], "usage": _usage(completion, answer)})
         self.wfile.write(b"data: [DONE]\n\n")
 
@@ -192,16 +208,29 @@ def _pieces(completion: Completion, answer: AnswerText):
             return
 
 
-def _choice(chat: bool, text: str | None, reason: str | None, whole: bool = False) -> dict:
-    """A choice as each endpoint spells it: a chat's message (whole) or delta (a stream's piece;
-    none at the end), or a text completion's text."""
+def _choice(chat: bool, text: str | None, reason: str | None) -> dict:
+    """A choice as each endpoint spells a piece of text: a chat stream's delta (none at the end),
+    or a text completion's text."""
     if not chat:
         return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": reason}
-    if whole:
-        return {"index": 0, "message": {"role": "assistant", "content": text},
-                "finish_reason": reason}
     return {"index": 0, "delta": {} if text is None else {"content": text},
             "finish_reason": reason}
+
+
+def _message(request: ApiRequest, text: str, reason: str) -> dict:
+    """A whole chat answer's choice: its message, with the tool calls it makes where any."""
+    content, calls = split_calls(text) if request.tools else (text, [])
+    if not (calls := _kept(request, calls)):
+        return {"index": 0, "message": {"role": "assistant", "content": content},
+                "finish_reason": reason}
+    return {"index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": content.strip() or None,
+        "tool_calls": [call.as_api() for call in calls]}}
+
+
+def _kept(request: ApiRequest, calls: list[ToolCall]) -> list[ToolCall]:
+    """The calls an answer makes: with parallel_tool_calls false, its first only."""
+    return calls if request.parallel_tool_calls else calls[:1]
 
 
 def _usage(completion: Completion, answer: AnswerText) -> dict:

@@ -10,13 +10,16 @@ from dataclasses import dataclass
 from engine.chat_template import ChatTemplateError
 from engine.errors import SwarmscopeError
 from engine.sampling import SamplingParams
+from engine.serve.tool_calls import offered_tools, reads_calls, template_calls
 
 ROLES = ("system", "user", "assistant", "tool", "developer")
 MAX_STOPS = 4  # stop strings a request may give, as OpenAI's API allows
-# Fields that ask for what a plain text completion does not do; refused rather than ignored,
-# so that a client is not answered as if its tools or format had been honoured.
-UNSUPPORTED = ("tools", "functions", "tool_choice", "function_call", "response_format", "logprobs",
-               "top_logprobs", "logit_bias", "audio", "prediction", "echo", "suffix", "best_of")
+# Fields that ask for what this server does not do; refused rather than ignored, so that a
+# client is not answered as if its format had been honoured. (`functions` and `function_call`
+# are OpenAI's old spelling of tools.)
+UNSUPPORTED = ("functions", "function_call", "response_format", "logprobs", "top_logprobs",
+               "logit_bias", "audio", "prediction", "echo", "suffix", "best_of")
+TOOL_CHOICES = ("auto", "none")  # "required" or a named tool would need the sampling forced
 
 
 class RequestError(SwarmscopeError):
@@ -32,6 +35,8 @@ class ApiRequest:
     stop: tuple[str, ...]     # the answer ends before the first of these
     stream: bool
     include_usage: bool       # a streamed answer ends with a usage chunk
+    tools: list[dict] | None = None  # offered to the model (tool_calls.py); None: no tools
+    parallel_tool_calls: bool = True  # else an answer's first call is its only one
 
     @classmethod
     def parse(cls, body, tokenizer, max_context: int, chat: bool = True) -> "ApiRequest":
@@ -42,12 +47,13 @@ class ApiRequest:
             raise RequestError("the request body must be a JSON object")
         asked = [name for name in UNSUPPORTED if body.get(name) not in (None, False, [], {})]
         if asked:
-            raise RequestError(f"{', '.join(asked)}: not supported (the answer is plain text; "
-                               "describe tools in a system message)")
+            raise RequestError(f"{', '.join(asked)}: not supported")
         if body.get("n", 1) != 1:
             raise RequestError(f"n: only one choice is generated, got {body['n']!r}")
         field = "messages" if chat else "prompt"
-        prompt_ids = _chat_prompt(body, tokenizer) if chat else _plain_prompt(body, tokenizer)
+        tools = _tools(body, tokenizer) if chat else None
+        prompt_ids = _chat_prompt(body, tokenizer, tools) if chat else \
+            _plain_prompt(body, tokenizer)
         room = max_context - len(prompt_ids)
         if room < 1:
             raise RequestError(f"{field}: the prompt is {len(prompt_ids)} tokens, which leaves "
@@ -67,12 +73,34 @@ class ApiRequest:
         return cls(chat=chat, prompt_ids=prompt_ids, max_tokens=min(max_tokens or room, room),
                    sampling=sampling, stop=_stops(body.get("stop")),
                    stream=_flag(body, "stream"),
-                   include_usage=_flag(stream_options, "include_usage"))
+                   include_usage=_flag(stream_options, "include_usage"), tools=tools,
+                   parallel_tool_calls=_flag(body, "parallel_tool_calls", default=True))
 
 
-def _chat_prompt(body: dict, tokenizer) -> list[int]:
+def _tools(body: dict, tokenizer) -> list[dict] | None:
+    """The tools offered to the model: none without `tools`, or with tool_choice "none"."""
+    choice = body.get("tool_choice")
+    if choice is not None and choice not in TOOL_CHOICES:
+        raise RequestError(f"tool_choice: only {' or '.join(map(repr, TOOL_CHOICES))} (the "
+                           f"model is offered the tools, not made to call one), got {choice!r}")
+    if body.get("tools") in (None, []) or choice == "none":
+        return None
     try:
-        return tokenizer.encode(tokenizer.chat_messages(_messages(body.get("messages"))))
+        tools = offered_tools(body["tools"])
+    except ValueError as exc:
+        raise RequestError(str(exc)) from None
+    if not reads_calls(tokenizer.tool_template):
+        source = tokenizer.template_source
+        raise RequestError(f"tools: not supported by this model: its chat template"
+                           f"{f' ({source})' if source else ''} does not ask for tool calls "
+                           "as JSON in <tool_call> tags (as Qwen2.5, Qwen3 and Hermes do), the "
+                           "form this server reads")
+    return tools
+
+
+def _chat_prompt(body: dict, tokenizer, tools: list[dict] | None) -> list[int]:
+    try:
+        return tokenizer.encode(tokenizer.chat_messages(_messages(body.get("messages")), tools))
     except ChatTemplateError as exc:
         raise RequestError(f"messages: {exc}") from None
 
@@ -91,9 +119,10 @@ def _plain_prompt(body: dict, tokenizer) -> list[int]:
     return ids
 
 
-def _messages(messages) -> list[dict[str, str]]:
+def _messages(messages) -> list[dict]:
     """The conversation as the chat template takes it: roles and text (a content given as
-    OpenAI's list of parts is joined from its text parts)."""
+    OpenAI's list of parts is joined from its text parts), an assistant's tool calls and a tool
+    message's call id."""
     if not isinstance(messages, list) or not messages:
         raise RequestError("messages: must be a non-empty list of {role, content} objects")
     checked = []
@@ -113,6 +142,15 @@ def _messages(messages) -> list[dict[str, str]]:
         if not isinstance(content, str):
             raise RequestError(f"{where}.content: must be text")
         checked.append({"role": message["role"], "content": content})
+        if message["role"] == "assistant" and message.get("tool_calls"):
+            try:
+                checked[-1]["tool_calls"] = template_calls(message["tool_calls"],
+                                                           f"{where}.tool_calls")
+            except ValueError as exc:
+                raise RequestError(str(exc)) from None
+        for name in ("tool_call_id", "name"):
+            if message["role"] == "tool" and isinstance(message.get(name), str):
+                checked[-1][name] = message[name]
     return checked
 
 
@@ -143,8 +181,8 @@ def _stops(stop) -> tuple[str, ...]:
     return tuple(stops)
 
 
-def _flag(body: dict, name: str) -> bool:
-    value = body.get(name, False)
+def _flag(body: dict, name: str, default: bool = False) -> bool:
+    value = body.get(name, default)
     if not isinstance(value, bool):
         raise RequestError(f"{name}: must be true or false, got {value!r}")
     return value

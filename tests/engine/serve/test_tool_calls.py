@@ -1,0 +1,219 @@
+"""Tools in the chat API: offered through the model's chat template, and the calls its answer
+writes read back as tool_calls, whole and streamed."""
+import json
+import types
+
+import pytest
+import tokenizers
+from tokenizers import AddedToken
+
+from engine.serve.http_api import ApiServer
+from engine.serve.request import ApiRequest, RequestError
+from engine.serve.tool_calls import CallStream, split_calls, template_calls
+from engine.tokenizer import ByteTokenizer, Tokenizer
+from tests.engine.loading.conftest import make_tokenizer_json
+
+# Qwen2.5's template in brief: the tools in the system turn, an assistant's calls written back
+# in <tool_call> tags (arguments with tojson), tool results in the user's turn.
+HERMES = (
+    "{% if tools %}<|im_start|>system\nTools:\n<tools>{% for tool in tools %}\n"
+    "{{ tool | tojson }}{% endfor %}\n</tools>\nCall one as <tool_call>\n"
+    '{"name": <name>, "arguments": <object>}\n</tool_call><|im_end|>\n{% endif %}'
+    "{% for m in messages %}"
+    "{% if m.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m.content }}\n"
+    "</tool_response><|im_end|>\n"
+    "{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+    "{% for call in m.tool_calls or [] %}<tool_call>\n"
+    '{"name": "{{ call.function.name }}", "arguments": {{ call.function.arguments | tojson }}}'
+    "\n</tool_call>{% endfor %}<|im_end|>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+TOOLS = [{"type": "function", "function": {
+    "name": "read_file", "description": "Read a file",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]
+ASK = [{"role": "user", "content": "What is in a.py?"}]
+CALL_TEXT = '<tool_call>\n{"name": "read_file", "arguments": {"path": "a.py"}}\n</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def hermes(tmp_path_factory) -> Tokenizer:
+    """A byte-level BPE tokenizer with the template above, its call tags special tokens (as in
+    Hermes' models: an answer decoded without specials would lose them)."""
+    inner = tokenizers.Tokenizer.from_file(str(make_tokenizer_json(
+        tmp_path_factory.mktemp("tok") / "tokenizer.json")))
+    inner.add_special_tokens([AddedToken(tag, special=True, normalized=False)
+                              for tag in ("<tool_call>", "</tool_call>")])
+    tokenizer = Tokenizer(inner, chat_template=HERMES, eos_tokens=("<|im_end|>",))
+    return tokenizer
+
+
+def test_calls_are_read_out_of_an_answer_and_the_rest_is_its_text():
+    text, calls = split_calls("Let me look." + CALL_TEXT + "\n<tool_call>{\"name\": \"ls\", "
+                              "\"parameters\": {}}</tool_call>\n")
+    assert text == "Let me look.\n\n"
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [
+        ("read_file", {"path": "a.py"}), ("ls", {})]
+    assert calls[0].as_api(0)["index"] == 0 and calls[0].as_api()["type"] == "function"
+    assert calls[0].id != calls[1].id and calls[0].id.startswith("call_")
+    string_arguments = split_calls('<tool_call>{"name": "f", "arguments": "{\\"a\\": 1}"}'
+                                   "</tool_call>")[1][0]
+    assert json.loads(string_arguments.arguments) == {"a": 1}
+
+
+@pytest.mark.parametrize("text", [
+    "no calls at all",
+    "<tool_call>{not json}</tool_call>",
+    '<tool_call>{"arguments": {}}</tool_call>',           # no name
+    '<tool_call>["read_file"]</tool_call>',
+    CALL_TEXT + '<tool_call>{"name": "cut short", "argu',  # the answer ended inside a call
+])
+def test_what_is_not_a_well_formed_call_is_answered_as_text(text):
+    assert split_calls(text) == (text, [])
+
+
+@pytest.mark.parametrize("step", [1, 3, 7])
+def test_a_stream_sends_the_text_before_a_call_and_never_part_of_a_tag(step):
+    answer = "Let me <look> at it <tool" + CALL_TEXT
+    stream, sent = CallStream(), []
+    for i in range(0, len(answer), step):
+        sent.append(stream.add(answer[i:i + step]))
+    rest, calls = stream.end()
+    # what went out is never taken back: had a piece of the tag gone, it would be in the text
+    assert "".join(sent) + rest == "Let me <look> at it <tool" and rest in ("", "<tool")
+    assert [call.name for call in calls] == ["read_file"]
+
+
+def test_a_stream_whose_call_is_malformed_ends_with_it_as_text():
+    stream = CallStream()
+    sent = stream.add("Hi. <tool_call>{oops}</tool_call> bye")
+    assert sent == "Hi. " and stream.end() == ("<tool_call>{oops}</tool_call> bye", [])
+
+
+def test_the_tools_go_into_the_template_and_past_calls_and_results_come_back_in_it(hermes):
+    request = ApiRequest.parse({"messages": ASK, "tools": TOOLS}, hermes, 4096)
+    prompt = hermes.decode(request.prompt_ids)
+    assert request.tools == TOOLS and '"name": "read_file"' in prompt
+    assert prompt.startswith("<|im_start|>system\nTools:")
+    went_on = ApiRequest.parse({"tools": TOOLS, "messages": [*ASK, {
+        "role": "assistant", "content": None, "tool_calls": [{
+            "id": "call_1", "type": "function",
+            "function": {"name": "read_file", "arguments": '{"path": "a.py"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "x = 1"}]}, hermes, 4096)
+    # arguments given as JSON text are written as the object, not quoted a second time
+    assert hermes.decode(went_on.prompt_ids).endswith(
+        CALL_TEXT + "<|im_end|>\n<|im_start|>user\n<tool_response>\nx = 1\n</tool_response>"
+        "<|im_end|>\n<|im_start|>assistant\n")
+    not_offered = ApiRequest.parse({"messages": ASK, "tools": TOOLS, "tool_choice": "none"},
+                                   hermes, 4096)
+    assert not_offered.tools is None and "read_file" not in hermes.decode(not_offered.prompt_ids)
+
+
+def test_a_named_tool_use_template_renders_the_requests_with_tools(tmp_path):
+    config = {"chat_template": [{"name": "default", "template": "{{ messages[0].content }}"},
+                                {"name": "tool_use", "template": HERMES}]}
+    tokenizer = Tokenizer.from_file(make_tokenizer_json(tmp_path / "tokenizer.json"), config)
+    plain = ApiRequest.parse({"messages": ASK}, tokenizer, 4096)
+    offered = ApiRequest.parse({"messages": ASK, "tools": TOOLS}, tokenizer, 4096)
+    assert tokenizer.decode(plain.prompt_ids) == "What is in a.py?"
+    assert "<tools>" in tokenizer.decode(offered.prompt_ids)
+
+
+@pytest.mark.parametrize("body,says", [
+    ({"tools": TOOLS}, "tools: not supported by this model: its chat template does not ask"),
+    ({"tools": [{"type": "function"}]}, "tools[0]: must be {type: function"),
+    ({"tools": [{"type": "function", "function": {"name": ""}}]},
+     "tools[0].function.name: must be non-empty text"),
+    ({"tools": "read_file"}, "tools: must be a non-empty list"),
+    ({"tools": TOOLS, "tool_choice": "required"}, "tool_choice: only 'auto' or 'none'"),
+    ({"messages": [*ASK, {"role": "assistant", "tool_calls": [{"function": {"name": "f"}}]},
+                   *ASK], "tool_choice": "none"}, None),  # arguments default to ""
+    ({"messages": [*ASK, {"role": "assistant", "tool_calls": [{"function": {"name": 3}}]}]},
+     "messages[1].tool_calls[0]: must be {id, type: function"),
+    ({"functions": [{"name": "f"}]}, "functions: not supported"),
+])
+def test_a_bad_tools_field_is_named(body, says):
+    parse = lambda: ApiRequest.parse({"messages": ASK, **body}, ByteTokenizer(), 4096)  # noqa
+    if says is None:
+        parse()
+        return
+    with pytest.raises(RequestError) as caught:
+        parse()
+    assert says in str(caught.value)
+
+
+def test_arguments_that_are_not_a_json_object_reach_the_template_as_given():
+    calls = template_calls([{"function": {"name": "f", "arguments": "not json"}},
+                            {"function": {"name": "g", "arguments": '{"a": [1]}'}}], "calls")
+    assert [c["function"]["arguments"] for c in calls] == ["not json", {"a": [1]}]
+
+
+class ScriptedEngine:
+    """The engine's side of a request, answered with `answer`: the tiny random models never
+    write a tool call, so the server's reading of one is tested on text given here."""
+
+    def __init__(self, tokenizer: Tokenizer, answer: str) -> None:
+        self.loaded = types.SimpleNamespace(tokenizer=tokenizer, name="scripted")
+        self.max_context = 4096
+        self.answer = answer
+        self.prompts: list[str] = []
+
+    def submit(self, completion) -> None:
+        tokenizer = self.loaded.tokenizer
+        self.prompts.append(tokenizer.decode(completion.request.prompt_ids))
+        ids = tokenizer.encode(self.answer) + list(tokenizer.eos_ids)
+        for at in range(0, len(ids), 3):
+            completion.add(ids[at:at + 3])
+        completion.finish("stop")
+
+
+@pytest.fixture
+def scripted(hermes):
+    engine = ScriptedEngine(hermes, "Let me look." + CALL_TEXT)
+    server = ApiServer(lambda: engine, "127.0.0.1", 0).start()
+    yield engine, server
+    server.close()
+
+
+def test_openais_client_gets_the_calls_whole_and_streamed(scripted):
+    import openai
+
+    engine, server = scripted
+    client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
+    reply = client.chat.completions.create(model="x", messages=ASK, tools=TOOLS)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content == "Let me look."
+    [call] = choice.message.tool_calls
+    assert call.function.name == "read_file" and json.loads(call.function.arguments) == {
+        "path": "a.py"}
+    assert '"name": "read_file"' in engine.prompts[-1]
+
+    content, calls, reasons = "", {}, []
+    for chunk in client.chat.completions.create(model="x", messages=ASK, tools=TOOLS,
+                                                stream=True):
+        delta = chunk.choices[0].delta
+        content += delta.content or ""
+        for piece in delta.tool_calls or []:
+            calls.setdefault(piece.index, []).append(piece)
+        reasons.append(chunk.choices[0].finish_reason)
+    assert content == "Let me look." and reasons[-1] == "tool_calls"
+    [[piece]] = calls.values()
+    assert piece.id.startswith("call_") and piece.function.name == "read_file"
+    assert json.loads(piece.function.arguments) == {"path": "a.py"}
+
+
+def test_without_tools_the_same_answer_is_text_and_one_call_is_kept_if_asked(scripted, hermes):
+    import openai
+
+    engine, server = scripted
+    client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
+    plain = client.chat.completions.create(model="x", messages=ASK).choices[0]
+    # without tools the tags are special tokens the answer's text leaves out, as any answer's
+    assert plain.finish_reason == "stop" and plain.message.tool_calls is None
+    assert plain.message.content == hermes.decode(hermes.encode(engine.answer), skip_special=True)
+    engine.answer = CALL_TEXT + CALL_TEXT.replace("a.py", "b.py")
+    both = client.chat.completions.create(model="x", messages=ASK, tools=TOOLS).choices[0]
+    one = client.chat.completions.create(model="x", messages=ASK, tools=TOOLS,
+                                         parallel_tool_calls=False).choices[0]
+    assert [json.loads(c.function.arguments)["path"] for c in both.message.tool_calls] == [
+        "a.py", "b.py"]
+    assert both.message.content is None
+    assert [json.loads(c.function.arguments)["path"] for c in one.message.tool_calls] == ["a.py"]
