@@ -1,17 +1,22 @@
 """Tools in the chat API: offered through the model's chat template, and the calls its answer
 writes read back as tool_calls, whole and streamed."""
 import json
+import threading
 import types
 
 import pytest
 import tokenizers
 from tokenizers import AddedToken
 
+from engine.controls import Controls
+from engine.engine import Engine
+from engine.loading import load_model
 from engine.serve.http_api import ApiServer
 from engine.serve.request import ApiRequest, RequestError
 from engine.serve.tool_calls import CallStream, split_calls, template_calls
 from engine.tokenizer import ByteTokenizer, Tokenizer
-from tests.engine.loading.conftest import make_tokenizer_json
+from engine.swarm.config import SwarmConfig
+from tests.engine.loading.conftest import hf_tiny, make_tokenizer_json, save_hf_folder
 
 # Qwen2.5's template in brief: the tools in the system turn, an assistant's calls written back
 # in <tool_call> tags (arguments with tojson), tool results in the user's turn.
@@ -217,3 +222,41 @@ def test_without_tools_the_same_answer_is_text_and_one_call_is_kept_if_asked(scr
         "a.py", "b.py"]
     assert both.message.content is None
     assert [json.loads(c.function.arguments)["path"] for c in one.message.tool_calls] == ["a.py"]
+
+
+def test_a_real_model_is_offered_the_tools_and_its_agent_goes_on_after_a_call(tmp_path,
+                                                                              calibration):
+    """A random Qwen2 folder with the Hermes template, served by the engine: the tools reach the
+    prompt, and a conversation that goes on with a call and its result keeps its agent's KV."""
+    import openai
+
+    folder = save_hf_folder(hf_tiny("qwen2", max_position_embeddings=1024),
+                            tmp_path / "qwen2")
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"eos_token": "<|im_end|>", "chat_template": HERMES}))
+    loaded = load_model(str(folder), dtype="fp32", device="cpu")
+    engine = Engine(loaded, SwarmConfig(max_context=1024, client_lanes=2), Controls(swarm_size=0),
+                    calibration=calibration)
+    stop = threading.Event()
+    stepping = threading.Thread(target=engine.run, kwargs={"stop": stop})
+    stepping.start()
+    server = ApiServer(lambda: engine, "127.0.0.1", 0).start()
+    try:
+        client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
+        first = client.chat.completions.create(model="x", messages=ASK, tools=TOOLS,
+                                               temperature=0, max_tokens=6)
+        prompt = loaded.tokenizer.encode(loaded.tokenizer.chat_messages(ASK, TOOLS))
+        assert first.usage.prompt_tokens == len(prompt)
+        assert first.choices[0].finish_reason in ("stop", "length", "tool_calls")
+        went_on = client.chat.completions.create(model="x", tools=TOOLS, temperature=0,
+                                                 max_tokens=6, messages=[*ASK, {
+            "role": "assistant", "content": None, "tool_calls": [{
+                "id": "call_1", "type": "function",
+                "function": {"name": "read_file", "arguments": '{"path": "a.py"}'}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "x = 1"}])
+        assert went_on.usage.prompt_tokens_details.cached_tokens >= len(prompt)
+    finally:
+        server.close()
+        stop.set()
+        stepping.join()
+        engine.close()
