@@ -106,11 +106,7 @@ class Tokenizer:
         turn, with the `tools` it may call (in OpenAI's form) where given; ChatTemplateError,
         naming the template's file, when the template refuses it."""
         try:
-            if tools:
-                return render_chat(self.tool_template, messages, bos_token=self.bos_token or "",
-                                   eos_token=self.eos_token or "",
-                                   variables={**self.template_variables, "tools": tools})
-            return self._render(messages)
+            return self._render(messages, tools)
         except ChatTemplateError as exc:
             raise self._named(exc) from None
 
@@ -126,10 +122,12 @@ class Tokenizer:
             text = None
         return self.chat_prompt(user) if text is None else text
 
-    def _render(self, messages: list[dict[str, str]]) -> str:
-        return render_chat(self.chat_template, messages,
-                           bos_token=self.bos_token or "", eos_token=self.eos_token or "",
-                           variables=self.template_variables)
+    def _render(self, messages: list[dict], tools: list[dict] | None = None) -> str:
+        template, variables = self.chat_template, self.template_variables
+        if tools:
+            template, variables = self.tool_template, {**variables, "tools": tools}
+        return render_chat(template, messages, bos_token=self.bos_token or "",
+                           eos_token=self.eos_token or "", variables=variables)
 
     def _named(self, problem) -> ChatTemplateError:
         """The model's own template's error names its file."""

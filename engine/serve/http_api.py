@@ -4,8 +4,9 @@ client agent of the engine (engine/serve/client_agent.py), batched and speculate
 rest.
 
 Endpoints: GET /v1/models, POST /v1/chat/completions (with tools where the model's template
-offers them: tool_calls.py) and /v1/completions (streamed or not), GET /health. One thread a connection (the standard library's server); requests reach the engine
-through its `submit`, and the answer comes back token by token through a Completion."""
+offers them: tool_calls.py) and /v1/completions (streamed or not), GET /health. One thread a
+connection (the standard library's server); requests reach the engine through its `submit`, and
+the answer comes back token by token through a Completion."""
 from __future__ import annotations
 
 import json
