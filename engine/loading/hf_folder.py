@@ -216,16 +216,24 @@ class Weights(Mapping[str, torch.Tensor]):
 
 def read_tokenizer(folder: Path, config: ModelConfig) -> Tokenizer:
     """tokenizer.json with tokenizer_config.json's special tokens and chat template, or the
-    template in chat_template.jinja, where transformers >= 4.43 saves it (and which wins)."""
+    template in chat_template.jinja, where transformers >= 4.43 saves it (and which wins), and
+    a template for conversations with tools in additional_chat_templates/tool_use.jinja, where
+    later ones save a tokenizer's named templates."""
     template_source = folder / "tokenizer_config.json"
     tokenizer_config = read_json(template_source, required=False) or {}
     template_file = folder / "chat_template.jinja"
     if template_file.is_file():
-        try:
-            tokenizer_config["chat_template"] = template_file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ModelLoadError(template_file, f"cannot read the chat template ({exc})") from None
+        tokenizer_config["chat_template"] = _read_template(template_file)
         template_source = template_file
+    tool_source = folder / "additional_chat_templates" / "tool_use.jinja"
+    if tool_source.is_file():
+        named = tokenizer_config.get("chat_template")
+        named = ([t for t in named if not isinstance(t, dict) or t.get("name") != "tool_use"]
+                 if isinstance(named, list) else [{"name": "default", "template": named}])
+        tokenizer_config["chat_template"] = [
+            *named, {"name": "tool_use", "template": _read_template(tool_source)}]
+    else:
+        tool_source = template_source
     if not (folder / "tokenizer.json").is_file() and (folder / "tokenizer.model").is_file():
         raise ModelLoadError(folder / "tokenizer.json",
                              "file not found; tokenizer.model (SentencePiece) is not read: "
@@ -247,9 +255,17 @@ def read_tokenizer(folder: Path, config: ModelConfig) -> Tokenizer:
                              "model's tokenizer)")
     if tokenizer.chat_template:  # a broken template is the folder's fault: say so at load
         tokenizer.template_source = template_source
-        try:
-            check_template(tokenizer.chat_template)
-            check_template(tokenizer.tool_template)
-        except ChatTemplateError as exc:
-            raise ModelLoadError(template_source, str(exc)) from None
+        for template, source in ((tokenizer.chat_template, template_source),
+                                 (tokenizer.tool_template, tool_source)):
+            try:
+                check_template(template)
+            except ChatTemplateError as exc:
+                raise ModelLoadError(source, str(exc)) from None
     return tokenizer
+
+
+def _read_template(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelLoadError(path, f"cannot read the chat template ({exc})") from None

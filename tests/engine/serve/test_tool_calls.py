@@ -1,6 +1,7 @@
 """Tools in the chat API: offered through the model's chat template, and the calls its answer
 writes read back as tool_calls, whole and streamed."""
 import json
+import shutil
 import threading
 import types
 
@@ -10,6 +11,7 @@ from tokenizers import AddedToken
 
 from engine.controls import Controls
 from engine.engine import Engine
+from engine.errors import ModelLoadError
 from engine.loading import load_model
 from engine.serve.http_api import ApiServer
 from engine.serve.request import ApiRequest, RequestError
@@ -224,17 +226,38 @@ def test_without_tools_the_same_answer_is_text_and_one_call_is_kept_if_asked(scr
     assert [json.loads(c.function.arguments)["path"] for c in one.message.tool_calls] == ["a.py"]
 
 
-def test_a_real_model_is_offered_the_tools_and_its_agent_goes_on_after_a_call(tmp_path,
-                                                                              calibration):
-    """A random Qwen2 folder with the Hermes template, served by the engine: the tools reach the
-    prompt, and a conversation that goes on with a call and its result keeps its agent's KV."""
-    import openai
-
+@pytest.fixture(scope="module")
+def qwen2(tmp_path_factory):
+    """A random Qwen2 folder with the Hermes template."""
     folder = save_hf_folder(hf_tiny("qwen2", max_position_embeddings=1024),
-                            tmp_path / "qwen2")
+                            tmp_path_factory.mktemp("qwen2"))
     (folder / "tokenizer_config.json").write_text(json.dumps(
         {"eos_token": "<|im_end|>", "chat_template": HERMES}))
-    loaded = load_model(str(folder), dtype="fp32", device="cpu")
+    return folder
+
+
+def test_a_folders_tool_use_template_file_renders_conversations_with_tools(qwen2, tmp_path):
+    """transformers saves a tokenizer's named templates in additional_chat_templates/."""
+    folder = tmp_path / "named"
+    shutil.copytree(qwen2, folder)
+    (folder / "chat_template.jinja").write_text("{{ messages[0].content }}")
+    (folder / "additional_chat_templates").mkdir()
+    (folder / "additional_chat_templates" / "tool_use.jinja").write_text(HERMES)
+    tokenizer = load_model(str(folder), dtype="fp32", device="cpu").tokenizer
+    assert tokenizer.chat_messages(ASK) == "What is in a.py?"
+    assert "<tools>" in tokenizer.chat_messages(ASK, TOOLS)
+    (folder / "additional_chat_templates" / "tool_use.jinja").write_text("{% if %}")
+    with pytest.raises(ModelLoadError, match="tool_use.jinja"):
+        load_model(str(folder), dtype="fp32", device="cpu")
+
+
+def test_a_real_model_is_offered_the_tools_and_its_agent_goes_on_after_a_call(qwen2,
+                                                                              calibration):
+    """The folder above served by the engine: the tools reach the prompt, and a conversation
+    that goes on with a call and its result keeps its agent's KV."""
+    import openai
+
+    loaded = load_model(str(qwen2), dtype="fp32", device="cpu")
     engine = Engine(loaded, SwarmConfig(max_context=1024, client_lanes=2), Controls(swarm_size=0),
                     calibration=calibration)
     stop = threading.Event()
