@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import random
 
-from engine.sequence import Sequence
+from engine.sequence import Sequence, common_prefix
 from engine.serve.completion import Completion
 from engine.swarm.agent import Agent
 
@@ -31,12 +31,7 @@ class ClientAgent(Agent):
         reasoning, text that tokenizes anew). 0 for another conversation, one that only repeats
         what this agent was last given among them: in a swarm many conversations start alike,
         and one must not take the context of another that is about to go on."""
-        context = self.seq.token_ids
-        if prompt_ids[:len(context)] == context:  # the usual case, compared at C speed
-            same = len(context)
-        else:
-            same = next((i for i, (a, b) in enumerate(zip(context, prompt_ids)) if a != b),
-                        len(prompt_ids))  # the prompt is all a start of the context
+        same = common_prefix(self.seq.token_ids, prompt_ids)
         given = self.seq.prompt_len
         # the prompt's last token is fed whatever is held: the answer's first comes from it
         return min(same, len(prompt_ids) - 1) if same >= given and len(prompt_ids) > given else 0

@@ -27,6 +27,9 @@ class SwarmConfig:
     kv_tokens: int | None = None    # KV cache size; None: max_context x the lanes below
     client_lanes: int = 0           # lanes the cache holds for API clients beside the swarm's
     block_size: int = 16
+    # A new sequence starts from a copy of the KV of the longest prefix it shares with one that
+    # holds KV (a system prompt, an agent framework's tools), not feeding those tokens again
+    share_prefixes: bool = True
     record_capacity: int = 100_000  # step records (and events) kept for the app
     workload_dir: str | None = None  # None: resources/workloads
 

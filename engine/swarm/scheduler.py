@@ -84,6 +84,10 @@ class Scheduler:
     def place(self, seq: Sequence) -> str | None:
         return self._place.get(seq.seq_id)
 
+    def holding_kv(self) -> list[Sequence]:
+        """The sequences whose KV is in the cache (some of it)."""
+        return [s for s in (*self.running, *self.waiting, *self.idle.values()) if s.num_cached]
+
     # -- each step --
     def schedule(self, batch_ceiling: int) -> SchedulerOutput:
         self._fit_ceiling(batch_ceiling)

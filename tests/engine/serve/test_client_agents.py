@@ -10,6 +10,7 @@ from engine.serve.client_agent import CATEGORY
 from engine.serve.completion import Completion
 from engine.sampling import SamplingParams
 from engine.serve.request import ApiRequest
+from engine.sequence import common_prefix
 from engine.swarm.config import SwarmConfig
 
 USER = "def add(a, b):\n    return a + b\n\nRepeat the function."
@@ -103,12 +104,20 @@ def test_a_conversation_that_rewrites_its_last_answer_reuses_what_came_before(ti
     assert again.agent == 0 and again.reused_tokens == before_answer
     fresh = make_engine(tiny, calibration, policy="off")
     assert answer(fresh, submit(fresh, going_on, temperature=1, seed=8))[0] == ids
-    # the first alike, then asked again of the agent it made, then another task
-    others = []
-    for messages in (first, first, first[:1] + [{"role": "user", "content": "Another task."}]):
+    # the first alike, then asked again of the agent it made, then another task: agents of
+    # their own, each starting from a copy of the KV it shares with another's context
+    # (Engine._copy_shared_prefix), and answering as a fresh engine does
+    others, answers = [], []
+    another = first[:1] + [{"role": "user", "content": "Another task."}]
+    for messages in (first, first, another):
         others.append(submit(engine, messages))
-        answer(engine, others[-1])
-    assert [(alike.agent, alike.reused_tokens) for alike in others] == [(1, 0), (2, 0), (3, 0)]
+        answers.append(answer(engine, others[-1])[0])
+    prompts = [len(o.request.prompt_ids) for o in others]
+    system = common_prefix(others[0].request.prompt_ids, others[2].request.prompt_ids)
+    assert [(alike.agent, alike.reused_tokens) for alike in others] == [
+        (1, prompts[0] - 1), (2, prompts[1] - 1), (3, system)]
+    fresh = make_engine(tiny, calibration, policy="off")
+    assert answer(fresh, submit(fresh, another))[0] == answers[2]
 
 
 def test_a_cancelled_answer_ends_its_turn_and_the_agent_waits(tiny, calibration):

@@ -37,6 +37,25 @@ def test_a_seeded_swarm_is_reproducible_step_for_step(tiny, calibration):
     assert fingerprint(other)[1] != runs[0][1]  # the seed matters
 
 
+def test_a_new_task_starts_from_the_kv_of_the_prompt_it_shares_and_writes_the_same(
+        tiny, calibration):
+    """Agents of a category share its system prompt: a task started while another agent holds
+    its KV copies it rather than feeding it again, and every agent writes what it writes
+    without the copies (greedy, fp32). A short context makes tasks start often; what each agent
+    writes depends on its seed alone, not on when its steps ran."""
+    transcripts = {}
+    for share in (True, False):
+        engine = make_engine(tiny, calibration, agents=4, max_context=160, share_prefixes=share)
+        engine.run(steps=150)
+        assert (engine.prefix_tokens_copied > 0) == share
+        transcripts[share] = {view.id: "".join(text for text, _ in view.transcript)
+                              for view in engine.agents()}
+    for agent, text in transcripts[True].items():
+        other = transcripts[False][agent]
+        shorter = min(len(text), len(other))
+        assert shorter > 200 and text[:shorter] == other[:shorter]
+
+
 def test_the_live_batch_swings_as_agents_block_on_tools(tiny, calibration):
     engine = make_engine(tiny, calibration, agents=8)
     engine.run(steps=100)
