@@ -19,11 +19,11 @@ import torch
 
 from engine.controls import CATEGORIES, ControlMailbox, Controls
 from engine.devices import dtype_name, free_memory_bytes, others_cpu_seconds, set_cpu_threads
-from engine.errors import KVCacheFull, SwarmscopeError
+from engine.errors import SwarmscopeError
 from engine.kv_cache import PagedKVCache
 from engine.native_memory import MemoryTrimmer
 from engine.runner import ModelRunner
-from engine.sequence import Sequence, common_prefix
+from engine.sequence import Sequence
 from engine.serve.client_agent import ClientAgent
 from engine.serve.completion import Completion
 from engine.spec.calibration import (DEFAULT_CONTEXT, Calibration, calibrate_or_load,
@@ -60,8 +60,9 @@ class Engine:
         self.calibration = calibration or calibrate_or_load(loaded)
         self.executor = StepExecutor(self.runner, self.calibration, target=loaded,
                                      measures_cost=config.clock != "virtual")
-        self.scheduler = Scheduler(SchedulerConfig(config.max_step_tokens,
-                                                   config.rotate_after_steps), kv.blocks)
+        self.scheduler = Scheduler(
+            SchedulerConfig(config.max_step_tokens, config.rotate_after_steps), kv.blocks,
+            copy_kv=kv.copy_sequence if config.share_prefixes else None)
         self.workload = Workload(config.workload_dir or WORKLOAD_DIR)
         self.max_context = max_context  # the most tokens a lane holds
         self._agents: dict[int, Agent] = {}
@@ -75,7 +76,7 @@ class Engine:
         self._lock = threading.RLock()
         self.busy_s = 0.0       # time inside step() doing work
         self.telemetry_s = 0.0  # of which: recording (ring buffers, trace, agent events)
-        self.prefix_tokens_copied = 0  # prompt tokens whose KV a new sequence copied (_add_new)
+        self.prefix_tokens_copied = 0  # prompt tokens whose KV a new sequence copied
         self.trace = TraceWriter(trace_path, self._session()) if trace_path else None
         self.thread_tuner: ThreadTuner | None = None  # set by tune_threads
         self._curves: dict[int, Calibration] = {}  # the tuner's counts' curves
@@ -125,6 +126,7 @@ class Engine:
                 self._serve_clients(self.now())
                 self._wake_agents(self.now())
                 out = self.scheduler.schedule(self.controls.batch_ceiling)
+                self._count_copies(out.copied)
         if paused:
             return self._idle(None)
         if not out.scheduled:
@@ -369,9 +371,17 @@ class Engine:
                                     self.max_context, record_text=self.trace is not None)
                 self._agents[agent.id] = agent
                 self._next_seq_id += 1
-                completion.reused_tokens = self._add_new(
-                    agent.start(completion, self._next_seq_id, t))
+                self.scheduler.add(agent.start(completion, self._next_seq_id, t))
             self._agent_event(t, agent.id, "decode")
+
+    def _count_copies(self, copied: list[tuple[Sequence, int]]) -> None:
+        """Prompt tokens new sequences took as copies of a shared prefix's KV (Scheduler), an API
+        client's counted as cached in its answer's usage."""
+        for seq, tokens in copied:
+            self.prefix_tokens_copied += tokens
+            agent = self._agents.get(seq.agent)
+            if isinstance(agent, ClientAgent) and agent.seq is seq:
+                agent.completion.reused_tokens = tokens
 
     def _clients(self, state: str) -> list[ClientAgent]:
         return [a for a in self._agents.values() if isinstance(a, ClientAgent) and a.state == state]
@@ -388,36 +398,8 @@ class Engine:
         if agent.seq is not None:
             self._retire(agent.seq)
         self._next_seq_id += 1
-        self._add_new(agent.start_task(cat, self._next_seq_id, t))
+        self.scheduler.add(agent.start_task(cat, self._next_seq_id, t))
         self._agent_event(t, agent.id, "decode")
-
-    def _add_new(self, seq: Sequence) -> int:
-        """Queue a new sequence; returns the tokens of its prompt whose KV it starts with."""
-        shared = self._copy_shared_prefix(seq) if self.config.share_prefixes else 0
-        self.scheduler.add(seq)
-        return shared
-
-    def _copy_shared_prefix(self, seq: Sequence) -> int:
-        """Start `seq`'s KV as a copy of the longest prefix it shares with a sequence holding KV,
-        where that is a block at least: those tokens are not fed again. A copy, not shared
-        blocks: both sequences write past it. Returns the tokens copied (none where the free
-        blocks cannot hold them)."""
-        donor, shared = None, 0
-        for other in self.scheduler.holding_kv():
-            # the last token is fed whatever is held: the next token comes from it
-            n = common_prefix(other.token_ids, seq.token_ids,
-                              min(other.num_cached, len(seq.token_ids) - 1))
-            if n > shared:
-                donor, shared = other, n
-        if shared < self.config.block_size:
-            return 0
-        try:
-            self.runner.kv.copy_sequence(donor.seq_id, seq.seq_id, shared)
-        except KVCacheFull:
-            return 0
-        seq.num_cached = shared
-        self.prefix_tokens_copied += shared
-        return shared
 
     def _send_to_tool(self, agent: Agent, t: float) -> None:
         agent.call_tool(t, tool_latency_s(self.controls.tool_latency_s,

@@ -1,14 +1,19 @@
 """Serving benchmark: real HTTP clients of the OpenAI-compatible API, each policy side by side.
 
-`--clients` agents (threads, the standard library's HTTP client) each hold a conversation of
-`--turns` requests from the swarm's workload: a task (a code edit re-emits the file it read),
-then the tool's output after each answer, the answer sent back as an agent loop sends it; no tool
-wait. Every policy serves the same conversations from an engine of its own on the loaded model,
-behind a server of its own, one policy at a time, the first rotating from round to round so
-that a slow spell of the machine lands on each alike. Reports the answers' tokens a second of
-wall time as the clients saw them (HTTP, tokenizing and text included), the mean time to a whole
-answer, the prompt tokens whose KV a conversation going on reused, and tokens/s over off's with
-the spread of the per-round ratio."""
+`--clients` agents (threads, the standard library's HTTP client) each hold `--conversations`
+conversations one after another, each of `--turns` requests from the swarm's workload: a task (a
+code edit re-emits the file it read), then the tool's output after each answer, the answer sent
+back as an agent loop sends it; no tool wait. Every conversation starts with a system message:
+the workload's own, or (`--system agent`) a coding agent's instructions and tools of 1,300
+tokens, as agent frameworks send. Every policy serves the same conversations from an engine of
+its own on the loaded model, behind a server of its own, one policy at a time, the first
+rotating from round to round so that a slow spell of the machine lands on each alike. A policy
+named POLICY:unshared runs with new conversations feeding their whole prompt, not copying the
+KV of a prefix another conversation holds (Engine._copy_shared_prefix). Reports the answers'
+tokens a second of wall time as the clients saw them (HTTP, tokenizing and text included), the
+mean time to a whole answer, the prompt tokens whose KV was reused (a conversation going on, or a
+shared prefix copied), and tokens/s over the first policy's with the spread of the per-round
+ratio."""
 from __future__ import annotations
 
 import http.client
@@ -19,25 +24,36 @@ import sys
 import threading
 import time
 import urllib.parse
+from pathlib import Path
 
 from engine.bench import in_turn
 from engine.bench.spec import ratio_spread
 from engine.cli.options import MODEL_HELP, add_device_options, check_at_least
 from engine.controls import CATEGORIES, Controls
 from engine.errors import SwarmscopeError
+from engine.swarm.workload import WORKLOAD_DIR
 from engine.telemetry.records import POLICIES
+
+AGENT_SYSTEM = WORKLOAD_DIR / "agent_system.md"
+UNSHARED = ":unshared"  # a policy's suffix: new conversations copy no shared prefix's KV
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--model", default="default", help=MODEL_HELP)
     add_device_options(parser)
     parser.add_argument("--clients", type=int, default=4, help="agents asking at once (default 4)")
+    parser.add_argument("--conversations", type=int, default=1,
+                        help="conversations each client holds, one after another (default 1)")
     parser.add_argument("--turns", type=int, default=3, help="requests in each conversation (default 3)")
     parser.add_argument("--rounds", type=int, default=3, help="times each policy serves them (default 3)")
     parser.add_argument("--category", choices=CATEGORIES, default="code-edit",
                         help="the workload the conversations come from (default code-edit)")
+    parser.add_argument("--system", default="workload", metavar="workload|agent|FILE",
+                        help="each conversation's system message: the workload's (default), a "
+                             "coding agent's instructions and tools, or a file's text")
     parser.add_argument("--policies", default="off,goodput",
-                        help="comma-separated, the first the reference (default off,goodput)")
+                        help="comma-separated, the first the reference (default off,goodput); "
+                             f"POLICY{UNSHARED}: new conversations copy no shared prefix's KV")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
 
@@ -45,12 +61,12 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     try:
         check_at_least({"--clients": (args.clients, 1), "--turns": (args.turns, 1),
-                        "--rounds": (args.rounds, 1)})
+                        "--rounds": (args.rounds, 1), "--conversations": (args.conversations, 1)})
         policies = [p.strip() for p in args.policies.split(",")]
-        unknown = [p for p in policies if p not in POLICIES]
+        unknown = [p for p in policies if p.removesuffix(UNSHARED) not in POLICIES]
         if unknown or len(set(policies)) != len(policies):
-            raise SwarmscopeError(f"--policies: each of {', '.join(POLICIES)} at most once, "
-                                  f"got {args.policies!r}")
+            raise SwarmscopeError(f"--policies: each of {', '.join(POLICIES)} (or it with "
+                                  f"{UNSHARED}) at most once, got {args.policies!r}")
         rows = measure(args, policies)
     except SwarmscopeError as exc:
         print(f"swarmscope bench serve: {exc}", file=sys.stderr)
@@ -58,13 +74,15 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    print(f"{'policy':<10}{'tokens/s':>10}{'answer s':>10}{'reused':>8}{'accept':>8}"
-          f"{f'x {policies[0]}':>12}")
+    width = max(10, *(len(p) + 2 for p in policies))
+    print(f"{'policy':<{width}}{'tokens/s':>10}{'answer s':>10}{'reused':>8}{'accept':>8}"
+          f"{f'x {policies[0]}':>{max(12, len(policies[0]) + 4)}}")
     for r in rows:
         spread = "" if r["ratio_spread"] is None else f" ±{r['ratio_spread']:.3f}"
         accept = "-" if r["acceptance"] is None else f"{100 * r['acceptance']:.0f}%"
-        print(f"{r['policy']:<10}{r['tokens_per_s']:>10.1f}{r['mean_answer_s']:>10.2f}"
-              f"{100 * r['reused_share']:>7.0f}%{accept:>8}{r['ratio']:>12.3f}{spread:<7}")
+        print(f"{r['policy']:<{width}}{r['tokens_per_s']:>10.1f}{r['mean_answer_s']:>10.2f}"
+              f"{100 * r['reused_share']:>7.0f}%{accept:>8}"
+              f"{r['ratio']:>{max(12, len(policies[0]) + 4)}.3f}{spread:<7}")
     return 0
 
 
@@ -73,17 +91,19 @@ def measure(args, policies: list[str]) -> list[dict]:
     from engine.spec.calibration import calibrate_or_load
     from engine.swarm.workload import Workload
 
+    system = _system(args.system)  # before loading: a wrong path is said at once
     loaded = load_model(args.model, dtype=args.dtype, device=args.device, threads=args.threads)
     calibration = calibrate_or_load(loaded, progress=lambda message, *_: print(
         f"  {message}", file=sys.stderr))
     workload = Workload()
-    conversations = [_conversation(workload, args.category, args.turns,
-                                   random.Random(f"{args.seed}:{i}")) for i in range(args.clients)]
+    clients = [[_conversation(workload, args.category, args.turns, system,
+                              random.Random(f"{args.seed}:{i}:{j}"))
+                for j in range(args.conversations)] for i in range(args.clients)]
     max_tokens = workload.max_new_tokens(args.category)
     served = {policy: [] for policy in policies}
     for round_no in range(args.rounds):
         for policy in in_turn(policies, round_no):
-            served[policy].append(_serve(loaded, calibration, policy, conversations, max_tokens))
+            served[policy].append(_serve(loaded, calibration, policy, clients, max_tokens))
             print(f"  round {round_no + 1}, {policy}: "
                   f"{served[policy][-1]['tokens_per_s']:.1f} tokens/s", file=sys.stderr)
     reference = [r["tokens_per_s"] for r in served[policies[0]]]
@@ -102,37 +122,50 @@ def measure(args, policies: list[str]) -> list[dict]:
     return rows
 
 
-def _conversation(workload, category: str, turns: int, rng: random.Random) -> list[dict]:
+def _system(choice: str) -> str | None:
+    """The system message `--system` names; None: the workload's."""
+    if choice == "workload":
+        return None
+    path = AGENT_SYSTEM if choice == "agent" else Path(choice)
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SwarmscopeError(f"--system: cannot read {path} ({exc})") from None
+
+
+def _conversation(workload, category: str, turns: int, system: str | None,
+                  rng: random.Random) -> list[dict]:
     """The user's side of one conversation: the system message and task, then tool outputs."""
     task = workload.new_task(category, rng)
     users = [task.text] + [workload.tool_output(task, rng) for _ in range(turns - 1)]
-    return [{"role": "system", "content": workload.system(category)}] + [
+    return [{"role": "system", "content": system or workload.system(category)}] + [
         {"role": "user", "content": text} for text in users]
 
 
-def _serve(loaded, calibration, policy: str, conversations: list[list[dict]],
+def _serve(loaded, calibration, policy: str, clients: list[list[list[dict]]],
            max_tokens: int) -> dict:
-    """Every conversation through a server of its own, on an engine of `policy`'s."""
+    """Every client's conversations through a server of its own, on an engine of `policy`'s."""
     from engine.engine import Engine
     from engine.serve.http_api import ApiServer
     from engine.swarm.config import SwarmConfig
 
-    engine = Engine(loaded, SwarmConfig(client_lanes=len(conversations)),
-                    Controls(policy=policy, swarm_size=0), calibration=calibration)
+    config = SwarmConfig(client_lanes=len(clients), share_prefixes=not policy.endswith(UNSHARED))
+    engine = Engine(loaded, config, Controls(policy=policy.removesuffix(UNSHARED), swarm_size=0),
+                    calibration=calibration)
     stop = threading.Event()
     stepping = threading.Thread(target=engine.run, kwargs={"stop": stop}, daemon=True)
     stepping.start()
     server = ApiServer(lambda: engine, "127.0.0.1", 0).start()
-    results: list[dict] = [{} for _ in conversations]
+    results: list[dict] = [{} for _ in clients]
     failures: list[str] = []
-    clients = [threading.Thread(target=_client, args=(server.url, c, max_tokens, r, failures))
-               for c, r in zip(conversations, results)]
+    threads = [threading.Thread(target=_client, args=(server.url, c, max_tokens, r, failures))
+               for c, r in zip(clients, results)]
     start = time.perf_counter()
     try:
-        for client in clients:
-            client.start()
-        for client in clients:
-            client.join()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
         wall_s = time.perf_counter() - start
     finally:
         server.close()
@@ -148,29 +181,32 @@ def _serve(loaded, calibration, policy: str, conversations: list[list[dict]],
             "drafted": sum(lane.k for lane in lanes), "accepted": sum(lane.acc for lane in lanes)}
 
 
-def _client(url: str, conversation: list[dict], max_tokens: int, result: dict,
+def _client(url: str, conversations: list[list[dict]], max_tokens: int, result: dict,
             failures: list[str]) -> None:
-    """One agent: ask, take the answer into the conversation, go on with the next message."""
+    """One agent: ask, take the answer into the conversation, go on with the next message; then
+    the next conversation."""
     address = urllib.parse.urlparse(url)
     connection = http.client.HTTPConnection(address.hostname, address.port, timeout=600)
-    messages, answer_s = conversation[:2], []
+    answer_s = []
     result.update(tokens=0, reused=0, prompt=0, answer_s=answer_s)
     try:
-        for user in [None] + conversation[2:]:
-            if user is not None:
-                messages.append(user)
-            asked = time.perf_counter()
-            connection.request("POST", f"{address.path}/chat/completions", json.dumps(
-                {"messages": messages, "temperature": 0, "max_tokens": max_tokens}))
-            reply = json.loads(connection.getresponse().read())
-            if "error" in reply:
-                raise SwarmscopeError(reply["error"]["message"])
-            answer_s.append(time.perf_counter() - asked)
-            usage = reply["usage"]
-            result["tokens"] += usage["completion_tokens"]
-            result["prompt"] += usage["prompt_tokens"]
-            result["reused"] += usage["prompt_tokens_details"]["cached_tokens"]
-            messages.append(reply["choices"][0]["message"])
+        for conversation in conversations:
+            messages = conversation[:2]
+            for user in [None] + conversation[2:]:
+                if user is not None:
+                    messages.append(user)
+                asked = time.perf_counter()
+                connection.request("POST", f"{address.path}/chat/completions", json.dumps(
+                    {"messages": messages, "temperature": 0, "max_tokens": max_tokens}))
+                reply = json.loads(connection.getresponse().read())
+                if "error" in reply:
+                    raise SwarmscopeError(reply["error"]["message"])
+                answer_s.append(time.perf_counter() - asked)
+                usage = reply["usage"]
+                result["tokens"] += usage["completion_tokens"]
+                result["prompt"] += usage["prompt_tokens"]
+                result["reused"] += usage["prompt_tokens_details"]["cached_tokens"]
+                messages.append(reply["choices"][0]["message"])
     except (OSError, SwarmscopeError, ValueError, KeyError) as exc:
         failures.append(f"{type(exc).__name__}: {exc}")
     finally:

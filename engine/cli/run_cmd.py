@@ -203,10 +203,13 @@ def _session(args, controls: Controls, changes: list[tuple[float, dict]],
     if args.json:
         print(json.dumps({**summary.to_dict(), "wall_s": wall_s, "telemetry_share": overhead,
                           "preemptions": engine.scheduler.num_preemptions,
+                          "prefix_tokens_copied": engine.prefix_tokens_copied,
                           "engine_error": failure, "cpu_threads_share": threads}))
     else:
         print(format_summary(summary))
         print(f"{'preemptions':<22}  {engine.scheduler.num_preemptions}")
+        print(f"{'shared prefixes':<22}  {engine.prefix_tokens_copied} prompt tokens' KV copied, "
+              "not fed")
         print(f"{'telemetry cost':<22}  {100 * overhead:.2f}% of step time")
         if threads:
             print(f"{'CPU threads (tuned)':<22}  " + ", ".join(

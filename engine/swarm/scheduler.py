@@ -14,14 +14,23 @@ Sequences are in one of three places:
 Admission is FIFO and stops at the first waiting sequence whose next chunk would not fit the
 free blocks plus those held by idle sequences (vLLM does the same), so a full cache does not
 thrash. Fair rotation: a running sequence that has held its place for `rotate_after_steps` steps while
-others wait goes to the back of the queue (its KV stays)."""
+others wait goes to the back of the queue (its KV stays).
+
+Shared prefixes (with `copy_kv`): a sequence admitted with nothing cached starts from a copy of
+the KV of the longest prefix it shares with a sequence holding KV, a block of it at least (a
+swarm's system prompt, an agent framework's instructions and tools): those tokens are not fed
+again. A copy, not shared blocks: both sequences write past it. Where a running sequence is
+still feeding a block more of that prefix than any holds, the new one waits for it rather than
+feeding it too (agents that start at once share one prefill)."""
 from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
+from typing import Callable
+
 from engine.errors import KVCacheFull
-from engine.sequence import Sequence
+from engine.sequence import Sequence, common_prefix
 
 
 @dataclass(slots=True)
@@ -38,6 +47,7 @@ class SchedulerConfig:
 class SchedulerOutput:
     scheduled: list[tuple[Sequence, int]]  # (sequence, uncached tokens to feed this step)
     preempted: list[Sequence] = field(default_factory=list)  # lost their KV this step
+    copied: list[tuple[Sequence, int]] = field(default_factory=list)  # (admitted, prefix copied)
 
     @property
     def num_tokens(self) -> int:
@@ -49,9 +59,12 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, blocks) -> None:
+    def __init__(self, config: SchedulerConfig, blocks,
+                 copy_kv: Callable[[int, int, int], None] | None = None) -> None:
         self.config = config
         self.blocks = blocks  # engine.block_manager.BlockManager
+        # copy_kv(source, target, tokens): the KV cache's copy_sequence; None shares no prefix
+        self.copy_kv = copy_kv
         self.running: list[Sequence] = []
         self.waiting: deque[Sequence] = deque()
         self.idle: OrderedDict[int, Sequence] = OrderedDict()
@@ -84,17 +97,23 @@ class Scheduler:
     def place(self, seq: Sequence) -> str | None:
         return self._place.get(seq.seq_id)
 
-    def holding_kv(self) -> list[Sequence]:
-        """The sequences whose KV is in the cache (some of it)."""
-        return [s for s in (*self.running, *self.waiting, *self.idle.values()) if s.num_cached]
 
     # -- each step --
     def schedule(self, batch_ceiling: int) -> SchedulerOutput:
         self._fit_ceiling(batch_ceiling)
         self._rotate()
+        copied, held_back = [], []
         while self.waiting and len(self.running) < batch_ceiling and \
                 (not self.running or self._fits(self.waiting[0])):
-            self._admit(self.waiting.popleft())
+            seq = self.waiting.popleft()
+            source, shared = self._shared_prefix(seq)
+            if shared is None:
+                held_back.append(seq)  # waits, first in the queue, for a prefix being fed
+                continue
+            if shared and self._copy(source, seq, shared):
+                copied.append((seq, shared))
+            self._admit(seq)
+        self.waiting.extendleft(reversed(held_back))
         preempted: list[Sequence] = []
         scheduled: list[tuple[Sequence, int]] = []
         budget = self.config.max_step_tokens
@@ -115,7 +134,7 @@ class Scheduler:
         scheduled = [(s, n) for s, n in scheduled if self._place.get(s.seq_id) == "running"]
         for seq, _ in scheduled:
             self._ran_for[seq.seq_id] += 1
-        return SchedulerOutput(scheduled=scheduled, preempted=preempted)
+        return SchedulerOutput(scheduled=scheduled, preempted=preempted, copied=copied)
 
     def preempt_one(self, keep: Sequence | None = None) -> Sequence | None:
         """Free one victim's blocks: an idle sequence holding KV (least recently parked), else
@@ -142,6 +161,36 @@ class Scheduler:
         return None
 
     # -- internals --
+    def _shared_prefix(self, seq: Sequence) -> tuple[Sequence | None, int | None]:
+        """The sequence whose KV `seq` is best started from and the tokens to copy (None, 0:
+        none, less than a block), or (None, None) where a running sequence is feeding a block
+        more of `seq`'s prefix than that: `seq` had better wait for it."""
+        if not self.copy_kv or seq.num_cached:
+            return None, 0
+        source, cached, fed = None, 0, 0
+        last = len(seq.token_ids) - 1  # fed whatever is held: the next token comes from it
+        for other in (*self.running, *self.waiting, *self.idle.values()):
+            if other.num_cached:
+                n = common_prefix(other.token_ids, seq.token_ids, min(other.num_cached, last))
+                if n > cached:
+                    source, cached = other, n
+            if self._place.get(other.seq_id) == "running" and other.pending:
+                fed = max(fed, common_prefix(other.token_ids, seq.token_ids, last))
+        block = self.blocks.block_size
+        if fed >= cached + block:
+            return None, None
+        return (source, cached) if cached >= block else (None, 0)
+
+    def _copy(self, source: Sequence, seq: Sequence, tokens: int) -> bool:
+        """Start `seq`'s KV as a copy of `source`'s first `tokens`; False where the free blocks
+        cannot hold them (it then feeds them)."""
+        try:
+            self.copy_kv(source.seq_id, seq.seq_id, tokens)
+        except KVCacheFull:
+            return False
+        seq.num_cached = tokens
+        return True
+
     def _reserve(self, seq: Sequence, num_tokens: int, preempted: list[Sequence]) -> bool:
         """Blocks for `num_tokens` of `seq`, preempting others as needed. False when `seq`
         itself had to be preempted (it was the last admitted)."""

@@ -110,14 +110,14 @@ def test_a_conversation_that_rewrites_its_last_answer_reuses_what_came_before(ti
     others, answers = [], []
     another = first[:1] + [{"role": "user", "content": "Another task."}]
     for messages in (first, first, another):
-        others.append(submit(engine, messages))
+        others.append(submit(engine, messages, temperature=1, seed=5))
         answers.append(answer(engine, others[-1])[0])
     prompts = [len(o.request.prompt_ids) for o in others]
     system = common_prefix(others[0].request.prompt_ids, others[2].request.prompt_ids)
     assert [(alike.agent, alike.reused_tokens) for alike in others] == [
         (1, prompts[0] - 1), (2, prompts[1] - 1), (3, system)]
     fresh = make_engine(tiny, calibration, policy="off")
-    assert answer(fresh, submit(fresh, another))[0] == answers[2]
+    assert answer(fresh, submit(fresh, another, temperature=1, seed=5))[0] == answers[2]
 
 
 def test_a_cancelled_answer_ends_its_turn_and_the_agent_waits(tiny, calibration):

@@ -139,3 +139,66 @@ def test_a_lane_preempted_after_it_was_scheduled_sits_the_step_out():
     out = sched.schedule(batch_ceiling=4)  # decode lane goes first, then loses its blocks
     assert out.scheduled == [(prefilling, 8)] and out.preempted == [decoding]
     assert decoding.num_cached == 0 and sched.place(decoding) == "waiting"
+
+
+def sharing(num_blocks=64, max_step_tokens=8):
+    """A scheduler sharing prefixes, its copies recorded (the blocks taken as the cache's
+    copy_sequence takes them)."""
+    copies = []
+
+    def copy_kv(source, target, tokens):
+        blocks.ensure(target, tokens)
+        copies.append((source, target, tokens))
+
+    blocks = BlockManager(num_blocks, 4)
+    return Scheduler(SchedulerConfig(max_step_tokens), blocks, copy_kv=copy_kv), copies
+
+
+SYSTEM = list(range(100, 112))  # a prompt's shared start: 12 tokens, 3 blocks of 4
+
+
+def test_agents_that_start_at_once_feed_their_shared_prefix_once():
+    sched, copies = sharing()
+    first = Sequence(seq_id=0, token_ids=SYSTEM + [1, 2], prompt_len=14)
+    second = Sequence(seq_id=1, token_ids=SYSTEM + [3, 4, 5], prompt_len=15)
+    sched.add(first)
+    sched.add(second)
+    out = sched.schedule(batch_ceiling=8)
+    # the second waits for the first to feed what they share, rather than feeding it too
+    assert [s.seq_id for s, _ in out.scheduled] == [0] and list(sched.waiting) == [second]
+    feed(out)
+    assert sched.schedule(batch_ceiling=8).copied == [] and copies == []  # 8 of 12 fed
+    first.num_cached = 12
+    out = sched.schedule(batch_ceiling=8)
+    assert out.copied == [(second, 12)] and copies == [(0, 1, 12)]
+    assert dict((s.seq_id, n) for s, n in out.scheduled)[1] == 3  # only its own tokens
+
+
+def test_a_prefix_is_copied_from_an_idle_sequence_and_only_a_block_or_more():
+    sched, copies = sharing()
+    parked = Sequence(seq_id=0, token_ids=SYSTEM + [1, 2], prompt_len=14, num_cached=14)
+    sched.add(parked)
+    sched.blocks.ensure(0, 14)
+    sched.park(parked)
+    alike = Sequence(seq_id=1, token_ids=SYSTEM[:6] + [9] * 6, prompt_len=12)
+    longer = Sequence(seq_id=2, token_ids=SYSTEM + [1, 2, 3], prompt_len=15)
+    sched.add(alike)
+    sched.add(longer)
+    out = sched.schedule(batch_ceiling=8)
+    # 6 shared tokens: a block and a half, copied; the whole 14 for the other (its last is fed)
+    assert out.copied == [(alike, 6), (longer, 14)] and copies == [(0, 1, 6), (0, 2, 14)]
+    short = Sequence(seq_id=3, token_ids=SYSTEM[:3] + [8] * 5, prompt_len=8)
+    sched.add(short)
+    assert sched.schedule(batch_ceiling=8).copied == [] and short.num_cached == 0
+
+
+def test_a_prefix_the_free_blocks_cannot_hold_is_fed():
+    sched, copies = sharing(num_blocks=5)
+    holder = Sequence(seq_id=0, token_ids=SYSTEM + [1], prompt_len=13, num_cached=12)
+    sched.blocks.ensure(0, 13)  # 4 of the 5 blocks
+    sched.add(holder)
+    sched.schedule(batch_ceiling=8)
+    newcomer = Sequence(seq_id=1, token_ids=SYSTEM + [2], prompt_len=13)
+    sched.add(newcomer)
+    out = sched.schedule(batch_ceiling=8)
+    assert out.copied == [] and copies == [] and newcomer.num_cached == 0
