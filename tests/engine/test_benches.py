@@ -147,8 +147,25 @@ def test_bench_serve_serves_the_same_conversations_to_each_policy_over_http(caps
     assert all(0 < row["reused_share"] < 1 for row in rows)
 
 
+def test_bench_serve_copies_a_system_prompt_new_conversations_share(capsys, tmp_path):
+    system = tmp_path / "system.md"
+    system.write_text("You are one of a swarm of agents. Answer briefly.\n" * 8)
+    rows = _json_out(capsys, ["bench", "serve", "--model", "tiny-test", "--dtype", "fp32",
+                              "--clients", "2", "--conversations", "2", "--turns", "1",
+                              "--rounds", "1", "--category", "chat", "--system", str(system),
+                              "--policies", "off:unshared,off", "--json"])
+    assert [row["policy"] for row in rows] == ["off:unshared", "off"]
+    # one request a conversation: what is reused is the system prompt, copied
+    assert rows[0]["reused_share"] == 0 and rows[1]["reused_share"] > 0.3
+
+
 @pytest.mark.parametrize("option, message", [(["--clients", "0"], "--clients must be >= 1"),
+                                             (["--conversations", "0"],
+                                              "--conversations must be >= 1"),
                                              (["--policies", "off,off"], "--policies: each of"),
+                                             (["--policies", "off:shared"], "--policies: each of"),
+                                             (["--system", "/no/such.md"],
+                                              "--system: cannot read /no/such.md"),
                                              (["--policies", "fast"], "--policies: each of")])
 def test_bench_serve_bad_options_are_messages_that_name_them(capsys, option, message):
     assert main(["bench", "serve", "--model", "tiny-test", *option]) == 2
