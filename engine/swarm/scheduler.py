@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-
 from typing import Callable
 
 from engine.errors import KVCacheFull
@@ -96,7 +95,6 @@ class Scheduler:
 
     def place(self, seq: Sequence) -> str | None:
         return self._place.get(seq.seq_id)
-
 
     # -- each step --
     def schedule(self, batch_ceiling: int) -> SchedulerOutput:
@@ -174,7 +172,7 @@ class Scheduler:
                 n = common_prefix(other.token_ids, seq.token_ids, min(other.num_cached, last))
                 if n > cached:
                     source, cached = other, n
-            if self._place.get(other.seq_id) == "running" and other.pending:
+            if self._place.get(other.seq_id) == "running":  # it feeds all its tokens
                 fed = max(fed, common_prefix(other.token_ids, seq.token_ids, last))
         block = self.blocks.block_size
         if fed >= cached + block:

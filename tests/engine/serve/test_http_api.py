@@ -13,13 +13,12 @@ import urllib.parse
 import pytest
 
 from engine.controls import Controls
-from engine.engine import Engine
 from engine.errors import SwarmscopeError
 from engine.generate import generate
 from engine.cli.options import parse_address
 from engine.serve.http_api import ApiServer
-from engine.swarm.config import SwarmConfig
 from engine.telemetry.trace_reader import read_trace
+from tests.engine.serve.serving import serving
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
@@ -29,17 +28,8 @@ USER = "def add(a, b):\n    return a + b\n\nRepeat the function."
 @pytest.fixture
 def served(tiny, calibration):
     """(engine, server) with the engine stepping until the test ends."""
-    engine = Engine(tiny, SwarmConfig(max_context=512, client_lanes=4), Controls(swarm_size=0),
-                    calibration=calibration)
-    stop = threading.Event()
-    stepping = threading.Thread(target=engine.run, kwargs={"stop": stop})
-    stepping.start()
-    server = ApiServer(lambda: engine, "127.0.0.1", 0).start()
-    yield engine, server
-    server.close()
-    stop.set()
-    stepping.join()
-    engine.close()
+    with serving(tiny, calibration, max_context=512, client_lanes=4) as pair:
+        yield pair
 
 
 def call(server, method, path, body=None):

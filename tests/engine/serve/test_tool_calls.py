@@ -2,22 +2,19 @@
 writes read back as tool_calls, whole and streamed."""
 import json
 import shutil
-import threading
 import types
 
 import pytest
 import tokenizers
 from tokenizers import AddedToken
 
-from engine.controls import Controls
-from engine.engine import Engine
 from engine.errors import ModelLoadError
 from engine.loading import load_model
 from engine.serve.http_api import ApiServer
 from engine.serve.request import ApiRequest, RequestError
 from engine.serve.tool_calls import CallStream, split_calls, template_calls
 from engine.tokenizer import ByteTokenizer, Tokenizer
-from engine.swarm.config import SwarmConfig
+from tests.engine.serve.serving import serving
 from tests.engine.loading.conftest import hf_tiny, make_tokenizer_json, save_hf_folder
 
 # Qwen2.5's template in brief: the tools in the system turn, an assistant's calls written back
@@ -258,13 +255,7 @@ def test_a_real_model_is_offered_the_tools_and_its_agent_goes_on_after_a_call(qw
     import openai
 
     loaded = load_model(str(qwen2), dtype="fp32", device="cpu")
-    engine = Engine(loaded, SwarmConfig(max_context=1024, client_lanes=2), Controls(swarm_size=0),
-                    calibration=calibration)
-    stop = threading.Event()
-    stepping = threading.Thread(target=engine.run, kwargs={"stop": stop})
-    stepping.start()
-    server = ApiServer(lambda: engine, "127.0.0.1", 0).start()
-    try:
+    with serving(loaded, calibration, max_context=1024, client_lanes=2) as (_, server):
         client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
         first = client.chat.completions.create(model="x", messages=ASK, tools=TOOLS,
                                                temperature=0, max_tokens=6)
@@ -278,8 +269,3 @@ def test_a_real_model_is_offered_the_tools_and_its_agent_goes_on_after_a_call(qw
                 "function": {"name": "read_file", "arguments": '{"path": "a.py"}'}}]},
             {"role": "tool", "tool_call_id": "call_1", "content": "x = 1"}])
         assert went_on.usage.prompt_tokens_details.cached_tokens >= len(prompt)
-    finally:
-        server.close()
-        stop.set()
-        stepping.join()
-        engine.close()
