@@ -14,7 +14,7 @@ RESOURCE_PATTERNS = (
     ("resources/qss", ("*.qss",)),
     ("resources/themes", ("*.json",)),
     ("resources/icons", ("*.svg", "*.png")),
-    ("resources/workloads", ("*.json",)),
+    ("resources/workloads", ("*.json", "*.md")),  # corpora; bench serve's agent prompt
     # Every file here is corpus text for code-edit tasks, whatever its language.
     ("resources/workloads/sources", ("*",)),
 )
