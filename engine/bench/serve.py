@@ -9,11 +9,11 @@ tokens, as agent frameworks send. Every policy serves the same conversations fro
 its own on the loaded model, behind a server of its own, one policy at a time, the first
 rotating from round to round so that a slow spell of the machine lands on each alike. A policy
 named POLICY:unshared runs with new conversations feeding their whole prompt, not copying the
-KV of a prefix another conversation holds (Engine._copy_shared_prefix). Reports the answers'
-tokens a second of wall time as the clients saw them (HTTP, tokenizing and text included), the
-mean time to a whole answer, the prompt tokens whose KV was reused (a conversation going on, or a
-shared prefix copied), and tokens/s over the first policy's with the spread of the per-round
-ratio."""
+KV of a prefix another conversation holds (engine/swarm/scheduler.py). Reports the answers'
+tokens a second of wall time as the clients saw them (HTTP, tokenizing and text included; the
+answers streamed), the mean time to an answer's first text and to its end, the prompt tokens
+whose KV was reused (a conversation going on, or a shared prefix copied), and tokens/s over
+the first policy's with the spread of the per-round ratio."""
 from __future__ import annotations
 
 import http.client
@@ -74,15 +74,16 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    width = max(10, *(len(p) + 2 for p in policies))
-    print(f"{'policy':<{width}}{'tokens/s':>10}{'answer s':>10}{'reused':>8}{'accept':>8}"
-          f"{f'x {policies[0]}':>{max(12, len(policies[0]) + 4)}}")
+    width, ratio_width = max(10, *(len(p) + 2 for p in policies)), max(12, len(policies[0]) + 4)
+    print(f"{'policy':<{width}}{'tokens/s':>10}{'first s':>9}{'answer s':>10}{'reused':>8}"
+          f"{'accept':>8}{f'x {policies[0]}':>{ratio_width}}")
     for r in rows:
         spread = "" if r["ratio_spread"] is None else f" ±{r['ratio_spread']:.3f}"
         accept = "-" if r["acceptance"] is None else f"{100 * r['acceptance']:.0f}%"
-        print(f"{r['policy']:<{width}}{r['tokens_per_s']:>10.1f}{r['mean_answer_s']:>10.2f}"
-              f"{100 * r['reused_share']:>7.0f}%{accept:>8}"
-              f"{r['ratio']:>{max(12, len(policies[0]) + 4)}.3f}{spread:<7}")
+        first = "-" if r["mean_first_token_s"] is None else f"{r['mean_first_token_s']:.2f}"
+        print(f"{r['policy']:<{width}}{r['tokens_per_s']:>10.1f}{first:>9}"
+              f"{r['mean_answer_s']:>10.2f}{100 * r['reused_share']:>7.0f}%{accept:>8}"
+              f"{r['ratio']:>{ratio_width}.3f}{spread:<7}")
     return 0
 
 
@@ -111,10 +112,12 @@ def measure(args, policies: list[str]) -> list[dict]:
     for policy, rounds in served.items():
         rates = [r["tokens_per_s"] for r in rounds]
         answers = [s for r in rounds for s in r["answer_s"]]
+        firsts = [s for r in rounds for s in r["first_s"]]
         drafted = sum(r["drafted"] for r in rounds)
         rows.append({
             "policy": policy, "tokens_per_s": statistics.fmean(rates),
             "rounds_tokens_per_s": rates, "mean_answer_s": statistics.fmean(answers),
+            "mean_first_token_s": statistics.fmean(firsts) if firsts else None,
             "reused_share": sum(r["reused"] for r in rounds) / sum(r["prompt"] for r in rounds),
             "acceptance": sum(r["accepted"] for r in rounds) / drafted if drafted else None,
             "ratio": statistics.fmean(a / b for a, b in zip(rates, reference)),
@@ -177,18 +180,19 @@ def _serve(loaded, calibration, policy: str, clients: list[list[list[dict]]],
     lanes = [lane for record in engine.records.snapshot() for lane in record.lanes]
     return {"tokens_per_s": sum(r["tokens"] for r in results) / wall_s,
             "answer_s": [s for r in results for s in r["answer_s"]],
+            "first_s": [s for r in results for s in r["first_s"]],
             "reused": sum(r["reused"] for r in results), "prompt": sum(r["prompt"] for r in results),
             "drafted": sum(lane.k for lane in lanes), "accepted": sum(lane.acc for lane in lanes)}
 
 
 def _client(url: str, conversations: list[list[dict]], max_tokens: int, result: dict,
             failures: list[str]) -> None:
-    """One agent: ask, take the answer into the conversation, go on with the next message; then
-    the next conversation."""
+    """One agent: ask (streamed, as an agent that shows its progress does), take the answer into
+    the conversation, go on with the next message; then the next conversation."""
     address = urllib.parse.urlparse(url)
     connection = http.client.HTTPConnection(address.hostname, address.port, timeout=600)
-    answer_s = []
-    result.update(tokens=0, reused=0, prompt=0, answer_s=answer_s)
+    answer_s, first_s = [], []
+    result.update(tokens=0, reused=0, prompt=0, answer_s=answer_s, first_s=first_s)
     try:
         for conversation in conversations:
             messages = conversation[:2]
@@ -197,17 +201,37 @@ def _client(url: str, conversations: list[list[dict]], max_tokens: int, result: 
                     messages.append(user)
                 asked = time.perf_counter()
                 connection.request("POST", f"{address.path}/chat/completions", json.dumps(
-                    {"messages": messages, "temperature": 0, "max_tokens": max_tokens}))
-                reply = json.loads(connection.getresponse().read())
-                if "error" in reply:
-                    raise SwarmscopeError(reply["error"]["message"])
+                    {"messages": messages, "temperature": 0, "max_tokens": max_tokens,
+                     "stream": True, "stream_options": {"include_usage": True}}))
+                text, usage = [], None
+                for chunk in _events(connection.getresponse()):
+                    if "error" in chunk:
+                        raise SwarmscopeError(chunk["error"]["message"])
+                    piece = chunk["choices"][0]["delta"].get("content") if chunk["choices"] \
+                        else None
+                    if piece and not text:
+                        first_s.append(time.perf_counter() - asked)
+                    text += [piece] if piece else []
+                    usage = chunk.get("usage") or usage
                 answer_s.append(time.perf_counter() - asked)
-                usage = reply["usage"]
                 result["tokens"] += usage["completion_tokens"]
                 result["prompt"] += usage["prompt_tokens"]
                 result["reused"] += usage["prompt_tokens_details"]["cached_tokens"]
-                messages.append(reply["choices"][0]["message"])
-    except (OSError, SwarmscopeError, ValueError, KeyError) as exc:
+                messages.append({"role": "assistant", "content": "".join(text)})
+    except (OSError, SwarmscopeError, ValueError, KeyError, TypeError) as exc:
         failures.append(f"{type(exc).__name__}: {exc}")
     finally:
         connection.close()
+
+
+def _events(response):
+    """A streamed answer's chunks, as server-sent events carry them."""
+    if response.status != 200:
+        yield json.loads(response.read())
+        return
+    for line in response:
+        line = line.strip()
+        if line == b"data: [DONE]":
+            return
+        if line.startswith(b"data: "):
+            yield json.loads(line[6:])
