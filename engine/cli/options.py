@@ -50,6 +50,14 @@ def add_serve_option(parser: argparse.ArgumentParser, session: str) -> None:
                              f"127.0.0.1): each conversation is an agent of {session}")
 
 
+def add_serve_address(parser: argparse.ArgumentParser, port: int) -> None:
+    """`swarmscope serve`'s [HOST:]PORT, `port` on 127.0.0.1 where none is given."""
+    parser.add_argument("serve", nargs="?", type=_address, default=("127.0.0.1", port),
+                        metavar="[HOST:]PORT",
+                        help=f"where to answer OpenAI's chat completions API (default {port}; "
+                             "host default 127.0.0.1)")
+
+
 def parse_address(text: str) -> tuple[str, int]:
     """`PORT` or `HOST:PORT` (an IPv6 host in brackets); the host defaults to 127.0.0.1, so
     nothing beyond this machine reaches the engine unless asked for."""

@@ -1,4 +1,5 @@
-"""`swarmscope run --headless`: a swarm session without a window; progress, then a summary."""
+"""`swarmscope run --headless`: a swarm session without a window; progress, then a summary.
+`swarmscope serve` is one that serves OpenAI's API (`run --headless --serve`) until Ctrl+C."""
 from __future__ import annotations
 
 import argparse
@@ -8,8 +9,9 @@ import signal
 import sys
 import time
 
-from engine.cli.options import (MODEL_HELP, add_device_options, add_serve_option,
-                                add_thinking_option, check_at_least, check_drafter)
+from engine.cli.options import (MODEL_HELP, add_device_options, add_serve_address,
+                                add_serve_option, add_thinking_option, check_at_least,
+                                check_drafter)
 from engine.controls import (ADAPTIVE_CAP, DEFAULT_K, FIXED_K, Controls, parse_change,
                              parse_mix)
 from engine.errors import SwarmscopeError
@@ -21,16 +23,31 @@ from engine.thread_tuner import AUTO
 PROGRESS_EVERY_S = 1.0
 
 
+SERVE_PORT = 8000  # `swarmscope serve`'s, where none is given
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("run", help="run a swarm session headless and print a summary")
     p.add_argument("--headless", action="store_true",
                    help="run without a window (required; the window is `swarmscope`)")
+    _add_session_options(p, serving=False)
+    p = subparsers.add_parser("serve", help="serve OpenAI's chat completions API headless until "
+                                            "Ctrl+C, then summarise (run --headless --serve)")
+    add_serve_address(p, SERVE_PORT)
+    p.set_defaults(headless=True)
+    _add_session_options(p, serving=True)
+
+
+def _add_session_options(p, serving: bool) -> None:
+    """run's options; `serving`: serve's, whose address is its argument."""
     p.add_argument("--model", default="default", help=MODEL_HELP)
     add_device_options(p, tuned=True)
     add_thinking_option(p)
     p.add_argument("--agents", type=int, default=None,
-                   help="simulated agents (default 8, or 0 with --serve)")
-    add_serve_option(p, "the session (with no --duration or --steps, until Ctrl+C)")
+                   help="simulated agents (default 8, or 0 with --serve)" if not serving else
+                        "simulated agents beside the API's clients (default 0)")
+    if not serving:
+        add_serve_option(p, "the session (with no --duration or --steps, until Ctrl+C)")
     length = p.add_mutually_exclusive_group()
     length.add_argument("--duration", type=float,
                         help="session seconds to run (default 30; with --serve, until Ctrl+C)")

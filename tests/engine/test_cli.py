@@ -4,19 +4,26 @@ from importlib.metadata import version
 
 import pytest
 
-from engine.cli.main import main
+from engine.cli.main import build_parser, main
 from engine.thread_tuner import usable_cores
 
 
 def test_help_lists_the_commands_and_the_windows_options(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
-    for command in ("generate", "run", "trace", "calibrate", "bench", "fetch-model"):
+    for command in ("generate", "run", "serve", "trace", "calibrate", "bench", "fetch-model"):
         assert f"    {command}" in out
     window = out[out.index("With no COMMAND, the window:"):]
     for option in ("--model", "--trace-out", "--replay", "--screenshot", "--quit-after",
                    "--theme", "--size", "--agents"):
         assert option in window
+
+
+def test_serve_answers_on_port_8000_of_this_machine_unless_told_otherwise():
+    parse = build_parser().parse_args
+    assert parse(["serve"]).serve == ("127.0.0.1", 8000) and parse(["serve"]).headless
+    assert parse(["serve", "0.0.0.0:9000"]).serve == ("0.0.0.0", 9000)
+    assert parse(["run", "--headless"]).serve is None
 
 
 @pytest.mark.parametrize("argv", [["--version"], ["--model", "tiny-test", "--version"]])

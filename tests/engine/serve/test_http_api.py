@@ -191,14 +191,18 @@ def test_a_port_in_use_is_a_clear_error_and_addresses_parse():
         parse_address("host:http")
 
 
-def test_a_headless_session_serves_until_interrupted_and_summarises_its_clients(tmp_path):
-    """`swarmscope run --headless --serve 127.0.0.1:0`: no simulated agents by default, the
-    address on stderr, requests answered, Ctrl+C ends it with a summary and a trace."""
+@pytest.mark.parametrize("command", [["run", "--headless", "--serve", "127.0.0.1:0"],
+                                     ["serve", "127.0.0.1:0"]])
+def test_a_headless_session_serves_until_interrupted_and_summarises_its_clients(tmp_path,
+                                                                               command):
+    """`swarmscope run --headless --serve 127.0.0.1:0`, or `swarmscope serve 127.0.0.1:0`: no
+    simulated agents by default, the address on stderr, requests answered, Ctrl+C ends it with
+    a summary and a trace."""
     trace = tmp_path / "served.jsonl"
     process = subprocess.Popen(
         [sys.executable, "-c", "import sys; from engine.cli.main import main; "
-         "sys.exit(main(sys.argv[1:]))", "run", "--headless", "--model", "tiny-test",
-         "--dtype", "fp32", "--serve", "127.0.0.1:0", "--json", "--trace", str(trace)],
+         "sys.exit(main(sys.argv[1:]))", *command, "--model", "tiny-test",
+         "--dtype", "fp32", "--json", "--trace", str(trace)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         for line in process.stderr:
