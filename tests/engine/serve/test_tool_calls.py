@@ -14,8 +14,8 @@ from engine.serve.http_api import ApiServer
 from engine.serve.request import ApiRequest, RequestError
 from engine.serve.tool_calls import CallStream, split_calls, template_calls
 from engine.tokenizer import ByteTokenizer, Tokenizer
-from tests.engine.serve.serving import serving
 from tests.engine.loading.conftest import hf_tiny, make_tokenizer_json, save_hf_folder
+from tests.engine.serve.serving import serving
 
 # Qwen2.5's template in brief: the tools in the system turn, an assistant's calls written back
 # in <tool_call> tags (arguments with tojson), tool results in the user's turn.
@@ -46,8 +46,7 @@ def hermes(tmp_path_factory) -> Tokenizer:
         tmp_path_factory.mktemp("tok") / "tokenizer.json")))
     inner.add_special_tokens([AddedToken(tag, special=True, normalized=False)
                               for tag in ("<tool_call>", "</tool_call>")])
-    tokenizer = Tokenizer(inner, chat_template=HERMES, eos_tokens=("<|im_end|>",))
-    return tokenizer
+    return Tokenizer(inner, chat_template=HERMES, eos_tokens=("<|im_end|>",))
 
 
 def test_calls_are_read_out_of_an_answer_and_the_rest_is_its_text():
