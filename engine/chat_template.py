@@ -60,7 +60,7 @@ def pick_template(value, name: str = "default"):
     if not isinstance(value, list):
         return value
     named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
-    if name not in named and name == "default":
+    if name == "default" and name not in named:
         names = ", ".join(repr(n) for n in named) or "none"
         raise ChatTemplateError("chat_template lists named templates but none named 'default' "
                                 f"(names: {names})")
