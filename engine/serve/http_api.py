@@ -4,7 +4,7 @@ client agent of the engine (engine/serve/client_agent.py), batched and speculate
 rest.
 
 Endpoints: GET /v1/models, POST /v1/chat/completions (with tools where the model's template
-offers them: tool_calls.py) and /v1/completions (streamed or not), GET /health. One thread a
+offers them: call_forms.py) and /v1/completions (streamed or not), GET /health. One thread a
 connection (the standard library's server); requests reach the engine through its `submit`, and
 the answer comes back token by token through a Completion."""
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Callable
 from engine.errors import SwarmscopeError
 from engine.serve.completion import AnswerText, Completion
 from engine.serve.request import ApiRequest, RequestError
-from engine.serve.tool_calls import CallStream, ToolCall, split_calls
+from engine.serve.call_forms import CallStream, ToolCall
 
 MAX_BODY = 64 * 2 ** 20  # bytes a request body may have
 CLIENT_LANES = 8  # lanes of full context a serving session's KV cache holds for its clients
@@ -100,7 +100,7 @@ class _Handler(BaseHTTPRequestHandler):
         engine.submit(completion)
         # tool calls' tags may be special tokens (Hermes'): an answer with tools keeps them
         answer = AnswerText(engine.loaded.tokenizer, request.stop,
-                            keep_special=request.tools is not None)
+                            keep_special=request.tool_form is not None)
         head = {"id": f"{'chatcmpl' if request.chat else 'cmpl'}-{uuid.uuid4().hex[:24]}",
                 "created": int(time.time()), "model": engine.loaded.name}
         try:
@@ -143,7 +143,7 @@ class _Handler(BaseHTTPRequestHandler):
         if chat:  # a chat stream opens with the speaker
             self._event({**head, "choices": [{"index": 0, "finish_reason": None,
                                               "delta": {"role": "assistant", "content": ""}}]})
-        held = CallStream() if request.tools else None
+        held = CallStream(request.tool_form) if request.tool_form else None
         for kind, value in _pieces(completion, answer):
             if kind == "text":
                 if piece := held.add(value) if held else value:
@@ -220,7 +220,7 @@ def _choice(chat: bool, text: str | None, reason: str | None) -> dict:
 
 def _message(request: ApiRequest, text: str, reason: str) -> dict:
     """A whole chat answer's choice: its message, with the tool calls it makes where any."""
-    content, calls = split_calls(text) if request.tools else (text, [])
+    content, calls = request.tool_form.split(text) if request.tool_form else (text, [])
     if not (calls := _kept(request, calls)):
         return {"index": 0, "message": {"role": "assistant", "content": content},
                 "finish_reason": reason}

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from engine.chat_template import ChatTemplateError
 from engine.errors import SwarmscopeError
 from engine.sampling import SamplingParams
-from engine.serve.tool_calls import offered_tools, reads_calls, template_calls
+from engine.serve.call_forms import CallForm, form_of
+from engine.serve.tool_calls import offered_tools, template_calls
 
 ROLES = ("system", "user", "assistant", "tool", "developer")
 MAX_STOPS = 4  # stop strings a request may give, as OpenAI's API allows
@@ -35,7 +36,8 @@ class ApiRequest:
     stop: tuple[str, ...]     # the answer ends before the first of these
     stream: bool
     include_usage: bool       # a streamed answer ends with a usage chunk
-    tools: list[dict] | None = None  # offered to the model (tool_calls.py); None: no tools
+    tool_form: CallForm | None = None  # how the model writes calls to the tools offered
+                                       # (call_forms.py); None: no tools offered
     parallel_tool_calls: bool = True  # else an answer's first call is its only one
 
     @classmethod
@@ -51,7 +53,7 @@ class ApiRequest:
         if body.get("n", 1) != 1:
             raise RequestError(f"n: only one choice is generated, got {body['n']!r}")
         field = "messages" if chat else "prompt"
-        tools = _tools(body, tokenizer) if chat else None
+        tools, tool_form = _tools(body, tokenizer) if chat else (None, None)
         prompt_ids = _chat_prompt(body, tokenizer, tools) if chat else \
             _plain_prompt(body, tokenizer)
         room = max_context - len(prompt_ids)
@@ -73,29 +75,31 @@ class ApiRequest:
         return cls(chat=chat, prompt_ids=prompt_ids, max_tokens=min(max_tokens or room, room),
                    sampling=sampling, stop=_stops(body.get("stop")),
                    stream=_flag(body, "stream"),
-                   include_usage=_flag(stream_options, "include_usage"), tools=tools,
+                   include_usage=_flag(stream_options, "include_usage"), tool_form=tool_form,
                    parallel_tool_calls=_flag(body, "parallel_tool_calls", default=True))
 
 
-def _tools(body: dict, tokenizer) -> list[dict] | None:
-    """The tools offered to the model: none without `tools`, or with tool_choice "none"."""
+def _tools(body: dict, tokenizer) -> tuple[list[dict] | None, CallForm | None]:
+    """The tools offered to the model and the form it writes calls in: none without `tools`, or
+    with tool_choice "none"."""
     choice = body.get("tool_choice")
     if choice is not None and choice not in TOOL_CHOICES:
         raise RequestError(f"tool_choice: only {' or '.join(map(repr, TOOL_CHOICES))} (the "
                            f"model is offered the tools, not made to call one), got {choice!r}")
     if body.get("tools") in (None, []) or choice == "none":
-        return None
+        return None, None
     try:
         tools = offered_tools(body["tools"])
     except ValueError as exc:
         raise RequestError(str(exc)) from None
-    if not reads_calls(tokenizer.tool_template):
+    form = form_of(tokenizer.tool_template)
+    if form is None:
         source = tokenizer.template_source
         raise RequestError(f"tools: not supported by this model: its chat template"
-                           f"{f' ({source})' if source else ''} does not ask for tool calls "
-                           "as JSON in <tool_call> tags (as Qwen2.5, Qwen3 and Hermes do), the "
-                           "form this server reads")
-    return tools
+                           f"{f' ({source})' if source else ''} asks for tool calls in no form "
+                           "this server reads (JSON in <tool_call> tags, as Qwen2.5, Qwen3 and "
+                           "Hermes write them; a JSON object for an answer, as Llama 3.1-3.3)")
+    return tools, form
 
 
 def _chat_prompt(body: dict, tokenizer, tools: list[dict] | None) -> list[int]:

@@ -1,94 +1,11 @@
-"""Tool calls in OpenAI's chat API: the tools a request offers go into the model's chat template,
-and the calls the model writes come back out of its answer as `tool_calls`.
-
-The model is offered the tools, not forced to use them: its answer is read after the fact, as
-vLLM's and llama.cpp's servers read these models'. The form read is Hermes': each call a JSON
-object {"name", "arguments"} between <tool_call> tags, which the chat templates of Qwen2.5,
-Qwen3, SmolLM3, Hermes and others ask for. A model whose template asks for no such thing is
-refused tools (HTTP 400), not answered as if it had been offered them."""
+"""Tools in OpenAI's chat API, the request's side: the tools a request offers, checked, and an
+assistant's past calls, as the model's chat template takes them. The model is offered the tools,
+not forced to use them; what it writes is read after the fact (call_forms.py), and a model whose
+template asks for calls in no form read there is refused tools (HTTP 400), not answered as if
+it had been offered them."""
 from __future__ import annotations
 
 import json
-import re
-import uuid
-from dataclasses import dataclass, field
-
-OPEN, CLOSE = "<tool_call>", "</tool_call>"
-_BLOCK = re.compile(re.escape(OPEN) + r"(.*?)" + re.escape(CLOSE), re.S)
-
-
-def reads_calls(template: str | None) -> bool:
-    """Whether a chat template asks for calls in the form read here."""
-    return template is not None and OPEN in template
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCall:
-    name: str
-    arguments: str  # JSON text, as OpenAI's API carries it
-    id: str = field(default_factory=lambda: f"call_{uuid.uuid4().hex[:24]}")
-
-    def as_api(self, index: int | None = None) -> dict:
-        """The call as a message lists it; with `index`, as a stream's delta does."""
-        call = {"id": self.id, "type": "function",
-                "function": {"name": self.name, "arguments": self.arguments}}
-        return call if index is None else {"index": index, **call}
-
-
-def split_calls(text: str) -> tuple[str, list[ToolCall]]:
-    """The answer's text outside its tool calls, and the calls. A block that is not a call (not
-    JSON, no name) makes the whole answer text, so a client sees what the model wrote; so does
-    a block left open (an answer cut short)."""
-    calls, outside, end = [], [], 0
-    for block in _BLOCK.finditer(text):
-        call = _parse(block.group(1))
-        if call is None:
-            return text, []
-        calls.append(call)
-        outside.append(text[end:block.start()])
-        end = block.end()
-    rest = text[end:]
-    if not calls or OPEN in rest:
-        return text, []
-    return "".join(outside) + rest, calls
-
-
-def _parse(body: str) -> ToolCall | None:
-    try:
-        call = json.loads(body)
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not call["name"]:
-        return None
-    arguments = call.get("arguments", call.get("parameters", {}))  # some models write the latter
-    if not isinstance(arguments, str):
-        arguments = json.dumps(arguments, ensure_ascii=False)
-    return ToolCall(call["name"], arguments)
-
-
-class CallStream:
-    """A streamed answer's text with its tool calls held back: text before a call goes out as it
-    comes; from the first <tool_call> on (and a tail that may begin one) it waits for the end,
-    where it is read as calls, or as text where it is none."""
-
-    def __init__(self) -> None:
-        self._text = ""
-        self._sent = 0  # characters handed out, all before the first call
-
-    def add(self, piece: str) -> str:
-        """The text that may go out now."""
-        self._text += piece
-        at = self._text.find(OPEN, max(0, self._sent - len(OPEN) + 1))
-        if at < 0:
-            at = len(self._text) - max((n for n in range(len(OPEN) - 1, 0, -1)
-                                        if self._text.endswith(OPEN[:n])), default=0)
-        piece, self._sent = self._text[self._sent:max(at, self._sent)], max(at, self._sent)
-        return piece
-
-    def end(self) -> tuple[str, list[ToolCall]]:
-        """At the answer's end: the text not yet handed out, and the calls."""
-        text, calls = split_calls(self._text)
-        return text[self._sent:], calls
 
 
 def offered_tools(tools, where: str = "tools") -> list[dict]:

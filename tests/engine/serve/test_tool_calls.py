@@ -12,7 +12,8 @@ from engine.errors import ModelLoadError
 from engine.loading import load_model
 from engine.serve.http_api import ApiServer
 from engine.serve.request import ApiRequest, RequestError
-from engine.serve.tool_calls import CallStream, split_calls, template_calls
+from engine.serve.call_forms import CallStream, JsonCalls, TaggedCalls, form_of
+from engine.serve.tool_calls import template_calls
 from engine.tokenizer import ByteTokenizer, Tokenizer
 from tests.engine.loading.conftest import hf_tiny, make_tokenizer_json, save_hf_folder
 from tests.engine.serve.serving import serving
@@ -34,19 +35,30 @@ HERMES = (
 TOOLS = [{"type": "function", "function": {
     "name": "read_file", "description": "Read a file",
     "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]
+# Llama 3.1-3.3's ask, in brief: a JSON object for an answer
+LLAMA = ("{% if tools %}<|im_start|>system\nRespond in the format {\"name\": function name, "
+         "\"parameters\": dictionary of argument name and its value}.{% for tool in tools %}\n"
+         "{{ tool | tojson }}{% endfor %}<|im_end|>\n{% endif %}{% for m in messages %}"
+         "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 ASK = [{"role": "user", "content": "What is in a.py?"}]
 CALL_TEXT = '<tool_call>\n{"name": "read_file", "arguments": {"path": "a.py"}}\n</tool_call>'
+LLAMA_CALL = '{"name": "read_file", "parameters": {"path": "a.py"}}'
+split_calls = TaggedCalls().split
+
+
+def call_tokenizer(folder, template: str) -> Tokenizer:
+    """A byte-level BPE tokenizer with `template`, the call tags special tokens (as in Hermes'
+    and Llama's models: an answer decoded without specials would lose them)."""
+    inner = tokenizers.Tokenizer.from_file(str(make_tokenizer_json(folder / "tokenizer.json")))
+    inner.add_special_tokens([AddedToken(tag, special=True, normalized=False)
+                              for tag in ("<tool_call>", "</tool_call>", "<|python_tag|>")])
+    return Tokenizer(inner, chat_template=template, eos_tokens=("<|im_end|>",))
 
 
 @pytest.fixture(scope="module")
 def hermes(tmp_path_factory) -> Tokenizer:
-    """A byte-level BPE tokenizer with the template above, its call tags special tokens (as in
-    Hermes' models: an answer decoded without specials would lose them)."""
-    inner = tokenizers.Tokenizer.from_file(str(make_tokenizer_json(
-        tmp_path_factory.mktemp("tok") / "tokenizer.json")))
-    inner.add_special_tokens([AddedToken(tag, special=True, normalized=False)
-                              for tag in ("<tool_call>", "</tool_call>")])
-    return Tokenizer(inner, chat_template=HERMES, eos_tokens=("<|im_end|>",))
+    return call_tokenizer(tmp_path_factory.mktemp("hermes"), HERMES)
 
 
 def test_calls_are_read_out_of_an_answer_and_the_rest_is_its_text():
@@ -76,7 +88,7 @@ def test_what_is_not_a_well_formed_call_is_answered_as_text(text):
 @pytest.mark.parametrize("step", [1, 3, 7])
 def test_a_stream_sends_the_text_before_a_call_and_never_part_of_a_tag(step):
     answer = "Let me <look> at it <tool" + CALL_TEXT
-    stream, sent = CallStream(), []
+    stream, sent = CallStream(TaggedCalls()), []
     for i in range(0, len(answer), step):
         sent.append(stream.add(answer[i:i + step]))
     rest, calls = stream.end()
@@ -86,15 +98,46 @@ def test_a_stream_sends_the_text_before_a_call_and_never_part_of_a_tag(step):
 
 
 def test_a_stream_whose_call_is_malformed_ends_with_it_as_text():
-    stream = CallStream()
+    stream = CallStream(TaggedCalls())
     sent = stream.add("Hi. <tool_call>{oops}</tool_call> bye")
     assert sent == "Hi. " and stream.end() == ("<tool_call>{oops}</tool_call> bye", [])
+
+
+@pytest.mark.parametrize("text, calls", [
+    (LLAMA_CALL, [("read_file", {"path": "a.py"})]),
+    ("  <|python_tag|>" + LLAMA_CALL + "; " + LLAMA_CALL.replace("a.py", "b.py") + "\n",
+     [("read_file", {"path": "a.py"}), ("read_file", {"path": "b.py"})]),
+    ('{"name": "ls", "arguments": {}}', [("ls", {})]),
+    ("Sure: " + LLAMA_CALL, []),                  # a call is the whole answer
+    (LLAMA_CALL + " and some words", []),
+    ('{"answer": 42}', []),                       # JSON, but no call
+    (LLAMA_CALL[:-3], []),                        # cut short
+])
+def test_a_llama_answer_is_calls_when_it_is_json_calls_and_nothing_else(text, calls):
+    content, found = JsonCalls().split(text)
+    assert [(c.name, json.loads(c.arguments)) for c in found] == calls
+    assert content == ("" if calls else text)
+
+
+@pytest.mark.parametrize("answer, sent", [
+    (LLAMA_CALL, ""), ("\n<|python_tag|>" + LLAMA_CALL, "\n"),
+    ("<b>not a call</b>", "<b>not a call</b>"), ("Hello " + LLAMA_CALL, "Hello " + LLAMA_CALL)])
+def test_a_llama_answer_that_may_be_a_call_is_held_back_whole(answer, sent):
+    stream = CallStream(JsonCalls())
+    out = "".join(stream.add(char) for char in answer)
+    rest, calls = stream.end()
+    assert out == sent and out + rest == (answer if not calls else out)
+
+
+def test_a_template_asks_for_the_form_its_marker_names():
+    assert isinstance(form_of(HERMES), TaggedCalls) and isinstance(form_of(LLAMA), JsonCalls)
+    assert form_of(None) is None and form_of("{{ messages[0].content }}") is None
 
 
 def test_the_tools_go_into_the_template_and_past_calls_and_results_come_back_in_it(hermes):
     request = ApiRequest.parse({"messages": ASK, "tools": TOOLS}, hermes, 4096)
     prompt = hermes.decode(request.prompt_ids)
-    assert request.tools == TOOLS and '"name": "read_file"' in prompt
+    assert isinstance(request.tool_form, TaggedCalls) and '"name": "read_file"' in prompt
     assert prompt.startswith("<|im_start|>system\nTools:")
     went_on = ApiRequest.parse({"tools": TOOLS, "messages": [*ASK, {
         "role": "assistant", "content": None, "tool_calls": [{
@@ -107,7 +150,8 @@ def test_the_tools_go_into_the_template_and_past_calls_and_results_come_back_in_
         "<|im_end|>\n<|im_start|>assistant\n")
     not_offered = ApiRequest.parse({"messages": ASK, "tools": TOOLS, "tool_choice": "none"},
                                    hermes, 4096)
-    assert not_offered.tools is None and "read_file" not in hermes.decode(not_offered.prompt_ids)
+    assert not_offered.tool_form is None
+    assert "read_file" not in hermes.decode(not_offered.prompt_ids)
 
 
 def test_a_named_tool_use_template_renders_the_requests_with_tools(tmp_path):
@@ -121,7 +165,8 @@ def test_a_named_tool_use_template_renders_the_requests_with_tools(tmp_path):
 
 
 @pytest.mark.parametrize("body,says", [
-    ({"tools": TOOLS}, "tools: not supported by this model: its chat template does not ask"),
+    ({"tools": TOOLS}, "tools: not supported by this model: its chat template asks for tool "
+                       "calls in no form this server reads"),
     ({"tools": [{"type": "function"}]}, "tools[0]: must be {type: function"),
     ({"tools": [{"type": "function", "function": {"name": ""}}]},
      "tools[0].function.name: must be non-empty text"),
@@ -268,3 +313,26 @@ def test_a_real_model_is_offered_the_tools_and_its_agent_goes_on_after_a_call(qw
                 "function": {"name": "read_file", "arguments": '{"path": "a.py"}'}}]},
             {"role": "tool", "tool_call_id": "call_1", "content": "x = 1"}])
         assert went_on.usage.prompt_tokens_details.cached_tokens >= len(prompt)
+
+
+def test_a_llama_models_call_comes_back_whole_and_streamed(tmp_path):
+    import openai
+
+    engine = ScriptedEngine(call_tokenizer(tmp_path, LLAMA), "<|python_tag|>" + LLAMA_CALL)
+    server = ApiServer(lambda: engine, "127.0.0.1", 0).start()
+    try:
+        client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
+        whole = client.chat.completions.create(model="x", messages=ASK, tools=TOOLS).choices[0]
+        chunks = list(client.chat.completions.create(model="x", messages=ASK, tools=TOOLS,
+                                                     stream=True))
+    finally:
+        server.close()
+    assert whole.finish_reason == "tool_calls" and whole.message.content is None
+    assert [(c.function.name, json.loads(c.function.arguments))
+            for c in whole.message.tool_calls] == [("read_file", {"path": "a.py"})]
+    assert "Respond in the format" in engine.prompts[-1]
+    assert not any(chunk.choices and chunk.choices[0].delta.content for chunk in chunks)
+    [piece] = [call for chunk in chunks if chunk.choices
+               for call in chunk.choices[0].delta.tool_calls or []]
+    assert piece.function.name == "read_file" and chunks[-1].choices[0].finish_reason == \
+        "tool_calls"
