@@ -19,6 +19,7 @@ from typing import Callable
 
 from engine.errors import SwarmscopeError
 from engine.serve.completion import AnswerText, Completion
+from engine.serve.reasoning import ReasoningSplit
 from engine.serve.request import ApiRequest, RequestError
 from engine.serve.call_forms import CallStream, ToolCall
 
@@ -143,14 +144,25 @@ class _Handler(BaseHTTPRequestHandler):
         if chat:  # a chat stream opens with the speaker
             self._event({**head, "choices": [{"index": 0, "finish_reason": None,
                                               "delta": {"role": "assistant", "content": ""}}]})
+        split = ReasoningSplit(request.inside_reasoning) if request.thinking else None
         held = CallStream(request.tool_form) if request.tool_form else None
+
+        def send(piece: str, last: bool = False) -> None:
+            """A piece of the answer's text: its reasoning, then what is not a call."""
+            reasoning, text = split.add(piece, last) if split else ("", piece)
+            if reasoning:
+                self._event({**head, "choices": [{"index": 0, "finish_reason": None,
+                                                  "delta": {"reasoning_content": reasoning}}]})
+            if text := held.add(text) if held else text:
+                self._event({**head, "choices": [_choice(chat, text, None)]})
+
         for kind, value in _pieces(completion, answer):
             if kind == "text":
-                if piece := held.add(value) if held else value:
-                    self._event({**head, "choices": [_choice(chat, piece, None)]})
+                send(value)
             elif kind == "error":
                 self._event({"error": {"message": value, "type": "server_error"}})
             else:
+                send("", last=True)
                 rest, calls = held.end() if held else ("", [])
                 if rest:
                     self._event({**head, "choices": [_choice(chat, rest, None)]})
@@ -219,14 +231,20 @@ def _choice(chat: bool, text: str | None, reason: str | None) -> dict:
 
 
 def _message(request: ApiRequest, text: str, reason: str) -> dict:
-    """A whole chat answer's choice: its message, with the tool calls it makes where any."""
+    """A whole chat answer's choice: its message, with the reasoning and the tool calls it
+    makes where any."""
+    message, reasoning = {"role": "assistant"}, None
+    if request.thinking:
+        reasoning, text = ReasoningSplit(request.inside_reasoning).add(text, last=True)
+        message["reasoning_content"] = reasoning.strip("\n") or None
     content, calls = request.tool_form.split(text) if request.tool_form else (text, [])
-    if not (calls := _kept(request, calls)):
-        return {"index": 0, "message": {"role": "assistant", "content": content},
-                "finish_reason": reason}
-    return {"index": 0, "finish_reason": "tool_calls", "message": {
-        "role": "assistant", "content": content.strip() or None,
-        "tool_calls": [call.as_api() for call in calls]}}
+    if calls := _kept(request, calls):
+        message.update(content=content.strip() or None,
+                       tool_calls=[call.as_api() for call in calls])
+        reason = "tool_calls"
+    else:
+        message["content"] = content
+    return {"index": 0, "message": message, "finish_reason": reason}
 
 
 def _kept(request: ApiRequest, calls: list[ToolCall]) -> list[ToolCall]:

@@ -11,6 +11,7 @@ from engine.chat_template import ChatTemplateError
 from engine.errors import SwarmscopeError
 from engine.sampling import SamplingParams
 from engine.serve.call_forms import CallForm, form_of
+from engine.serve.reasoning import opened, thinks
 from engine.serve.tool_calls import offered_tools, template_calls
 
 ROLES = ("system", "user", "assistant", "tool", "developer")
@@ -39,6 +40,8 @@ class ApiRequest:
     tool_form: CallForm | None = None  # how the model writes calls to the tools offered
                                        # (call_forms.py); None: no tools offered
     parallel_tool_calls: bool = True  # else an answer's first call is its only one
+    thinking: bool = False            # a thinking model's chat: its reasoning goes apart
+    inside_reasoning: bool = False    # the prompt opened the reasoning (reasoning.py)
 
     @classmethod
     def parse(cls, body, tokenizer, max_context: int, chat: bool = True) -> "ApiRequest":
@@ -54,8 +57,8 @@ class ApiRequest:
             raise RequestError(f"n: only one choice is generated, got {body['n']!r}")
         field = "messages" if chat else "prompt"
         tools, tool_form = _tools(body, tokenizer) if chat else (None, None)
-        prompt_ids = _chat_prompt(body, tokenizer, tools) if chat else \
-            _plain_prompt(body, tokenizer)
+        prompt = _chat_prompt(body, tokenizer, tools) if chat else None
+        prompt_ids = tokenizer.encode(prompt) if chat else _plain_prompt(body, tokenizer)
         room = max_context - len(prompt_ids)
         if room < 1:
             raise RequestError(f"{field}: the prompt is {len(prompt_ids)} tokens, which leaves "
@@ -76,7 +79,10 @@ class ApiRequest:
                    sampling=sampling, stop=_stops(body.get("stop")),
                    stream=_flag(body, "stream"),
                    include_usage=_flag(stream_options, "include_usage"), tool_form=tool_form,
-                   parallel_tool_calls=_flag(body, "parallel_tool_calls", default=True))
+                   parallel_tool_calls=_flag(body, "parallel_tool_calls", default=True),
+                   thinking=chat and thinks(tokenizer.tool_template if tools else
+                                            tokenizer.chat_template),
+                   inside_reasoning=chat and opened(prompt))
 
 
 def _tools(body: dict, tokenizer) -> tuple[list[dict] | None, CallForm | None]:
@@ -102,9 +108,9 @@ def _tools(body: dict, tokenizer) -> tuple[list[dict] | None, CallForm | None]:
     return tools, form
 
 
-def _chat_prompt(body: dict, tokenizer, tools: list[dict] | None) -> list[int]:
+def _chat_prompt(body: dict, tokenizer, tools: list[dict] | None) -> str:
     try:
-        return tokenizer.encode(tokenizer.chat_messages(_messages(body.get("messages")), tools))
+        return tokenizer.chat_messages(_messages(body.get("messages")), tools)
     except ChatTemplateError as exc:
         raise RequestError(f"messages: {exc}") from None
 
@@ -125,8 +131,8 @@ def _plain_prompt(body: dict, tokenizer) -> list[int]:
 
 def _messages(messages) -> list[dict]:
     """The conversation as the chat template takes it: roles and text (a content given as
-    OpenAI's list of parts is joined from its text parts), an assistant's tool calls and a tool
-    message's call id."""
+    OpenAI's list of parts is joined from its text parts), an assistant's tool calls and
+    reasoning, and a tool message's call id."""
     if not isinstance(messages, list) or not messages:
         raise RequestError("messages: must be a non-empty list of {role, content} objects")
     checked = []
@@ -152,8 +158,9 @@ def _messages(messages) -> list[dict]:
                                                            f"{where}.tool_calls")
             except ValueError as exc:
                 raise RequestError(str(exc)) from None
-        for name in ("tool_call_id", "name"):
-            if message["role"] == "tool" and isinstance(message.get(name), str):
+        passed_on = {"tool": ("tool_call_id", "name"), "assistant": ("reasoning_content",)}
+        for name in passed_on.get(message["role"], ()):
+            if isinstance(message.get(name), str):  # for the templates that read them
                 checked[-1][name] = message[name]
     return checked
 

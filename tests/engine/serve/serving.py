@@ -1,12 +1,39 @@
-"""An engine stepping on a thread of its own (wall clock) behind an API server, for the tests
-that talk to it over HTTP."""
+"""For the tests that talk to the API over HTTP: an engine stepping on a thread of its own (wall
+clock) behind a server; an engine whose answers are given, since the tiny random models never
+write a tool call; tokenizers with call tags, and a template and tools to offer."""
 import contextlib
 import threading
+import types
+
+import tokenizers
+from tokenizers import AddedToken
 
 from engine.controls import Controls
 from engine.engine import Engine
 from engine.serve.http_api import ApiServer
 from engine.swarm.config import SwarmConfig
+from engine.tokenizer import Tokenizer
+from tests.engine.loading.conftest import make_tokenizer_json
+
+# Qwen2.5's template in brief: the tools in the system turn, an assistant's calls written back
+# in <tool_call> tags (arguments with tojson), tool results in the user's turn.
+HERMES = (
+    "{% if tools %}<|im_start|>system\nTools:\n<tools>{% for tool in tools %}\n"
+    "{{ tool | tojson }}{% endfor %}\n</tools>\nCall one as <tool_call>\n"
+    '{"name": <name>, "arguments": <object>}\n</tool_call><|im_end|>\n{% endif %}'
+    "{% for m in messages %}"
+    "{% if m.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m.content }}\n"
+    "</tool_response><|im_end|>\n"
+    "{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+    "{% for call in m.tool_calls or [] %}<tool_call>\n"
+    '{"name": "{{ call.function.name }}", "arguments": {{ call.function.arguments | tojson }}}'
+    "\n</tool_call>{% endfor %}<|im_end|>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+TOOLS = [{"type": "function", "function": {
+    "name": "read_file", "description": "Read a file",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]
+ASK = [{"role": "user", "content": "What is in a.py?"}]
+CALL_TEXT = '<tool_call>\n{"name": "read_file", "arguments": {"path": "a.py"}}\n</tool_call>'
 
 
 @contextlib.contextmanager
@@ -25,3 +52,44 @@ def serving(loaded, calibration, max_context: int, client_lanes: int):
         stop.set()
         stepping.join()
         engine.close()
+
+
+def call_tokenizer(folder, template: str) -> Tokenizer:
+    """A byte-level BPE tokenizer with `template`, the call tags special tokens (as in Hermes'
+    and Llama's models: an answer decoded without specials would lose them)."""
+    inner = tokenizers.Tokenizer.from_file(str(make_tokenizer_json(folder / "tokenizer.json")))
+    inner.add_special_tokens([AddedToken(tag, special=True, normalized=False)
+                              for tag in ("<tool_call>", "</tool_call>", "<|python_tag|>")])
+    return Tokenizer(inner, chat_template=template, eos_tokens=("<|im_end|>",))
+
+
+class ScriptedEngine:
+    """The engine's side of a request, answered with `answer`: the tiny random models never
+    write a tool call, so the server's reading of one is tested on text given here."""
+
+    def __init__(self, tokenizer: Tokenizer, answer: str) -> None:
+        self.loaded = types.SimpleNamespace(tokenizer=tokenizer, name="scripted")
+        self.max_context = 4096
+        self.answer = answer
+        self.prompts: list[str] = []
+
+    def submit(self, completion) -> None:
+        tokenizer = self.loaded.tokenizer
+        self.prompts.append(tokenizer.decode(completion.request.prompt_ids))
+        ids = tokenizer.encode(self.answer) + list(tokenizer.eos_ids)
+        for at in range(0, len(ids), 3):
+            completion.add(ids[at:at + 3])
+        completion.finish("stop")
+
+
+@contextlib.contextmanager
+def scripted_client(tokenizer: Tokenizer, answer: str):
+    """(engine, OpenAI's client) for a ScriptedEngine behind a server, until the block ends."""
+    import openai
+
+    engine = ScriptedEngine(tokenizer, answer)
+    server = ApiServer(lambda: engine, "127.0.0.1", 0).start()
+    try:
+        yield engine, openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
+    finally:
+        server.close()

@@ -2,58 +2,27 @@
 writes read back as tool_calls, whole and streamed."""
 import json
 import shutil
-import types
 
 import pytest
-import tokenizers
-from tokenizers import AddedToken
 
 from engine.errors import ModelLoadError
 from engine.loading import load_model
-from engine.serve.http_api import ApiServer
-from engine.serve.request import ApiRequest, RequestError
 from engine.serve.call_forms import CallStream, JsonCalls, TaggedCalls, form_of
+from engine.serve.request import ApiRequest, RequestError
 from engine.serve.tool_calls import template_calls
 from engine.tokenizer import ByteTokenizer, Tokenizer
 from tests.engine.loading.conftest import hf_tiny, make_tokenizer_json, save_hf_folder
-from tests.engine.serve.serving import serving
+from tests.engine.serve.serving import (ASK, CALL_TEXT, HERMES, TOOLS, call_tokenizer,
+                                        scripted_client, serving)
 
-# Qwen2.5's template in brief: the tools in the system turn, an assistant's calls written back
-# in <tool_call> tags (arguments with tojson), tool results in the user's turn.
-HERMES = (
-    "{% if tools %}<|im_start|>system\nTools:\n<tools>{% for tool in tools %}\n"
-    "{{ tool | tojson }}{% endfor %}\n</tools>\nCall one as <tool_call>\n"
-    '{"name": <name>, "arguments": <object>}\n</tool_call><|im_end|>\n{% endif %}'
-    "{% for m in messages %}"
-    "{% if m.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m.content }}\n"
-    "</tool_response><|im_end|>\n"
-    "{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}"
-    "{% for call in m.tool_calls or [] %}<tool_call>\n"
-    '{"name": "{{ call.function.name }}", "arguments": {{ call.function.arguments | tojson }}}'
-    "\n</tool_call>{% endfor %}<|im_end|>\n{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-TOOLS = [{"type": "function", "function": {
-    "name": "read_file", "description": "Read a file",
-    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]
 # Llama 3.1-3.3's ask, in brief: a JSON object for an answer
 LLAMA = ("{% if tools %}<|im_start|>system\nRespond in the format {\"name\": function name, "
          "\"parameters\": dictionary of argument name and its value}.{% for tool in tools %}\n"
          "{{ tool | tojson }}{% endfor %}<|im_end|>\n{% endif %}{% for m in messages %}"
          "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-ASK = [{"role": "user", "content": "What is in a.py?"}]
-CALL_TEXT = '<tool_call>\n{"name": "read_file", "arguments": {"path": "a.py"}}\n</tool_call>'
 LLAMA_CALL = '{"name": "read_file", "parameters": {"path": "a.py"}}'
 split_calls = TaggedCalls().split
-
-
-def call_tokenizer(folder, template: str) -> Tokenizer:
-    """A byte-level BPE tokenizer with `template`, the call tags special tokens (as in Hermes'
-    and Llama's models: an answer decoded without specials would lose them)."""
-    inner = tokenizers.Tokenizer.from_file(str(make_tokenizer_json(folder / "tokenizer.json")))
-    inner.add_special_tokens([AddedToken(tag, special=True, normalized=False)
-                              for tag in ("<tool_call>", "</tool_call>", "<|python_tag|>")])
-    return Tokenizer(inner, chat_template=template, eos_tokens=("<|im_end|>",))
 
 
 @pytest.fixture(scope="module")
@@ -194,38 +163,15 @@ def test_arguments_that_are_not_a_json_object_reach_the_template_as_given():
     assert [c["function"]["arguments"] for c in calls] == ["not json", {"a": [1]}]
 
 
-class ScriptedEngine:
-    """The engine's side of a request, answered with `answer`: the tiny random models never
-    write a tool call, so the server's reading of one is tested on text given here."""
-
-    def __init__(self, tokenizer: Tokenizer, answer: str) -> None:
-        self.loaded = types.SimpleNamespace(tokenizer=tokenizer, name="scripted")
-        self.max_context = 4096
-        self.answer = answer
-        self.prompts: list[str] = []
-
-    def submit(self, completion) -> None:
-        tokenizer = self.loaded.tokenizer
-        self.prompts.append(tokenizer.decode(completion.request.prompt_ids))
-        ids = tokenizer.encode(self.answer) + list(tokenizer.eos_ids)
-        for at in range(0, len(ids), 3):
-            completion.add(ids[at:at + 3])
-        completion.finish("stop")
-
-
 @pytest.fixture
 def scripted(hermes):
-    engine = ScriptedEngine(hermes, "Let me look." + CALL_TEXT)
-    server = ApiServer(lambda: engine, "127.0.0.1", 0).start()
-    yield engine, server
-    server.close()
+    """(engine, OpenAI's client), the engine answering with text and a call."""
+    with scripted_client(hermes, "Let me look." + CALL_TEXT) as pair:
+        yield pair
 
 
 def test_openais_client_gets_the_calls_whole_and_streamed(scripted):
-    import openai
-
-    engine, server = scripted
-    client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
+    engine, client = scripted
     reply = client.chat.completions.create(model="x", messages=ASK, tools=TOOLS)
     choice = reply.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.content == "Let me look."
@@ -249,10 +195,7 @@ def test_openais_client_gets_the_calls_whole_and_streamed(scripted):
 
 
 def test_without_tools_the_same_answer_is_text_and_one_call_is_kept_if_asked(scripted, hermes):
-    import openai
-
-    engine, server = scripted
-    client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
+    engine, client = scripted
     plain = client.chat.completions.create(model="x", messages=ASK).choices[0]
     # without tools the tags are special tokens the answer's text leaves out, as any answer's
     assert plain.finish_reason == "stop" and plain.message.tool_calls is None
@@ -316,17 +259,11 @@ def test_a_real_model_is_offered_the_tools_and_its_agent_goes_on_after_a_call(qw
 
 
 def test_a_llama_models_call_comes_back_whole_and_streamed(tmp_path):
-    import openai
-
-    engine = ScriptedEngine(call_tokenizer(tmp_path, LLAMA), "<|python_tag|>" + LLAMA_CALL)
-    server = ApiServer(lambda: engine, "127.0.0.1", 0).start()
-    try:
-        client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
+    with scripted_client(call_tokenizer(tmp_path, LLAMA),
+                         "<|python_tag|>" + LLAMA_CALL) as (engine, client):
         whole = client.chat.completions.create(model="x", messages=ASK, tools=TOOLS).choices[0]
         chunks = list(client.chat.completions.create(model="x", messages=ASK, tools=TOOLS,
                                                      stream=True))
-    finally:
-        server.close()
     assert whole.finish_reason == "tool_calls" and whole.message.content is None
     assert [(c.function.name, json.loads(c.function.arguments))
             for c in whole.message.tool_calls] == [("read_file", {"path": "a.py"})]
