@@ -1,10 +1,12 @@
 """How models write tool calls, and reading them back out of an answer, whole or as it streams,
-as vLLM's and llama.cpp's servers read these models'. Two forms, each asked for by the chat
+as vLLM's and llama.cpp's servers read these models'. Three forms, each asked for by the chat
 templates that hold its marker:
 - tagged (Hermes'): each call a JSON object {"name", "arguments"} between <tool_call> tags,
   anywhere in the answer: Qwen2.5, Qwen3, SmolLM3, Hermes;
 - bare JSON (Llama 3.1-3.3's): the whole answer a JSON object {"name", "parameters"}, or several
-  separated by semicolons, after an optional <|python_tag|>.
+  separated by semicolons, after an optional <|python_tag|>;
+- listed (Mistral's): [TOOL_CALLS] and a JSON list of {"name", "arguments"}, after any text; its
+  templates want call ids of nine letters and digits.
 A model writes what it likes: an answer that is not well-formed calls in its form (not JSON, no
 name, a call cut short) is text, as the model wrote it."""
 from __future__ import annotations
@@ -12,14 +14,14 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     name: str
     arguments: str  # JSON text, as OpenAI's API carries it
-    id: str = field(default_factory=lambda: f"call_{uuid.uuid4().hex[:24]}")
+    id: str
 
     def as_api(self, index: int | None = None) -> dict:
         """The call as a message lists it; with `index`, as a stream's delta does."""
@@ -42,6 +44,37 @@ class CallForm:
         (len(text): nowhere): what may be, or begin, a call."""
         raise NotImplementedError
 
+    def new_id(self) -> str:
+        return f"call_{uuid.uuid4().hex[:24]}"
+
+    def call(self, value) -> ToolCall | None:
+        """A parsed JSON value as a call: an object with a name, and arguments (or parameters,
+        as Llama writes them)."""
+        if not isinstance(value, dict) or not isinstance(value.get("name"), str) or \
+                not value["name"]:
+            return None
+        arguments = value.get("arguments", value.get("parameters", {}))
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        return ToolCall(value["name"], arguments, self.new_id())
+
+    def calls(self, body: str, separator: str = "") -> list[ToolCall] | None:
+        """`body` read as JSON values, each a call or a list of calls, `separator` (or nothing)
+        between them; None where it is not that."""
+        calls, at, decoder = [], 0, json.JSONDecoder()
+        while at < len(body):
+            try:
+                value, at = decoder.raw_decode(body, at)
+            except json.JSONDecodeError:
+                return None
+            found = [self.call(v) for v in (value if isinstance(value, list) else [value])]
+            if not found or None in found:
+                return None
+            calls += found
+            rest = body[at:].lstrip()
+            at = len(body) - len(rest.removeprefix(separator).lstrip() if separator else rest)
+        return calls or None
+
 
 class TaggedCalls(CallForm):
     marker = OPEN = "<tool_call>"
@@ -51,10 +84,10 @@ class TaggedCalls(CallForm):
     def split(self, text: str) -> tuple[str, list[ToolCall]]:
         calls, outside, end = [], [], 0
         for block in self._BLOCK.finditer(text):
-            call = _parse(block.group(1))
-            if call is None:
+            found = self.calls(block.group(1).strip())
+            if found is None:
                 return text, []
-            calls.append(call)
+            calls += found
             outside.append(text[end:block.start()])
             end = block.end()
         rest = text[end:]
@@ -63,11 +96,7 @@ class TaggedCalls(CallForm):
         return "".join(outside) + rest, calls
 
     def held_from(self, text: str, sent: int) -> int:
-        at = text.find(self.OPEN, max(0, sent - len(self.OPEN) + 1))
-        if at >= 0:
-            return at
-        return len(text) - max((n for n in range(len(self.OPEN) - 1, 0, -1)
-                                if text.endswith(self.OPEN[:n])), default=0)
+        return _held_at_marker(self.OPEN, text, sent)
 
 
 class JsonCalls(CallForm):
@@ -76,21 +105,8 @@ class JsonCalls(CallForm):
 
     def split(self, text: str) -> tuple[str, list[ToolCall]]:
         body = text.strip().removeprefix(self.PYTHON_TAG).strip()
-        if not body.startswith("{"):
-            return text, []
-        calls, at, decoder = [], 0, json.JSONDecoder()
-        while at < len(body):
-            try:
-                value, at = decoder.raw_decode(body, at)
-            except json.JSONDecodeError:
-                return text, []
-            call = _call(value)
-            if call is None:
-                return text, []
-            calls.append(call)
-            rest = body[at:].lstrip()
-            at = len(body) - len(rest.removeprefix(";").lstrip())
-        return "", calls
+        calls = self.calls(body, ";") if body.startswith("{") else None
+        return ("", calls) if calls else (text, [])
 
     def held_from(self, text: str, sent: int) -> int:
         start = len(text) - len(text.lstrip())
@@ -101,7 +117,23 @@ class JsonCalls(CallForm):
         return len(text)
 
 
-FORMS = (TaggedCalls(), JsonCalls())
+class ListedCalls(CallForm):
+    marker = "[TOOL_CALLS]"
+
+    def split(self, text: str) -> tuple[str, list[ToolCall]]:
+        at = text.find(self.marker)
+        body = text[at + len(self.marker):].strip() if at >= 0 else ""
+        calls = self.calls(body) if body.startswith("[") else None
+        return (text[:at], calls) if calls else (text, [])
+
+    def held_from(self, text: str, sent: int) -> int:
+        return _held_at_marker(self.marker, text, sent)
+
+    def new_id(self) -> str:
+        return uuid.uuid4().hex[:9]  # Mistral's templates refuse other ids
+
+
+FORMS = (TaggedCalls(), JsonCalls(), ListedCalls())
 
 
 def form_of(template: str | None) -> CallForm | None:
@@ -109,21 +141,13 @@ def form_of(template: str | None) -> CallForm | None:
     return next((form for form in FORMS if template and form.marker in template), None)
 
 
-def _parse(body: str) -> ToolCall | None:
-    try:
-        return _call(json.loads(body))
-    except json.JSONDecodeError:
-        return None
-
-
-def _call(value) -> ToolCall | None:
-    if not isinstance(value, dict) or not isinstance(value.get("name"), str) or \
-            not value["name"]:
-        return None
-    arguments = value.get("arguments", value.get("parameters", {}))  # Llama writes the latter
-    if not isinstance(arguments, str):
-        arguments = json.dumps(arguments, ensure_ascii=False)
-    return ToolCall(value["name"], arguments)
+def _held_at_marker(marker: str, text: str, sent: int) -> int:
+    """Where `marker` starts in `text`, or a tail of it that may begin the marker."""
+    at = text.find(marker, max(0, sent - len(marker) + 1))
+    if at >= 0:
+        return at
+    return len(text) - max((n for n in range(len(marker) - 1, 0, -1)
+                            if text.endswith(marker[:n])), default=0)
 
 
 class CallStream:

@@ -7,7 +7,7 @@ import pytest
 
 from engine.errors import ModelLoadError
 from engine.loading import load_model
-from engine.serve.call_forms import CallStream, JsonCalls, TaggedCalls, form_of
+from engine.serve.call_forms import CallStream, JsonCalls, ListedCalls, TaggedCalls, form_of
 from engine.serve.request import ApiRequest, RequestError
 from engine.serve.tool_calls import template_calls
 from engine.tokenizer import ByteTokenizer, Tokenizer
@@ -22,6 +22,15 @@ LLAMA = ("{% if tools %}<|im_start|>system\nRespond in the format {\"name\": fun
          "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 LLAMA_CALL = '{"name": "read_file", "parameters": {"path": "a.py"}}'
+# Mistral v0.3's, in brief: [TOOL_CALLS] and a list; past calls' ids must be nine characters
+MISTRAL = ("{% if tools %}[AVAILABLE_TOOLS] {{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}"
+           "{% for m in messages %}{% if m.tool_calls %}[TOOL_CALLS] ["
+           "{% for call in m.tool_calls %}{% if call.id | length != 9 %}"
+           "{{ raise_exception('Tool call IDs should be alphanumeric strings with length 9!') }}"
+           "{% endif %}{{ call.function | tojson }}{% endfor %}]</s>"
+           "{% elif m.role == 'tool' %}[TOOL_RESULTS] {{ m.content }}[/TOOL_RESULTS]"
+           "{% else %}[INST] {{ m.content }}[/INST]{% endif %}{% endfor %}")
+MISTRAL_CALL = '[TOOL_CALLS] [{"name": "read_file", "arguments": {"path": "a.py"}}]'
 split_calls = TaggedCalls().split
 
 
@@ -98,7 +107,22 @@ def test_a_llama_answer_that_may_be_a_call_is_held_back_whole(answer, sent):
     assert out == sent and out + rest == (answer if not calls else out)
 
 
+@pytest.mark.parametrize("text, content, calls", [
+    (MISTRAL_CALL, "", [("read_file", {"path": "a.py"})]),
+    ("Let me look. " + MISTRAL_CALL[:-1] + ', {"name": "ls", "arguments": {}}]',
+     "Let me look. ", [("read_file", {"path": "a.py"}), ("ls", {})]),
+    ("[TOOL_CALLS] read_file", None, []),
+    (MISTRAL_CALL[:-5], None, []),
+])
+def test_a_mistral_answer_lists_its_calls_after_its_text(text, content, calls):
+    said, found = ListedCalls().split(text)
+    assert [(c.name, json.loads(c.arguments)) for c in found] == calls
+    assert said == (text if content is None else content)
+    assert all(len(c.id) == 9 and c.id.isalnum() for c in found)
+
+
 def test_a_template_asks_for_the_form_its_marker_names():
+    assert isinstance(form_of(MISTRAL), ListedCalls)
     assert isinstance(form_of(HERMES), TaggedCalls) and isinstance(form_of(LLAMA), JsonCalls)
     assert form_of(None) is None and form_of("{{ messages[0].content }}") is None
 
@@ -273,3 +297,17 @@ def test_a_llama_models_call_comes_back_whole_and_streamed(tmp_path):
                for call in chunk.choices[0].delta.tool_calls or []]
     assert piece.function.name == "read_file" and chunks[-1].choices[0].finish_reason == \
         "tool_calls"
+
+
+def test_a_mistral_models_call_goes_back_to_its_template_with_the_id_it_was_given(tmp_path):
+    """Mistral's template refuses a call id that is not nine letters and digits."""
+    with scripted_client(call_tokenizer(tmp_path, MISTRAL), MISTRAL_CALL) as (engine, client):
+        call = client.chat.completions.create(model="x", messages=ASK,
+                                              tools=TOOLS).choices[0].message.tool_calls[0]
+        engine.answer = "It holds x = 1."
+        went_on = client.chat.completions.create(model="x", tools=TOOLS, messages=[
+            *ASK, {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+            {"role": "tool", "tool_call_id": call.id, "content": "x = 1"}]).choices[0]
+    assert went_on.message.content == "It holds x = 1."
+    assert engine.prompts[-1].endswith('[TOOL_CALLS] [{"arguments": {"path": "a.py"}, "name": '
+                                       '"read_file"}]</s>[TOOL_RESULTS] x = 1[/TOOL_RESULTS]')
