@@ -139,8 +139,13 @@ def _run(args) -> int:
     server = ApiServer(lambda: live[0] if live else None, *args.serve).start()
     print(f"serving OpenAI's chat completions API at {server.url} once the model is ready "
           "(Ctrl+C ends the session)", file=sys.stderr)
+
+    def ready(engine) -> None:
+        live.append(engine)
+        print(f"ready at {server.describe(engine)}", file=sys.stderr)
+
     try:
-        return _session(args, controls, changes, live.append)
+        return _session(args, controls, changes, ready)
     finally:
         server.close()
 

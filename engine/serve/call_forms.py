@@ -33,6 +33,7 @@ class ToolCall:
 class CallForm:
     """One way of writing calls: the marker in a chat template that asks for it, how to split an
     answer into its text and its calls, and where a streamed answer must be held back."""
+    name: str    # as a person reads it
     marker: str
 
     def split(self, text: str) -> tuple[str, list[ToolCall]]:
@@ -77,6 +78,7 @@ class CallForm:
 
 
 class TaggedCalls(CallForm):
+    name = "JSON in <tool_call> tags"
     marker = OPEN = "<tool_call>"
     CLOSE = "</tool_call>"
     _BLOCK = re.compile(re.escape(OPEN) + r"(.*?)" + re.escape(CLOSE), re.S)
@@ -100,6 +102,7 @@ class TaggedCalls(CallForm):
 
 
 class JsonCalls(CallForm):
+    name = "a JSON object for an answer"
     marker = '"parameters": dictionary of argument name and its value'
     PYTHON_TAG = "<|python_tag|>"
 
@@ -118,6 +121,7 @@ class JsonCalls(CallForm):
 
 
 class ListedCalls(CallForm):
+    name = "[TOOL_CALLS] and a JSON list"
     marker = "[TOOL_CALLS]"
 
     def split(self, text: str) -> tuple[str, list[ToolCall]]:

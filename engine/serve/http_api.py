@@ -19,9 +19,9 @@ from typing import Callable
 
 from engine.errors import SwarmscopeError
 from engine.serve.completion import AnswerText, Completion
-from engine.serve.reasoning import ReasoningSplit
+from engine.serve.reasoning import ReasoningSplit, thinks
 from engine.serve.request import ApiRequest, RequestError
-from engine.serve.call_forms import CallStream, ToolCall
+from engine.serve.call_forms import CallStream, ToolCall, form_of
 
 MAX_BODY = 64 * 2 ** 20  # bytes a request body may have
 CLIENT_LANES = 8  # lanes of full context a serving session's KV cache holds for its clients
@@ -50,6 +50,15 @@ class ApiServer:
     def url(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
+
+    def describe(self, engine) -> str:
+        """What this server offers with `engine`'s model: its address, tools and reasoning."""
+        tokenizer = engine.loaded.tokenizer
+        form = form_of(tokenizer.tool_template)
+        tools = (f"tools offered, calls read as {form.name}" if form else
+                 "no tools (its chat template asks for tool calls in no form read here)")
+        reasoning = "; reasoning apart" if thinks(tokenizer.chat_template) else ""
+        return f"{self.url}: {engine.loaded.name}, {tools}{reasoning}"
 
     def start(self) -> "ApiServer":
         self._thread.start()

@@ -223,7 +223,8 @@ def test_a_headless_session_serves_until_interrupted_and_summarises_its_clients(
     assert process.returncode == 0, err
     summary = json.loads(out)
     assert summary["tokens_by_agent"] == {"0": 12} and summary["engine_error"] is None
-    assert "0 agents" in err
+    assert "0 agents" in err and "ready at http://127.0.0.1:" in err
+    assert "tiny-test, no tools (its chat template asks for tool calls in no form" in err
     assert read_trace(trace).steps  # the session was recorded
 
 

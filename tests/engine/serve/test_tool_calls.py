@@ -2,12 +2,14 @@
 writes read back as tool_calls, whole and streamed."""
 import json
 import shutil
+import types
 
 import pytest
 
 from engine.errors import ModelLoadError
 from engine.loading import load_model
 from engine.serve.call_forms import CallStream, JsonCalls, ListedCalls, TaggedCalls, form_of
+from engine.serve.http_api import ApiServer
 from engine.serve.request import ApiRequest, RequestError
 from engine.serve.tool_calls import template_calls
 from engine.tokenizer import ByteTokenizer, Tokenizer
@@ -30,6 +32,7 @@ MISTRAL = ("{% if tools %}[AVAILABLE_TOOLS] {{ tools | tojson }}[/AVAILABLE_TOOL
            "{% endif %}{{ call.function | tojson }}{% endfor %}]</s>"
            "{% elif m.role == 'tool' %}[TOOL_RESULTS] {{ m.content }}[/TOOL_RESULTS]"
            "{% else %}[INST] {{ m.content }}[/INST]{% endif %}{% endfor %}")
+QWEN3_TOOLS = HERMES + "{# strips </think> from past answers #}"
 MISTRAL_CALL = '[TOOL_CALLS] [{"name": "read_file", "arguments": {"path": "a.py"}}]'
 split_calls = TaggedCalls().split
 
@@ -119,6 +122,20 @@ def test_a_mistral_answer_lists_its_calls_after_its_text(text, content, calls):
     assert [(c.name, json.loads(c.arguments)) for c in found] == calls
     assert said == (text if content is None else content)
     assert all(len(c.id) == 9 and c.id.isalnum() for c in found)
+
+
+@pytest.mark.parametrize("template, says", [
+    (LLAMA, "m, tools offered, calls read as a JSON object for an answer"),
+    (QWEN3_TOOLS, "m, tools offered, calls read as JSON in <tool_call> tags; reasoning apart"),
+    ("{{ messages[0].content }}", "m, no tools (its chat template asks for tool calls in no")])
+def test_a_server_says_what_it_offers_with_its_model(tmp_path, template, says):
+    server = ApiServer(lambda: None, "127.0.0.1", 0)
+    try:
+        said = server.describe(types.SimpleNamespace(loaded=types.SimpleNamespace(
+            name="m", tokenizer=call_tokenizer(tmp_path, template))))
+    finally:
+        server.close()
+    assert said.startswith(server.url + ": " + says)
 
 
 def test_a_template_asks_for_the_form_its_marker_names():
