@@ -108,9 +108,10 @@ class _Handler(BaseHTTPRequestHandler):
             return
         completion = Completion(request)
         engine.submit(completion)
-        # tool calls' tags may be special tokens (Hermes'): an answer with tools keeps them
+        # the tags of tool calls and reasoning may be special tokens (Hermes', Llama's): an
+        # answer read for them keeps them
         answer = AnswerText(engine.loaded.tokenizer, request.stop,
-                            keep_special=request.tool_form is not None)
+                            keep_special=request.tool_form is not None or request.thinking)
         head = {"id": f"{'chatcmpl' if request.chat else 'cmpl'}-{uuid.uuid4().hex[:24]}",
                 "created": int(time.time()), "model": engine.loaded.name}
         try:
