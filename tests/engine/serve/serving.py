@@ -55,11 +55,12 @@ def serving(loaded, calibration, max_context: int, client_lanes: int):
 
 
 def call_tokenizer(folder, template: str) -> Tokenizer:
-    """A byte-level BPE tokenizer with `template`, the call tags special tokens (as in Hermes'
-    and Llama's models: an answer decoded without specials would lose them)."""
+    """A byte-level BPE tokenizer with `template`, the tags of calls and reasoning special tokens
+    (as in Hermes' and Llama's models: an answer decoded without specials would lose them)."""
     inner = tokenizers.Tokenizer.from_file(str(make_tokenizer_json(folder / "tokenizer.json")))
     inner.add_special_tokens([AddedToken(tag, special=True, normalized=False)
-                              for tag in ("<tool_call>", "</tool_call>", "<|python_tag|>")])
+                              for tag in ("<tool_call>", "</tool_call>", "<|python_tag|>",
+                                          "<think>", "</think>")])
     return Tokenizer(inner, chat_template=template, eos_tokens=("<|im_end|>",))
 
 
