@@ -14,10 +14,9 @@ from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox
 
 from app.dashboard import VIEW_HELP
 from app.exporting import FILTERS, export
-from engine.errors import SwarmscopeError
 from engine.cli.options import parse_address
-
-DEFAULT_ADDRESS = "127.0.0.1:8000"
+from engine.errors import SwarmscopeError
+from engine.serve.http_api import DEFAULT_HOST, DEFAULT_PORT
 
 
 class WindowActionsMixin:
@@ -93,8 +92,9 @@ class WindowActionsMixin:
             self.stop_serving()
             return
         text, ok = QInputDialog.getText(
-            self, "Serve OpenAI's API", "Answer at [HOST:]PORT (the host 127.0.0.1 unless given: "
-            "this machine only; 0.0.0.0 for every network):", text=DEFAULT_ADDRESS)
+            self, "Serve OpenAI's API", f"Answer at [HOST:]PORT (the host {DEFAULT_HOST} unless "
+            "given: this machine only; 0.0.0.0 for every network):",
+            text=f"{DEFAULT_HOST}:{DEFAULT_PORT}")
         if ok:
             try:
                 self.serve(*parse_address(text.strip()))

@@ -122,12 +122,16 @@ class Tokenizer:
             text = None
         return self.chat_prompt(user) if text is None else text
 
+    def template_for(self, tools: bool) -> str | None:
+        """The template a conversation is rendered in, with tools offered or without."""
+        return self.tool_template if tools else self.chat_template
+
     def _render(self, messages: list[dict], tools: list[dict] | None = None) -> str:
-        template, variables = self.chat_template, self.template_variables
-        if tools:
-            template, variables = self.tool_template, {**variables, "tools": tools}
-        return render_chat(template, messages, bos_token=self.bos_token or "",
-                           eos_token=self.eos_token or "", variables=variables)
+        variables = {**self.template_variables, "tools": tools} if tools else \
+            self.template_variables
+        return render_chat(self.template_for(bool(tools)), messages,
+                           bos_token=self.bos_token or "", eos_token=self.eos_token or "",
+                           variables=variables)
 
     def _named(self, problem) -> ChatTemplateError:
         """The model's own template's error names its file."""
@@ -148,6 +152,9 @@ class ByteTokenizer:
         self.eos_ids: tuple[int, ...] = (self.EOS, self.IM_END)
         self.chat_template = self.tool_template = self.template_source = None
         self.template_variables: dict[str, object] = {}  # ChatML reads none
+
+    def template_for(self, tools: bool) -> None:
+        return None  # ChatML, built in
 
     def encode(self, text: str) -> list[int]:
         ids: list[int] = []

@@ -44,8 +44,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--clients", type=int, default=4, help="agents asking at once (default 4)")
     parser.add_argument("--conversations", type=int, default=1,
                         help="conversations each client holds, one after another (default 1)")
-    parser.add_argument("--turns", type=int, default=3, help="requests in each conversation (default 3)")
-    parser.add_argument("--rounds", type=int, default=3, help="times each policy serves them (default 3)")
+    parser.add_argument("--turns", type=int, default=3,
+                        help="requests in each conversation (default 3)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="times each policy serves them (default 3)")
     parser.add_argument("--category", choices=CATEGORIES, default="code-edit",
                         help="the workload the conversations come from (default code-edit)")
     parser.add_argument("--system", default="workload", metavar="workload|agent|FILE",

@@ -9,6 +9,7 @@ import math
 from importlib import metadata
 
 from engine.errors import ModelLoadError, SwarmscopeError
+from engine.serve.http_api import DEFAULT_HOST, DEFAULT_PORT
 from engine.thread_tuner import AUTO, usable_cores
 
 MODEL_HELP = "default | tiny-test | a model folder | ORG/NAME in the Hugging Face cache"
@@ -47,22 +48,21 @@ def add_serve_option(parser: argparse.ArgumentParser, session: str) -> None:
     """--serve [HOST:]PORT: answer OpenAI's chat completions API (engine/serve/)."""
     parser.add_argument("--serve", type=_address, metavar="[HOST:]PORT",
                         help="answer OpenAI's chat completions API there (host default "
-                             f"127.0.0.1): each conversation is an agent of {session}")
+                             f"{DEFAULT_HOST}): each conversation is an agent of {session}")
 
 
-def add_serve_address(parser: argparse.ArgumentParser, port: int) -> None:
-    """`swarmscope serve`'s [HOST:]PORT, `port` on 127.0.0.1 where none is given."""
-    parser.add_argument("serve", nargs="?", type=_address, default=("127.0.0.1", port),
-                        metavar="[HOST:]PORT",
-                        help=f"where to answer OpenAI's chat completions API (default {port}; "
-                             "host default 127.0.0.1)")
+def add_serve_address(parser: argparse.ArgumentParser) -> None:
+    """`swarmscope serve`'s [HOST:]PORT, optional."""
+    parser.add_argument("serve", nargs="?", type=_address,
+                        default=(DEFAULT_HOST, DEFAULT_PORT), metavar="[HOST:]PORT",
+                        help="where to answer OpenAI's chat completions API (default "
+                             f"{DEFAULT_PORT}; host default {DEFAULT_HOST})")
 
 
 def parse_address(text: str) -> tuple[str, int]:
-    """`PORT` or `HOST:PORT` (an IPv6 host in brackets); the host defaults to 127.0.0.1, so
-    nothing beyond this machine reaches the engine unless asked for."""
+    """`PORT` or `HOST:PORT` (an IPv6 host in brackets); the host defaults to DEFAULT_HOST."""
     host, _, port = text.rpartition(":")
-    host = host.strip("[]") or "127.0.0.1"
+    host = host.strip("[]") or DEFAULT_HOST
     if not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"expected PORT or HOST:PORT, got {text!r}")
     return host, int(port)

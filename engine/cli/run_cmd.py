@@ -23,9 +23,6 @@ from engine.thread_tuner import AUTO
 PROGRESS_EVERY_S = 1.0
 
 
-SERVE_PORT = 8000  # `swarmscope serve`'s, where none is given
-
-
 def register(subparsers) -> None:
     p = subparsers.add_parser("run", help="run a swarm session headless and print a summary")
     p.add_argument("--headless", action="store_true",
@@ -33,7 +30,7 @@ def register(subparsers) -> None:
     _add_session_options(p, serving=False)
     p = subparsers.add_parser("serve", help="serve OpenAI's chat completions API headless until "
                                             "Ctrl+C, then summarise (run --headless --serve)")
-    add_serve_address(p, SERVE_PORT)
+    add_serve_address(p)
     p.set_defaults(headless=True)
     _add_session_options(p, serving=True)
 

@@ -16,6 +16,8 @@ import re
 import uuid
 from dataclasses import dataclass
 
+from engine.serve.held_text import tag_start
+
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
@@ -148,10 +150,7 @@ def form_of(template: str | None) -> CallForm | None:
 def _held_at_marker(marker: str, text: str, sent: int) -> int:
     """Where `marker` starts in `text`, or a tail of it that may begin the marker."""
     at = text.find(marker, max(0, sent - len(marker) + 1))
-    if at >= 0:
-        return at
-    return len(text) - max((n for n in range(len(marker) - 1, 0, -1)
-                            if text.endswith(marker[:n])), default=0)
+    return at if at >= 0 else len(text) - tag_start(text, marker)
 
 
 class CallStream:

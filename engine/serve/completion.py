@@ -5,6 +5,7 @@ from __future__ import annotations
 import queue
 import threading
 
+from engine.serve.held_text import tag_start
 from engine.serve.request import ApiRequest
 
 
@@ -86,8 +87,7 @@ class AnswerText:
         if cut is not None:
             self.stopped = True
             return self._take(cut)
-        held = 0 if last else max((n for s in self._stops for n in range(len(s) - 1, 0, -1)
-                                   if self._text.endswith(s[:n])), default=0)
+        held = 0 if last else max((tag_start(self._text, s) for s in self._stops), default=0)
         return self._take(len(self._text) - held)
 
     def _take(self, end: int) -> str:

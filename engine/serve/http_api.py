@@ -18,11 +18,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
 from engine.errors import SwarmscopeError
+from engine.serve.call_forms import CallStream, ToolCall, form_of
 from engine.serve.completion import AnswerText, Completion
 from engine.serve.reasoning import ReasoningSplit, thinks
 from engine.serve.request import ApiRequest, RequestError
-from engine.serve.call_forms import CallStream, ToolCall, form_of
 
+# This machine only, unless asked for: nothing beyond it reaches the engine by default
+DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8000
 MAX_BODY = 64 * 2 ** 20  # bytes a request body may have
 CLIENT_LANES = 8  # lanes of full context a serving session's KV cache holds for its clients
 COMPLETIONS = {"/v1/chat/completions": True, "/v1/completions": False}  # path -> chat
@@ -32,8 +34,8 @@ class ApiServer:
     """Serves the engine `engine_of()` returns (None while none runs: a window loading its
     model), from start() until close()."""
 
-    def __init__(self, engine_of: Callable[[], object | None], host: str = "127.0.0.1",
-                 port: int = 8000) -> None:
+    def __init__(self, engine_of: Callable[[], object | None], host: str = DEFAULT_HOST,
+                 port: int = DEFAULT_PORT) -> None:
         handler = type("Handler", (_Handler,), {"engine_of": staticmethod(engine_of)})
         server = type("Server", (ThreadingHTTPServer,), {  # an IPv6 host needs its family
             "address_family": socket.AF_INET6 if ":" in host else socket.AF_INET})
@@ -54,10 +56,10 @@ class ApiServer:
     def describe(self, engine) -> str:
         """What this server offers with `engine`'s model: its address, tools and reasoning."""
         tokenizer = engine.loaded.tokenizer
-        form = form_of(tokenizer.tool_template)
+        form = form_of(tokenizer.template_for(tools=True))
         tools = (f"tools offered, calls read as {form.name}" if form else
                  "no tools (its chat template asks for tool calls in no form read here)")
-        reasoning = "; reasoning apart" if thinks(tokenizer.chat_template) else ""
+        reasoning = "; reasoning apart" if thinks(tokenizer.template_for(tools=False)) else ""
         return f"{self.url}: {engine.loaded.name}, {tools}{reasoning}"
 
     def start(self) -> "ApiServer":
@@ -243,7 +245,7 @@ def _choice(chat: bool, text: str | None, reason: str | None) -> dict:
 def _message(request: ApiRequest, text: str, reason: str) -> dict:
     """A whole chat answer's choice: its message, with the reasoning and the tool calls it
     makes where any."""
-    message, reasoning = {"role": "assistant"}, None
+    message = {"role": "assistant"}
     if request.thinking:
         reasoning, text = ReasoningSplit(request.inside_reasoning).add(text, last=True)
         message["reasoning_content"] = reasoning.strip("\n") or None

@@ -5,6 +5,8 @@ it back as `reasoning_content`, so that a client's `content` is the answer alone
 drop it from the conversation anyway when it comes back."""
 from __future__ import annotations
 
+from engine.serve.held_text import tag_start
+
 OPEN, CLOSE = "<think>", "</think>"
 
 
@@ -46,9 +48,7 @@ class ReasoningSplit:
                 reasoning, self._text = self._text[:at], self._text[at + len(CLOSE):]
                 self._state = "answer start"
             else:
-                end = len(self._text) if last else len(self._text) - max(
-                    (n for n in range(len(CLOSE) - 1, 0, -1) if self._text.endswith(CLOSE[:n])),
-                    default=0)
+                end = len(self._text) - (0 if last else tag_start(self._text, CLOSE))
                 reasoning, self._text = self._text[:end], self._text[end:]
         if self._state == "answer start":
             self._text = self._text.lstrip()

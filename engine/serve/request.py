@@ -22,6 +22,8 @@ MAX_STOPS = 4  # stop strings a request may give, as OpenAI's API allows
 UNSUPPORTED = ("functions", "function_call", "response_format", "logprobs", "top_logprobs",
                "logit_bias", "audio", "prediction", "echo", "suffix", "best_of")
 TOOL_CHOICES = ("auto", "none")  # "required" or a named tool would need the sampling forced
+# A message's fields, beside role and content, that reach the template (for those that read them)
+PASSED_ON = {"tool": ("tool_call_id", "name"), "assistant": ("reasoning_content",)}
 
 
 class RequestError(SwarmscopeError):
@@ -80,8 +82,7 @@ class ApiRequest:
                    stream=_flag(body, "stream"),
                    include_usage=_flag(stream_options, "include_usage"), tool_form=tool_form,
                    parallel_tool_calls=_flag(body, "parallel_tool_calls", default=True),
-                   thinking=chat and thinks(tokenizer.tool_template if tools else
-                                            tokenizer.chat_template),
+                   thinking=chat and thinks(tokenizer.template_for(bool(tools))),
                    inside_reasoning=chat and opened(prompt))
 
 
@@ -98,7 +99,7 @@ def _tools(body: dict, tokenizer) -> tuple[list[dict] | None, CallForm | None]:
         tools = offered_tools(body["tools"])
     except ValueError as exc:
         raise RequestError(str(exc)) from None
-    form = form_of(tokenizer.tool_template)
+    form = form_of(tokenizer.template_for(tools=True))
     if form is None:
         source = tokenizer.template_source
         raise RequestError(f"tools: not supported by this model: its chat template"
@@ -159,9 +160,8 @@ def _messages(messages) -> list[dict]:
                                                            f"{where}.tool_calls")
             except ValueError as exc:
                 raise RequestError(str(exc)) from None
-        passed_on = {"tool": ("tool_call_id", "name"), "assistant": ("reasoning_content",)}
-        for name in passed_on.get(message["role"], ()):
-            if isinstance(message.get(name), str):  # for the templates that read them
+        for name in PASSED_ON.get(message["role"], ()):
+            if isinstance(message.get(name), str):
                 checked[-1][name] = message[name]
     return checked
 
