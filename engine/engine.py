@@ -62,7 +62,7 @@ class Engine:
                                      measures_cost=config.clock != "virtual")
         self.scheduler = Scheduler(
             SchedulerConfig(config.max_step_tokens, config.rotate_after_steps), kv.blocks,
-            copy_kv=kv.copy_sequence if config.share_prefixes else None)
+            share_prefixes=config.share_prefixes)
         self.workload = Workload(config.workload_dir or WORKLOAD_DIR)
         self.max_context = max_context  # the most tokens a lane holds
         self._agents: dict[int, Agent] = {}
@@ -76,7 +76,7 @@ class Engine:
         self._lock = threading.RLock()
         self.busy_s = 0.0       # time inside step() doing work
         self.telemetry_s = 0.0  # of which: recording (ring buffers, trace, agent events)
-        self.prefix_tokens_copied = 0  # prompt tokens whose KV a new sequence copied
+        self.prefix_tokens_shared = 0  # prompt tokens whose KV blocks a new sequence shared
         self.trace = TraceWriter(trace_path, self._session()) if trace_path else None
         self.thread_tuner: ThreadTuner | None = None  # set by tune_threads
         self._curves: dict[int, Calibration] = {}  # the tuner's counts' curves
@@ -126,7 +126,7 @@ class Engine:
                 self._serve_clients(self.now())
                 self._wake_agents(self.now())
                 out = self.scheduler.schedule(self.controls.batch_ceiling)
-                self._count_copies(out.copied)
+                self._count_shared(out.shared)
         if paused:
             return self._idle(None)
         if not out.scheduled:
@@ -374,11 +374,11 @@ class Engine:
                 self.scheduler.add(agent.start(completion, self._next_seq_id, t))
             self._agent_event(t, agent.id, "decode")
 
-    def _count_copies(self, copied: list[tuple[Sequence, int]]) -> None:
-        """Prompt tokens new sequences took as copies of a shared prefix's KV (Scheduler), an API
-        client's counted as cached in its answer's usage."""
-        for seq, tokens in copied:
-            self.prefix_tokens_copied += tokens
+    def _count_shared(self, shared: list[tuple[Sequence, int]]) -> None:
+        """Prompt tokens new sequences started with from a shared prefix's KV blocks
+        (Scheduler), an API client's counted as cached in its answer's usage."""
+        for seq, tokens in shared:
+            self.prefix_tokens_shared += tokens
             agent = self._agents.get(seq.agent)
             if isinstance(agent, ClientAgent) and agent.seq is seq:
                 agent.completion.reused_tokens = tokens

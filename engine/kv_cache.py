@@ -48,6 +48,11 @@ class PagedKVCache:
     def num_bytes(self) -> int:
         return 2 * self.k.numel() * self.k.element_size()
 
+    @property
+    def peak_bytes(self) -> int:
+        """The most of the cache held at once (a block shared by several sequences once)."""
+        return self.num_bytes // self.blocks.num_blocks * self.blocks.peak_blocks_held
+
     def layer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V storage of one layer, each [num_blocks, block_size, num_kv_heads, head_dim]."""
         return self.k[index], self.v[index]

@@ -94,9 +94,9 @@ class StepExecutor:
         they are now (a client's next request brings its own), from a generator seeded afresh."""
         if keep < len(seq.token_ids):
             del seq.token_ids[keep:]
-            seq.num_cached = min(seq.num_cached, keep)
-            if seq.seq_id in self.runner.kv.blocks:
-                self.runner.kv.blocks.truncate(seq.seq_id, seq.num_cached)
+            # a block shared with another sequence is let go where the next token would land
+            seq.num_cached = self.runner.kv.blocks.truncate(seq.seq_id,
+                                                            min(seq.num_cached, keep))
             for drafter in self._drafters.values():
                 drafter.release(seq.seq_id)
             self.shadows.forget(seq.seq_id)
@@ -226,8 +226,7 @@ class StepExecutor:
         fed_end = seq.num_cached + n
         seq.token_ids.extend(tokens)
         # KV is valid for the fed tokens and the accepted drafts; the bonus is fed next step.
-        seq.num_cached = fed_end + kept_drafts
-        self.runner.kv.blocks.truncate(seq.seq_id, seq.num_cached)
+        seq.num_cached = self.runner.kv.blocks.truncate(seq.seq_id, fed_end + kept_drafts)
         seq.finished = bool(tokens and tokens[-1] in seq.stop_ids) or \
             seq.num_output >= seq.max_new_tokens
         sent = len(draft.tokens)

@@ -8,12 +8,13 @@ the workload's own, or (`--system agent`) a coding agent's instructions and tool
 tokens, as agent frameworks send. Every policy serves the same conversations from an engine of
 its own on the loaded model, behind a server of its own, one policy at a time, the first
 rotating from round to round so that a slow spell of the machine lands on each alike. A policy
-named POLICY:unshared runs with new conversations feeding their whole prompt, not copying the
-KV of a prefix another conversation holds (engine/swarm/scheduler.py). Reports the answers'
-tokens a second of wall time as the clients saw them (HTTP, tokenizing and text included; the
-answers streamed), the mean time to an answer's first text and to its end, the prompt tokens
-whose KV was reused (a conversation going on, or a shared prefix copied), and tokens/s over
-the first policy's with the spread of the per-round ratio."""
+named POLICY:unshared runs with new conversations feeding their whole prompt, not sharing the
+KV blocks of a prefix another conversation holds (engine/swarm/scheduler.py). Reports the
+answers' tokens a second of wall time as the clients saw them (HTTP, tokenizing and text
+included; the answers streamed), the mean time to an answer's first text and to its end, the
+prompt tokens whose KV was reused (a conversation going on, or a shared prefix), the most KV
+cache held at once, and tokens/s over the first policy's with the spread of the per-round
+ratio."""
 from __future__ import annotations
 
 import http.client
@@ -35,7 +36,7 @@ from engine.swarm.workload import WORKLOAD_DIR
 from engine.telemetry.records import POLICIES
 
 AGENT_SYSTEM = WORKLOAD_DIR / "agent_system.md"
-UNSHARED = ":unshared"  # a policy's suffix: new conversations copy no shared prefix's KV
+UNSHARED = ":unshared"  # a policy's suffix: new conversations share no prefix's KV blocks
 
 
 def add_arguments(parser) -> None:
@@ -55,7 +56,7 @@ def add_arguments(parser) -> None:
                              "coding agent's instructions and tools, or a file's text")
     parser.add_argument("--policies", default="off,goodput",
                         help="comma-separated, the first the reference (default off,goodput); "
-                             f"POLICY{UNSHARED}: new conversations copy no shared prefix's KV")
+                             f"POLICY{UNSHARED}: new conversations share no prefix's KV")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
 
@@ -78,13 +79,14 @@ def run(args) -> int:
         return 0
     width, ratio_width = max(10, *(len(p) + 2 for p in policies)), max(12, len(policies[0]) + 4)
     print(f"{'policy':<{width}}{'tokens/s':>10}{'first s':>9}{'answer s':>10}{'reused':>8}"
-          f"{'accept':>8}{f'x {policies[0]}':>{ratio_width}}")
+          f"{'KV MB':>8}{'accept':>8}{f'x {policies[0]}':>{ratio_width}}")
     for r in rows:
         spread = "" if r["ratio_spread"] is None else f" ±{r['ratio_spread']:.3f}"
         accept = "-" if r["acceptance"] is None else f"{100 * r['acceptance']:.0f}%"
         first = "-" if r["mean_first_token_s"] is None else f"{r['mean_first_token_s']:.2f}"
         print(f"{r['policy']:<{width}}{r['tokens_per_s']:>10.1f}{first:>9}"
-              f"{r['mean_answer_s']:>10.2f}{100 * r['reused_share']:>7.0f}%{accept:>8}"
+              f"{r['mean_answer_s']:>10.2f}{100 * r['reused_share']:>7.0f}%"
+              f"{r['kv_peak_bytes'] / 1e6:>8.1f}{accept:>8}"
               f"{r['ratio']:>{ratio_width}.3f}{spread:<7}")
     return 0
 
@@ -121,6 +123,7 @@ def measure(args, policies: list[str]) -> list[dict]:
             "rounds_tokens_per_s": rates, "mean_answer_s": statistics.fmean(answers),
             "mean_first_token_s": statistics.fmean(firsts) if firsts else None,
             "reused_share": sum(r["reused"] for r in rounds) / sum(r["prompt"] for r in rounds),
+            "kv_peak_bytes": max(r["kv_peak_bytes"] for r in rounds),
             "acceptance": sum(r["accepted"] for r in rounds) / drafted if drafted else None,
             "ratio": statistics.fmean(a / b for a, b in zip(rates, reference)),
             "ratio_spread": ratio_spread(rates, reference)})
@@ -184,6 +187,7 @@ def _serve(loaded, calibration, policy: str, clients: list[list[list[dict]]],
             "answer_s": [s for r in results for s in r["answer_s"]],
             "first_s": [s for r in results for s in r["first_s"]],
             "reused": sum(r["reused"] for r in results), "prompt": sum(r["prompt"] for r in results),
+            "kv_peak_bytes": engine.runner.kv.peak_bytes,
             "drafted": sum(lane.k for lane in lanes), "accepted": sum(lane.acc for lane in lanes)}
 
 

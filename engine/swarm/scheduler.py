@@ -16,18 +16,16 @@ free blocks plus those held by idle sequences (vLLM does the same), so a full ca
 thrash. Fair rotation: a running sequence that has held its place for `rotate_after_steps` steps while
 others wait goes to the back of the queue (its KV stays).
 
-Shared prefixes (with `copy_kv`): a sequence admitted with nothing cached starts from a copy of
-the KV of the longest prefix it shares with a sequence holding KV, a block of it at least (a
-swarm's system prompt, an agent framework's instructions and tools): those tokens are not fed
-again. A copy, not shared blocks: both sequences write past it. Where a running sequence is
-still feeding a block more of that prefix than any holds, the new one waits for it rather than
-feeding it too (agents that start at once share one prefill)."""
+Shared prefixes (`share_prefixes`): a sequence admitted with nothing cached starts with the KV
+blocks of the longest prefix it shares with a sequence holding KV, a block of it at least (a
+swarm's system prompt, an agent framework's instructions and tools): those tokens are neither
+fed again nor held twice (BlockManager.share). Where a running sequence is still feeding a
+block more of that prefix than any holds, the new one waits for it rather than feeding it too
+(agents that start at once share one prefill)."""
 from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Callable
-
 from engine.errors import KVCacheFull
 from engine.sequence import Sequence, common_prefix
 
@@ -46,7 +44,7 @@ class SchedulerConfig:
 class SchedulerOutput:
     scheduled: list[tuple[Sequence, int]]  # (sequence, uncached tokens to feed this step)
     preempted: list[Sequence] = field(default_factory=list)  # lost their KV this step
-    copied: list[tuple[Sequence, int]] = field(default_factory=list)  # (admitted, prefix copied)
+    shared: list[tuple[Sequence, int]] = field(default_factory=list)  # (admitted, prefix tokens)
 
     @property
     def num_tokens(self) -> int:
@@ -58,12 +56,10 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, blocks,
-                 copy_kv: Callable[[int, int, int], None] | None = None) -> None:
+    def __init__(self, config: SchedulerConfig, blocks, share_prefixes: bool = False) -> None:
         self.config = config
         self.blocks = blocks  # engine.block_manager.BlockManager
-        # copy_kv(source, target, tokens): the KV cache's copy_sequence; None shares no prefix
-        self.copy_kv = copy_kv
+        self.share_prefixes = share_prefixes
         self.running: list[Sequence] = []
         self.waiting: deque[Sequence] = deque()
         self.idle: OrderedDict[int, Sequence] = OrderedDict()
@@ -100,16 +96,18 @@ class Scheduler:
     def schedule(self, batch_ceiling: int) -> SchedulerOutput:
         self._fit_ceiling(batch_ceiling)
         self._rotate()
-        copied, held_back = [], []
-        while self.waiting and len(self.running) < batch_ceiling and \
-                (not self.running or self._fits(self.waiting[0])):
-            seq = self.waiting.popleft()
-            source, shared = self._shared_prefix(seq)
-            if shared is None:
-                held_back.append(seq)  # waits, first in the queue, for a prefix being fed
+        shared_prefixes, held_back = [], []
+        while self.waiting and len(self.running) < batch_ceiling:
+            source, shared = self._shared_prefix(self.waiting[0])
+            if shared is None:  # waits, first in the queue, for a prefix being fed
+                held_back.append(self.waiting.popleft())
                 continue
-            if shared and self._copy(source, seq, shared):
-                copied.append((seq, shared))
+            if self.running and not self._fits(self.waiting[0], shared):
+                break
+            seq = self.waiting.popleft()
+            if shared:
+                seq.num_cached = self.blocks.share(source.seq_id, seq.seq_id, shared)
+                shared_prefixes.append((seq, seq.num_cached))
             self._admit(seq)
         self.waiting.extendleft(reversed(held_back))
         preempted: list[Sequence] = []
@@ -132,7 +130,8 @@ class Scheduler:
         scheduled = [(s, n) for s, n in scheduled if self._place.get(s.seq_id) == "running"]
         for seq, _ in scheduled:
             self._ran_for[seq.seq_id] += 1
-        return SchedulerOutput(scheduled=scheduled, preempted=preempted, copied=copied)
+        return SchedulerOutput(scheduled=scheduled, preempted=preempted,
+                               shared=shared_prefixes)
 
     def preempt_one(self, keep: Sequence | None = None) -> Sequence | None:
         """Free one victim's blocks: an idle sequence holding KV (least recently parked), else
@@ -160,10 +159,10 @@ class Scheduler:
 
     # -- internals --
     def _shared_prefix(self, seq: Sequence) -> tuple[Sequence | None, int | None]:
-        """The sequence whose KV `seq` is best started from and the tokens to copy (None, 0:
-        none, less than a block), or (None, None) where a running sequence is feeding a block
+        """The sequence whose KV `seq` is best started from and the tokens of the whole blocks
+        they share (None, 0: none), or (None, None) where a running sequence is feeding a block
         more of `seq`'s prefix than that: `seq` had better wait for it."""
-        if not self.copy_kv or seq.num_cached:
+        if not self.share_prefixes or seq.num_cached:
             return None, 0
         source, cached, fed = None, 0, 0
         last = len(seq.token_ids) - 1  # fed whatever is held: the next token comes from it
@@ -175,19 +174,10 @@ class Scheduler:
             if self._place.get(other.seq_id) == "running":  # it feeds all its tokens
                 fed = max(fed, common_prefix(other.token_ids, seq.token_ids, last))
         block = self.blocks.block_size
+        cached -= cached % block
         if fed >= cached + block:
             return None, None
-        return (source, cached) if cached >= block else (None, 0)
-
-    def _copy(self, source: Sequence, seq: Sequence, tokens: int) -> bool:
-        """Start `seq`'s KV as a copy of `source`'s first `tokens`; False where the free blocks
-        cannot hold them (it then feeds them)."""
-        try:
-            self.copy_kv(source.seq_id, seq.seq_id, tokens)
-        except KVCacheFull:
-            return False
-        seq.num_cached = tokens
-        return True
+        return (source, cached) if cached else (None, 0)
 
     def _reserve(self, seq: Sequence, num_tokens: int, preempted: list[Sequence]) -> bool:
         """Blocks for `num_tokens` of `seq`, preempting others as needed. False when `seq`
@@ -207,13 +197,15 @@ class Scheduler:
                 if victim is seq:
                     return False
 
-    def _fits(self, seq: Sequence) -> bool:
-        """Whether `seq`'s next chunk fits in free blocks plus those idle sequences hold, so
-        admitting it does not just preempt someone running (or itself) straight away."""
+    def _fits(self, seq: Sequence, shared: int) -> bool:
+        """Whether `seq`'s next chunk, after the `shared` tokens it would start with, fits in
+        free blocks plus those idle sequences alone hold, so admitting it does not just preempt
+        someone running (or itself) straight away."""
         bs = self.blocks.block_size
-        tokens = seq.num_cached + min(seq.pending, self.config.max_step_tokens)
-        needed = -(-tokens // bs) - self.blocks.capacity_tokens(seq.seq_id) // bs
-        reclaimable = sum(self.blocks.capacity_tokens(s.seq_id) // bs for s in self.idle.values())
+        start = seq.num_cached + shared  # one of them is 0
+        tokens = start + min(len(seq.token_ids) - start, self.config.max_step_tokens)
+        needed = -(-tokens // bs) - (self.blocks.capacity_tokens(seq.seq_id) + shared) // bs
+        reclaimable = sum(self.blocks.sole_blocks(s.seq_id) for s in self.idle.values())
         return needed <= self.blocks.num_free_blocks + reclaimable
 
     def _admit(self, seq: Sequence) -> None:

@@ -147,7 +147,8 @@ def test_bench_serve_serves_the_same_conversations_to_each_policy_over_http(caps
     assert all(0 < row["reused_share"] < 1 for row in rows)
 
 
-def test_bench_serve_copies_a_system_prompt_new_conversations_share(capsys, tmp_path):
+def test_bench_serve_feeds_and_holds_once_a_system_prompt_new_conversations_share(
+        capsys, tmp_path):
     system = tmp_path / "system.md"
     system.write_text("You are one of a swarm of agents. Answer briefly.\n" * 8)
     rows = _json_out(capsys, ["bench", "serve", "--model", "tiny-test", "--dtype", "fp32",
@@ -155,8 +156,10 @@ def test_bench_serve_copies_a_system_prompt_new_conversations_share(capsys, tmp_
                               "--rounds", "1", "--category", "chat", "--system", str(system),
                               "--policies", "off:unshared,off", "--json"])
     assert [row["policy"] for row in rows] == ["off:unshared", "off"]
-    # one request a conversation: what is reused is the system prompt, copied
+    # one request a conversation: what is reused is the system prompt, whose KV blocks the
+    # four conversations (kept as their agents wait for their clients) hold once
     assert rows[0]["reused_share"] == 0 and rows[1]["reused_share"] > 0.3
+    assert rows[1]["kv_peak_bytes"] < 0.7 * rows[0]["kv_peak_bytes"]
 
 
 @pytest.mark.parametrize("option, message", [(["--clients", "0"], "--clients must be >= 1"),

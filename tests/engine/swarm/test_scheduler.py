@@ -142,23 +142,15 @@ def test_a_lane_preempted_after_it_was_scheduled_sits_the_step_out():
 
 
 def sharing(num_blocks=64, max_step_tokens=8):
-    """A scheduler sharing prefixes, its copies recorded (the blocks taken as the cache's
-    copy_sequence takes them)."""
-    copies = []
-
-    def copy_kv(source, target, tokens):
-        blocks.ensure(target, tokens)
-        copies.append((source, target, tokens))
-
-    blocks = BlockManager(num_blocks, 4)
-    return Scheduler(SchedulerConfig(max_step_tokens), blocks, copy_kv=copy_kv), copies
+    return Scheduler(SchedulerConfig(max_step_tokens), BlockManager(num_blocks, 4),
+                     share_prefixes=True)
 
 
 SYSTEM = list(range(100, 112))  # a prompt's shared start: 12 tokens, 3 blocks of 4
 
 
 def test_agents_that_start_at_once_feed_their_shared_prefix_once():
-    sched, copies = sharing()
+    sched = sharing()
     first = Sequence(seq_id=0, token_ids=SYSTEM + [1, 2], prompt_len=14)
     second = Sequence(seq_id=1, token_ids=SYSTEM + [3, 4, 5], prompt_len=15)
     sched.add(first)
@@ -167,15 +159,18 @@ def test_agents_that_start_at_once_feed_their_shared_prefix_once():
     # the second waits for the first to feed what they share, rather than feeding it too
     assert [s.seq_id for s, _ in out.scheduled] == [0] and list(sched.waiting) == [second]
     feed(out)
-    assert sched.schedule(batch_ceiling=8).copied == [] and copies == []  # 8 of 12 fed
+    assert sched.schedule(batch_ceiling=8).shared == []  # 8 of 12 fed
     first.num_cached = 12
     out = sched.schedule(batch_ceiling=8)
-    assert out.copied == [(second, 12)] and copies == [(0, 1, 12)]
+    assert out.shared == [(second, 12)]
     assert dict((s.seq_id, n) for s, n in out.scheduled)[1] == 3  # only its own tokens
+    # the same three blocks in both tables, then each its own
+    first_table, second_table = sched.blocks.block_table(0), sched.blocks.block_table(1)
+    assert second_table[:3] == first_table[:3] and second_table[3] != first_table[3]
 
 
-def test_a_prefix_is_copied_from_an_idle_sequence_and_only_a_block_or_more():
-    sched, copies = sharing()
+def test_a_prefix_is_shared_from_an_idle_sequence_in_whole_blocks_and_only_a_block_or_more():
+    sched = sharing()
     parked = Sequence(seq_id=0, token_ids=SYSTEM + [1, 2], prompt_len=14, num_cached=14)
     sched.add(parked)
     sched.blocks.ensure(0, 14)
@@ -185,15 +180,16 @@ def test_a_prefix_is_copied_from_an_idle_sequence_and_only_a_block_or_more():
     sched.add(alike)
     sched.add(longer)
     out = sched.schedule(batch_ceiling=8)
-    # 6 shared tokens: a block and a half, copied; the whole 14 for the other (its last is fed)
-    assert out.copied == [(alike, 6), (longer, 14)] and copies == [(0, 1, 6), (0, 2, 14)]
+    # 6 tokens alike: a block and a half, the whole block shared; 14 for the other: 3 blocks
+    assert out.shared == [(alike, 4), (longer, 12)]
+    assert alike.num_cached == 4 and longer.num_cached == 12
     short = Sequence(seq_id=3, token_ids=SYSTEM[:3] + [8] * 5, prompt_len=8)
     sched.add(short)
-    assert sched.schedule(batch_ceiling=8).copied == [] and short.num_cached == 0
+    assert sched.schedule(batch_ceiling=8).shared == [] and short.num_cached == 0
 
 
-def test_a_prefix_the_free_blocks_cannot_hold_is_fed():
-    sched, copies = sharing(num_blocks=5)
+def test_a_shared_prefix_takes_no_free_blocks_and_outlives_the_sequence_it_came_from():
+    sched = sharing(num_blocks=5)
     holder = Sequence(seq_id=0, token_ids=SYSTEM + [1], prompt_len=13, num_cached=12)
     sched.blocks.ensure(0, 13)  # 4 of the 5 blocks
     sched.add(holder)
@@ -201,4 +197,7 @@ def test_a_prefix_the_free_blocks_cannot_hold_is_fed():
     newcomer = Sequence(seq_id=1, token_ids=SYSTEM + [2], prompt_len=13)
     sched.add(newcomer)
     out = sched.schedule(batch_ceiling=8)
-    assert out.copied == [] and copies == [] and newcomer.num_cached == 0
+    # its 12 shared tokens are in the holder's blocks; its last token takes the one free block
+    assert out.shared == [(newcomer, 12)] and sched.blocks.num_free_blocks == 0
+    sched.drop(holder)  # only the holder's own last block comes back
+    assert sched.blocks.num_free_blocks == 1 and sched.blocks.sole_blocks(1) == 4
