@@ -50,6 +50,8 @@ class LiveSessionMixin:
         self.api_label.setToolTip("OpenAI's chat completions API: each conversation a client "
                                   "agent of the live session (category 'api')")
         self.api_label.hide()
+        self.kv_label = QLabel()  # in the status bar while a live engine runs
+        self.kv_label.hide()
 
     def start_session(self, spec: EngineSpec) -> None:
         """A live session of `spec`'s model, recorded where `traces` says (`spec.trace_out` is
@@ -156,6 +158,8 @@ class LiveSessionMixin:
         events, self._event_seq = engine.events.since(self._event_seq)
         self.history.extend(records)
         self.history.add_events(events)
+        if records:
+            self._show_kv(engine)
         self._undrawn = self._undrawn or bool(records or events)
         if force or (self._undrawn and not self.isMinimized() and self.pacer.ready()):
             self._undrawn = False
@@ -164,6 +168,20 @@ class LiveSessionMixin:
         # The next tick when the pacer may allow a frame, not at 25 Hz meanwhile: each tick takes
         # the GIL from the engine (the records wait in its ring buffer).
         self.timer.setInterval(max(FRAME_MS, int(1000 * self.pacer.wait_s())))
+
+    def _show_kv(self, engine) -> None:
+        """How full the KV cache is, what shared prefixes saved, and whether lanes lost their
+        KV for want of room: the headroom a larger swarm or batch ceiling has."""
+        kv = engine.kv_usage()
+        self.kv_label.setText(f"KV cache {kv.held_bytes / kv.total_bytes:.0%} held · "
+                              f"{kv.shared_tokens:,} prompt tokens shared · "
+                              f"{kv.preemptions} preempted")
+        self.kv_label.setToolTip(
+            f"The KV cache holds {kv.held_bytes / 1e6:.1f} of {kv.total_bytes / 1e6:.1f} MB now, "
+            f"{kv.peak_bytes / 1e6:.1f} MB at most so far. Shared: prompt tokens new sequences "
+            "started with from the KV blocks of a prefix another holds, neither fed nor held "
+            "again. Preempted: times a sequence lost its KV for want of room (it is fed again).")
+        self.kv_label.show()
 
     def _live_agents(self, engine) -> list[AgentRow]:
         """The engine's agents, decoding only the shown agent's transcript tail."""

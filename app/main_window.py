@@ -76,6 +76,7 @@ class MainWindow(LiveSessionMixin, TraceReplayMixin, WindowActionsMixin, QMainWi
         self.progress.setMaximumWidth(220)
         self.progress.hide()
         self.statusBar().addPermanentWidget(self.progress)
+        self.statusBar().addPermanentWidget(self.kv_label)
         self.statusBar().addPermanentWidget(self.api_label)
         self._build_menus()
 

@@ -38,6 +38,7 @@ class TraceReplayMixin:
                       f"({skipped} line(s) skipped)")
         self.stop_engine()
         self.banner.hide()
+        self.kv_label.hide()  # a trace records no KV cache
         self.history = History()
         self.history.extend(trace.steps)
         self.history.add_events(sorted(trace.controls + trace.agents + trace.texts,

@@ -13,6 +13,7 @@ import statistics
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -43,6 +44,15 @@ from engine.thread_tuner import ThreadTuner, default_counts, physical_cores
 KV_SHARE = 0.5
 IDLE_SLEEP_S = 0.02  # longest nap while every agent is in a tool call (wall clock)
 IDLE_CLIENTS = 32  # API clients' agents kept waiting for their next request; the oldest go
+
+
+@dataclass(frozen=True, slots=True)
+class KvUsage:
+    held_bytes: int     # the KV cache's bytes sequences hold now (a shared block once)
+    peak_bytes: int     # the most held at once
+    total_bytes: int    # the whole cache
+    shared_tokens: int  # prompt tokens sequences started with from a shared prefix's blocks
+    preemptions: int    # times a sequence lost its KV for want of room (it is fed again)
 
 
 class Engine:
@@ -76,7 +86,7 @@ class Engine:
         self._lock = threading.RLock()
         self.busy_s = 0.0       # time inside step() doing work
         self.telemetry_s = 0.0  # of which: recording (ring buffers, trace, agent events)
-        self.prefix_tokens_shared = 0  # prompt tokens whose KV blocks a new sequence shared
+        self._shared_tokens = 0  # prompt tokens whose KV blocks a new sequence shared
         self.trace = TraceWriter(trace_path, self._session()) if trace_path else None
         self.thread_tuner: ThreadTuner | None = None  # set by tune_threads
         self._curves: dict[int, Calibration] = {}  # the tuner's counts' curves
@@ -281,6 +291,11 @@ class Engine:
             return [agent.view(self._state(agent), transcript_of is None or agent.id in transcript_of,
                                tail_chars) for agent in self._agents.values()]
 
+    def kv_usage(self) -> KvUsage:
+        kv = self.runner.kv
+        return KvUsage(kv.held_bytes, kv.peak_bytes, kv.num_bytes, self._shared_tokens,
+                       self.scheduler.num_preemptions)
+
     @property
     def trace_error(self) -> str | None:
         """Why the trace stopped being written (a full disk), while the session runs on."""
@@ -378,7 +393,7 @@ class Engine:
         """Prompt tokens new sequences started with from a shared prefix's KV blocks
         (Scheduler), an API client's counted as cached in its answer's usage."""
         for seq, tokens in shared:
-            self.prefix_tokens_shared += tokens
+            self._shared_tokens += tokens
             agent = self._agents.get(seq.agent)
             if isinstance(agent, ClientAgent) and agent.seq is seq:
                 agent.completion.reused_tokens = tokens

@@ -49,8 +49,14 @@ class PagedKVCache:
         return 2 * self.k.numel() * self.k.element_size()
 
     @property
+    def held_bytes(self) -> int:
+        """The cache's bytes sequences hold now (a block shared by several counted once)."""
+        return self.num_bytes // self.blocks.num_blocks * (self.blocks.num_blocks
+                                                          - self.blocks.num_free_blocks)
+
+    @property
     def peak_bytes(self) -> int:
-        """The most of the cache held at once (a block shared by several sequences once)."""
+        """The most of the cache held at once."""
         return self.num_bytes // self.blocks.num_blocks * self.blocks.peak_blocks_held
 
     def layer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -187,7 +187,7 @@ def _serve(loaded, calibration, policy: str, clients: list[list[list[dict]]],
             "answer_s": [s for r in results for s in r["answer_s"]],
             "first_s": [s for r in results for s in r["first_s"]],
             "reused": sum(r["reused"] for r in results), "prompt": sum(r["prompt"] for r in results),
-            "kv_peak_bytes": engine.runner.kv.peak_bytes,
+            "kv_peak_bytes": engine.kv_usage().peak_bytes,
             "drafted": sum(lane.k for lane in lanes), "accepted": sum(lane.acc for lane in lanes)}
 
 

@@ -97,7 +97,7 @@ def measure(args) -> list[dict]:
             "mean_turn_s": turn_s / turns if turns else None,
             "turns": turns, "mean_batch": summary.mean_batch,
             "acceptance": summary.acceptance, "steps": summary.steps,
-            "preemptions": engine.scheduler.num_preemptions,
+            "preemptions": engine.kv_usage().preemptions,
             "telemetry_share": engine.telemetry_s / max(engine.busy_s, 1e-9)})
     return rows
 

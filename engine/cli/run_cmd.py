@@ -217,22 +217,21 @@ def _session(args, controls: Controls, changes: list[tuple[float, dict]],
               + (f"; `swarmscope trace check {args.trace}` summarises them all" if args.trace
                  else ""), file=sys.stderr)
     summary = summarize(records)
-    kv = engine.runner.kv
+    kv = engine.kv_usage()
     overhead = engine.telemetry_s / engine.busy_s if engine.busy_s else 0.0
     threads = engine.thread_tuner.shares() if engine.thread_tuner else None  # tuned: the split
     if args.json:
         print(json.dumps({**summary.to_dict(), "wall_s": wall_s, "telemetry_share": overhead,
-                          "preemptions": engine.scheduler.num_preemptions,
-                          "prefix_tokens_shared": engine.prefix_tokens_shared,
-                          "kv_peak_bytes": kv.peak_bytes, "kv_bytes": kv.num_bytes,
+                          "preemptions": kv.preemptions,
+                          "prefix_tokens_shared": kv.shared_tokens,
+                          "kv_peak_bytes": kv.peak_bytes, "kv_bytes": kv.total_bytes,
                           "engine_error": failure, "cpu_threads_share": threads}))
     else:
         print(format_summary(summary))
-        print(f"{'preemptions':<22}  {engine.scheduler.num_preemptions}")
-        print(f"{'shared prefixes':<22}  {engine.prefix_tokens_shared} prompt tokens' KV shared, "
-              "not fed")
+        print(f"{'preemptions':<22}  {kv.preemptions}")
+        print(f"{'shared prefixes':<22}  {kv.shared_tokens} prompt tokens' KV shared, not fed")
         print(f"{'KV cache':<22}  at most {kv.peak_bytes / 1e6:.1f} MB held of "
-              f"{kv.num_bytes / 1e6:.1f} MB")
+              f"{kv.total_bytes / 1e6:.1f} MB")
         print(f"{'telemetry cost':<22}  {100 * overhead:.2f}% of step time")
         if threads:
             print(f"{'CPU threads (tuned)':<22}  " + ", ".join(

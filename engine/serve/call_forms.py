@@ -5,8 +5,11 @@ templates that hold its marker:
   anywhere in the answer: Qwen2.5, Qwen3, SmolLM3, Hermes;
 - bare JSON (Llama 3.1-3.3's): the whole answer a JSON object {"name", "parameters"}, or several
   separated by semicolons, after an optional <|python_tag|>;
-- listed (Mistral's): [TOOL_CALLS] and a JSON list of {"name", "arguments"}, after any text; its
-  templates want call ids of nine letters and digits.
+- listed (Mistral's to v0.3): [TOOL_CALLS] and a JSON list of {"name", "arguments"}, after any
+  text; its templates want call ids of nine letters and digits;
+- named (Mistral's since its v11 tokenizers: Mistral Small 3.2, Devstral, Magistral): each call
+  [TOOL_CALLS]name[ARGS] and its arguments as a JSON object ([CALL_ID]id before [ARGS] in some),
+  after any text.
 A model writes what it likes: an answer that is not well-formed calls in its form (not JSON, no
 name, a call cut short) is text, as the model wrote it."""
 from __future__ import annotations
@@ -124,22 +127,47 @@ class JsonCalls(CallForm):
 
 class ListedCalls(CallForm):
     name = "[TOOL_CALLS] and a JSON list"
-    marker = "[TOOL_CALLS]"
+    marker = OPEN = "[TOOL_CALLS]"
 
     def split(self, text: str) -> tuple[str, list[ToolCall]]:
-        at = text.find(self.marker)
-        body = text[at + len(self.marker):].strip() if at >= 0 else ""
+        at = text.find(self.OPEN)
+        body = text[at + len(self.OPEN):].strip() if at >= 0 else ""
         calls = self.calls(body) if body.startswith("[") else None
         return (text[:at], calls) if calls else (text, [])
 
     def held_from(self, text: str, sent: int) -> int:
-        return _held_at_marker(self.marker, text, sent)
+        return _held_at_marker(self.OPEN, text, sent)
 
     def new_id(self) -> str:
         return uuid.uuid4().hex[:9]  # Mistral's templates refuse other ids
 
 
-FORMS = (TaggedCalls(), JsonCalls(), ListedCalls())
+class NamedCalls(ListedCalls):
+    name = "[TOOL_CALLS]name[ARGS] and JSON arguments"
+    marker = ARGS = "[ARGS]"  # its templates hold [TOOL_CALLS] too: asked before ListedCalls
+    CALL_ID = "[CALL_ID]"
+
+    def split(self, text: str) -> tuple[str, list[ToolCall]]:
+        at = text.find(self.OPEN)
+        if at < 0:
+            return text, []
+        calls = []
+        for part in text[at + len(self.OPEN):].split(self.OPEN):
+            head, _, arguments = part.partition(self.ARGS)
+            name, _, call_id = head.partition(self.CALL_ID)
+            try:
+                value = json.loads(arguments) if arguments.strip().startswith("{") else None
+            except json.JSONDecodeError:
+                value = None
+            call = (self.call({"name": name.strip(), "arguments": value})
+                    if isinstance(value, dict) else None)
+            if call is None or len(call.name.split()) != 1:  # a name is one word
+                return text, []
+            calls.append(ToolCall(call.name, call.arguments, call_id.strip() or call.id))
+        return text[:at], calls
+
+
+FORMS = (TaggedCalls(), JsonCalls(), NamedCalls(), ListedCalls())
 
 
 def form_of(template: str | None) -> CallForm | None:

@@ -106,7 +106,8 @@ def _tools(body: dict, tokenizer) -> tuple[list[dict] | None, CallForm | None]:
                            f"{f' ({source})' if source else ''} asks for tool calls in no form "
                            "this server reads (JSON in <tool_call> tags, as Qwen2.5, Qwen3 and "
                            "Hermes write them; a JSON object for an answer, as Llama 3.1-3.3; "
-                           "[TOOL_CALLS] and a list, as Mistral)")
+                           "[TOOL_CALLS] and a list, as Mistral; [TOOL_CALLS]name[ARGS], as "
+                           "Devstral)")
     return tools, form
 
 

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import torch
 
 from engine.controls import ControlMailbox, Controls
+from engine.engine import KvUsage
 from engine.spec.calibration import Calibration
 from engine.thread_tuner import AUTO
 from engine.swarm.agent import AgentView
@@ -86,6 +87,10 @@ class FakeEngine:
         return [AgentView(i, "decode" if i < self._batch else "tool", CATS[i % 3], 10 * i, 0.5,
                           text if transcript_of is None or i in transcript_of else [])
                 for i in range(self.controls.swarm_size)]
+
+    def kv_usage(self) -> KvUsage:
+        """A cache of 64 MB, a MB held a lane."""
+        return KvUsage(self._batch * 2**20, 16 * 2**20, 64 * 2**20, 16 * self._step, 0)
 
     def recalibrate(self, progress=None) -> Calibration:
         for n in (1, 2, 4):

@@ -2,6 +2,7 @@
 from the panel reach the engine at the next step; calibration can be re-run from the window; closing
 while the model loads or calibrates stops the worker and the process exits 0."""
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -27,6 +28,10 @@ def test_controls_reach_the_real_engine(qtbot, tmp_path, monkeypatch):
                                  trace_out=str(tmp_path / "live.jsonl")))
     qtbot.waitUntil(lambda: len(window.history) > 5, timeout=120_000)
     engine = window.engine
+    # the status bar says how full the KV cache is, as the engine holds it
+    kv = re.fullmatch(r"KV cache (\d+)% held · ([\d,]+) prompt tokens shared · (\d+) preempted",
+                      window.kv_label.text())
+    assert kv and 0 < int(kv[1]) <= 100 and window.kv_label.isVisibleTo(window)
     window.controls.policy.setCurrentText("off")
     window.controls.batch_ceiling.setValue(2)
     qtbot.waitUntil(lambda: (engine.controls.policy, engine.controls.batch_ceiling) == ("off", 2),

@@ -189,6 +189,20 @@ def test_replay_of_a_recorded_trace(window, qtbot, tmp_path):
     assert not window.replay.play.isChecked()
 
 
+def test_the_status_bar_says_how_full_the_kv_cache_is_while_live(window, qtbot, tmp_path):
+    engine = FakeEngine(trace_path=str(tmp_path / "session.jsonl"))
+    window.start_live(build=lambda progress: engine)
+    qtbot.waitUntil(lambda: len(window.history) > 10, timeout=5000)
+    window.stop_engine()
+    usage = engine.kv_usage()  # as the last frame drew it: the engine has stopped
+    assert window.kv_label.text() == (f"KV cache {usage.held_bytes / usage.total_bytes:.0%} "
+                                      f"held · {usage.shared_tokens:,} prompt tokens shared · "
+                                      "0 preempted") and window.kv_label.isVisibleTo(window)
+    assert "16.8 MB at most" in window.kv_label.toolTip()
+    assert window.open_trace(str(tmp_path / "session.jsonl"))
+    assert not window.kv_label.isVisibleTo(window)  # a trace records no KV cache
+
+
 def test_a_replay_shows_the_curve_each_step_was_planned_with(window, tmp_path):
     """A switch of CPU threads and a recalibration mid-session: scrubbed before them, the
     views show the session's first curve; after each, the one then in force."""

@@ -8,7 +8,8 @@ import pytest
 
 from engine.errors import ModelLoadError
 from engine.loading import load_model
-from engine.serve.call_forms import CallStream, JsonCalls, ListedCalls, TaggedCalls, form_of
+from engine.serve.call_forms import (CallStream, JsonCalls, ListedCalls, NamedCalls, TaggedCalls,
+                                     form_of)
 from engine.serve.http_api import ApiServer
 from engine.serve.request import ApiRequest, RequestError
 from engine.serve.tool_calls import template_calls
@@ -34,6 +35,16 @@ MISTRAL = ("{% if tools %}[AVAILABLE_TOOLS] {{ tools | tojson }}[/AVAILABLE_TOOL
            "{% else %}[INST] {{ m.content }}[/INST]{% endif %}{% endfor %}")
 QWEN3_TOOLS = HERMES + "{# strips </think> from past answers #}"
 MISTRAL_CALL = '[TOOL_CALLS] [{"name": "read_file", "arguments": {"path": "a.py"}}]'
+# Mistral's since v11 (Mistral Small 3.2, Devstral), in brief: [TOOL_CALLS]name[ARGS]{...} a call
+DEVSTRAL = ("[SYSTEM_PROMPT]x[/SYSTEM_PROMPT]{% if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}"
+            "[/AVAILABLE_TOOLS]{% endif %}{% for m in messages %}{% if m.role == 'user' %}"
+            "[INST]{{ m.content }}[/INST]{% elif m.role == 'tool' %}[TOOL_RESULTS]{{ m.content }}"
+            "[/TOOL_RESULTS]{% else %}{{ m.content or '' }}{% for call in m.tool_calls or [] %}"
+            "{% set arguments = call.function.arguments %}{% if arguments is not string %}"
+            "{% set arguments = arguments | tojson %}{% endif %}"
+            "{{ '[TOOL_CALLS]' + call.function.name + '[ARGS]' + arguments }}{% endfor %}</s>"
+            "{% endif %}{% endfor %}")
+DEVSTRAL_CALL = '[TOOL_CALLS]read_file[ARGS]{"path": "a.py"}'
 split_calls = TaggedCalls().split
 
 
@@ -124,6 +135,28 @@ def test_a_mistral_answer_lists_its_calls_after_its_text(text, content, calls):
     assert all(len(c.id) == 9 and c.id.isalnum() for c in found)
 
 
+@pytest.mark.parametrize("text, content, calls", [
+    (DEVSTRAL_CALL, "", [("read_file", {"path": "a.py"})]),
+    ("Let me look.\n" + DEVSTRAL_CALL + "[TOOL_CALLS]ls[ARGS]{}", "Let me look.\n",
+     [("read_file", {"path": "a.py"}), ("ls", {})]),
+    ("[TOOL_CALLS]read_file[ARGS]", None, []),
+    (DEVSTRAL_CALL[:-3], None, []),
+    ('[TOOL_CALLS]read the file[ARGS]{"path": "a.py"}', None, []),
+    ('[TOOL_CALLS]ls[ARGS]["a.py"]', None, []),
+    ("[TOOL_CALLS]read_file", None, []),
+])
+def test_a_newer_mistral_answer_names_each_call_after_its_text(text, content, calls):
+    said, found = NamedCalls().split(text)
+    assert [(c.name, json.loads(c.arguments)) for c in found] == calls
+    assert said == (text if content is None else content)
+    assert all(len(c.id) == 9 and c.id.isalnum() for c in found)
+
+
+def test_a_call_id_the_model_wrote_is_the_calls():
+    _, [call] = NamedCalls().split('[TOOL_CALLS]ls[CALL_ID]a1b2c3d4e[ARGS]{"dir": "."}')
+    assert (call.name, call.id, json.loads(call.arguments)) == ("ls", "a1b2c3d4e", {"dir": "."})
+
+
 @pytest.mark.parametrize("template, says", [
     (LLAMA, "m, tools offered, calls read as a JSON object for an answer"),
     (QWEN3_TOOLS, "m, tools offered, calls read as JSON in <tool_call> tags; reasoning apart"),
@@ -139,7 +172,9 @@ def test_a_server_says_what_it_offers_with_its_model(tmp_path, template, says):
 
 
 def test_a_template_asks_for_the_form_its_marker_names():
-    assert isinstance(form_of(MISTRAL), ListedCalls)
+    assert isinstance(form_of(MISTRAL), ListedCalls) and not isinstance(form_of(MISTRAL),
+                                                                           NamedCalls)
+    assert isinstance(form_of(DEVSTRAL), NamedCalls)  # its template holds [TOOL_CALLS] too
     assert isinstance(form_of(HERMES), TaggedCalls) and isinstance(form_of(LLAMA), JsonCalls)
     assert form_of(None) is None and form_of("{{ messages[0].content }}") is None
 
@@ -328,3 +363,25 @@ def test_a_mistral_models_call_goes_back_to_its_template_with_the_id_it_was_give
     assert went_on.message.content == "It holds x = 1."
     assert engine.prompts[-1].endswith('[TOOL_CALLS] [{"arguments": {"path": "a.py"}, "name": '
                                        '"read_file"}]</s>[TOOL_RESULTS] x = 1[/TOOL_RESULTS]')
+
+
+def test_a_newer_mistral_models_calls_come_back_whole_and_streamed_and_go_back_to_its_template(
+        tmp_path):
+    answer = "Let me look.\n" + DEVSTRAL_CALL
+    with scripted_client(call_tokenizer(tmp_path, DEVSTRAL), answer) as (engine, client):
+        whole = client.chat.completions.create(model="x", messages=ASK, tools=TOOLS).choices[0]
+        chunks = list(client.chat.completions.create(model="x", messages=ASK, tools=TOOLS,
+                                                     stream=True))
+        engine.answer = "It holds x = 1."
+        went_on = client.chat.completions.create(model="x", tools=TOOLS, messages=[
+            *ASK, whole.message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": whole.message.tool_calls[0].id,
+             "content": "x = 1"}]).choices[0]
+    assert whole.finish_reason == "tool_calls" and whole.message.content == "Let me look."
+    assert [(c.function.name, json.loads(c.function.arguments))
+            for c in whole.message.tool_calls] == [("read_file", {"path": "a.py"})]
+    streamed = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
+    assert streamed == "Let me look.\n" and "[" not in streamed
+    assert went_on.message.content == "It holds x = 1."
+    assert engine.prompts[-1].endswith('Let me look.[TOOL_CALLS]read_file[ARGS]{"path": '
+                                       '"a.py"}</s>[TOOL_RESULTS]x = 1[/TOOL_RESULTS]')

@@ -49,7 +49,7 @@ def test_a_new_task_starts_from_the_kv_of_the_prompt_it_shares_and_writes_the_sa
         engine = make_engine(tiny, calibration, agents=6, max_context=160, share_prefixes=share,
                              temperature=1.0)
         engine.run(steps=200)
-        assert (engine.prefix_tokens_shared > 0) == share
+        assert (engine.kv_usage().shared_tokens > 0) == share
         transcripts[share] = {view.id: "".join(text for text, _ in view.transcript)
                               for view in engine.agents()}
     for agent, text in transcripts[True].items():
