@@ -135,13 +135,14 @@ class Scheduler:
 
     def preempt_one(self, keep: Sequence | None = None) -> Sequence | None:
         """Free one victim's blocks: an idle sequence holding KV (least recently parked), else
-        a waiting one holding KV, else the running sequence admitted last other than `keep`.
-        The engine calls this when drafts need KV room the cache does not have."""
+        a waiting one holding KV, else the running sequence admitted last other than `keep`. Of
+        the idle and waiting ones, the first whose blocks are not all shared with others (that
+        one's going would free none)."""
         # Waiting sequences can hold KV too (sent back by a lowered ceiling or by rotation).
         holders = [s for s in self.idle.values() if s.num_cached > 0] + \
             [s for s in reversed(self.waiting) if s.num_cached > 0 and s is not keep]
         if holders:
-            victim = holders[0]
+            victim = next((s for s in holders if self.blocks.sole_blocks(s.seq_id)), holders[0])
             self.blocks.free(victim.seq_id)
             victim.num_cached = 0
             self.num_preemptions += 1

@@ -201,3 +201,26 @@ def test_a_shared_prefix_takes_no_free_blocks_and_outlives_the_sequence_it_came_
     assert out.shared == [(newcomer, 12)] and sched.blocks.num_free_blocks == 0
     sched.drop(holder)  # only the holder's own last block comes back
     assert sched.blocks.num_free_blocks == 1 and sched.blocks.sole_blocks(1) == 4
+
+
+def test_an_idle_sequence_whose_blocks_are_all_shared_is_not_preempted_for_nothing():
+    sched = sharing()
+    holder = Sequence(seq_id=0, token_ids=SYSTEM + [1], prompt_len=13, num_cached=12)
+    sched.blocks.ensure(0, 13)
+    sched.add(holder)
+    sched.schedule(batch_ceiling=8)
+    alike = Sequence(seq_id=1, token_ids=SYSTEM + [2], prompt_len=13)
+    sched.add(alike)
+    sched.schedule(batch_ceiling=8)  # it starts with the holder's three blocks
+    own = Sequence(seq_id=2, token_ids=[5] * 9, prompt_len=9, num_cached=8)
+    sched.blocks.ensure(2, 9)
+    sched.add(own)
+    alike.num_cached = 12  # parked before its last token was fed: all its KV is shared
+    sched.blocks.truncate(1, 12)
+    for seq in (alike, own):
+        sched.park(seq)
+    assert sched.blocks.sole_blocks(1) == 0
+    free = sched.blocks.num_free_blocks
+    # the least recently parked would free nothing: the next one goes, and frees its blocks
+    assert sched.preempt_one() is own and sched.blocks.num_free_blocks == free + 3
+    assert alike.num_cached == 12
