@@ -11,6 +11,7 @@ from typing import Callable
 from engine.controls import Controls
 from engine.errors import SwarmscopeError
 from engine.kv_cache import PagedKVCache
+from engine.output_format import OutputFormat
 from engine.runner import ModelRunner
 from engine.sampling import SamplingParams
 from engine.sequence import Sequence
@@ -69,9 +70,11 @@ def decode(executor: StepExecutor, seqs: list[Sequence], controls: Controls,
 def generate(loaded, prompts: list[str], controls: Controls, max_new_tokens: int = 64,
              sampling: SamplingParams = SamplingParams(), chat: bool = True,
              calibration: calib.Calibration | None = None,
-             progress: Callable[[str], None] | None = None) -> list[GenerationResult]:
+             progress: Callable[[str], None] | None = None,
+             output_format: str | None = None) -> list[GenerationResult]:
     """Generate for all prompts as one batch. Lane i samples with seed `sampling.seed + i` and
-    stops after `max_new_tokens` or at the model's context (config.max_position), if sooner.
+    stops after `max_new_tokens` or at the model's context (config.max_position), if sooner;
+    with `output_format` (output_format.json_grammar), every answer keeps to that grammar.
     Without `calibration`, the cached one is used or t(N) measured first, unless speculation is
     off."""
     tok = loaded.tokenizer
@@ -87,7 +90,8 @@ def generate(loaded, prompts: list[str], controls: Controls, max_new_tokens: int
                              sampling=SamplingParams(sampling.temperature, sampling.top_k,
                                                      sampling.top_p, sampling.seed + i),
                              max_new_tokens=min(max_new_tokens, context - len(ids)),
-                             stop_ids=tuple(tok.eos_ids), agent=i))
+                             stop_ids=tuple(tok.eos_ids), agent=i,
+                             output_format=output_format and OutputFormat(output_format, tok)))
     block = 16
     blocks = sum(-(-(s.prompt_len + s.max_new_tokens + KV_HEADROOM) // block) for s in seqs)
     kv = PagedKVCache(loaded.config, blocks, block, loaded.model.dtype, loaded.model.device)

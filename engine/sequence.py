@@ -6,8 +6,12 @@ may carry drafts after it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from engine.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from engine.output_format import OutputFormat
 
 
 @dataclass(slots=True)
@@ -22,6 +26,7 @@ class Sequence:
     cat: str = "chat"
     num_cached: int = 0                # tokens whose KV is valid in the cache
     finished: bool = False
+    output_format: OutputFormat | None = None  # the grammar its output keeps to, if any
 
     @property
     def pending(self) -> int:

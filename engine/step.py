@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from engine.controls import Controls
 from engine.errors import KVCacheFull
 from engine.forward_batch import LaneInput
-from engine.sampling import LaneSampler
+from engine.sampling import LaneSampler, greedy_tokens
 from engine.sequence import Sequence
 from engine.spec.acceptance import AcceptanceStats
 from engine.spec.calibration import Calibration
@@ -114,6 +114,7 @@ class StepExecutor:
         decode_seqs = [seq for (seq, _), dec in zip(scheduled, decoding) if dec]
         prefill = sum(len(tokens) for tokens in fed) - len(decode_seqs)
         decision, drafts = self._draft(decode_seqs, prefill, controls)
+        drafts = [self._within_format(seq, draft) for seq, draft in zip(decode_seqs, drafts)]
 
         by_seq = dict(zip((seq.seq_id for seq in decode_seqs), drafts))
         try:
@@ -134,11 +135,19 @@ class StepExecutor:
             if not dec:
                 seq.num_cached += n
                 continue
-            draft = by_seq[seq.seq_id]
-            verdict = (verify_greedy(draft.tokens, greedy[index]) if seq.sampling.greedy else
-                       self._verify_sampled(seq, draft, out.logits[index]))
+            draft, held_to = by_seq[seq.seq_id], seq.output_format
+            # a lane held to a format is verified against the model within it (output_format.py)
+            logits = out.logits[index] if held_to is None else held_to.mask(out.logits[index],
+                                                                            draft.tokens)
+            if seq.sampling.greedy:
+                verdict = verify_greedy(draft.tokens, greedy[index] if held_to is None else
+                                        greedy_tokens(logits))
+            else:
+                verdict = self._verify_sampled(seq, draft, logits)
             ctx = len(seq.token_ids)
             result = self._commit(seq, n, draft, verdict)
+            if held_to is not None:
+                held_to.advance(result.new_token_ids)
             results[seq.seq_id] = result
             # A lane that ends inside its accepted drafts (a stop token, max_new_tokens) commits
             # no bonus: its last draft is the step's committed token, so that emitted = batch +
@@ -194,6 +203,16 @@ class StepExecutor:
         for seq, draft, k in zip(seqs, offered, decision.ks):
             self.shadows.watch(seq.seq_id, draft.tokens, k)
         return decision, [draft.cut(k) for draft, k in zip(offered, decision.ks)]
+
+    def _within_format(self, seq: Sequence, draft: Draft) -> Draft:
+        """The draft cut where the lane's output format refuses a token: the target, held to
+        the format, could never choose it."""
+        if seq.output_format is None or not draft.tokens:
+            return draft
+        allowed = seq.output_format.allowed(draft.tokens)
+        if allowed < len(draft.tokens):
+            self.shadows.forget(seq.seq_id)  # its watched prediction was for the cut draft's end
+        return draft.cut(allowed)
 
     def _learn_overhead(self, drafted: list[int], controls: Controls, dt_ms: float) -> None:
         draft_ms = self.drafter(controls.drafter).cost_ms(drafted) if any(drafted) else 0.0

@@ -61,7 +61,26 @@ def register(subparsers) -> None:
     p.add_argument("--k", type=int, default=8, help="drafts per lane (fixed) / cap (others)")
     p.add_argument("--drafter", default="lookup", help="lookup | self | a draft model folder")
     p.add_argument("--ragged", default="packed", choices=("packed", "padded"))
+    p.add_argument("--response-format", metavar="json|FILE",
+                   help="hold every answer to JSON: json (any JSON object) or a JSON Schema file")
     p.set_defaults(func=run)
+
+
+def read_response_format(choice: str, tokenizer) -> str:
+    """The grammar --response-format names (output_format.json_grammar)."""
+    from engine.output_format import json_grammar
+    schema = {"type": "object"}
+    if choice != "json":
+        try:
+            schema = json.loads(Path(choice).read_text(encoding="utf-8-sig"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise SwarmscopeError(f"--response-format: {choice}: cannot read a JSON Schema "
+                                  f"({exc})") from None
+    try:
+        return json_grammar(schema, tokenizer)
+    except ValueError as exc:
+        raise SwarmscopeError(f"--response-format: {choice}: the schema cannot be kept to: "
+                              f"{exc}") from None
 
 
 def run(args) -> int:
@@ -87,8 +106,11 @@ def run(args) -> int:
         loaded = load_model(args.model, args.dtype, args.device, progress=note,
                             thinking=args.thinking, threads=args.threads)
         check_drafter("--drafter", args.drafter, loaded)  # now its tokenizer too
+        held_to = args.response_format and read_response_format(args.response_format,
+                                                                loaded.tokenizer)
         results = generate(loaded, prompts, controls, args.max_tokens, sampling, args.chat,
-                           progress=lambda message: print(message, file=sys.stderr))
+                           progress=lambda message: print(message, file=sys.stderr),
+                           output_format=held_to)
     except SwarmscopeError as exc:
         print(f"swarmscope generate: {exc}", file=sys.stderr)
         return 2

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from engine.chat_template import ChatTemplateError
 from engine.errors import SwarmscopeError
+from engine.output_format import json_grammar
 from engine.sampling import SamplingParams
 from engine.serve.call_forms import CallForm, form_of
 from engine.serve.reasoning import opened, thinks
@@ -19,8 +20,9 @@ MAX_STOPS = 4  # stop strings a request may give, as OpenAI's API allows
 # Fields that ask for what this server does not do; refused rather than ignored, so that a
 # client is not answered as if its format had been honoured. (`functions` and `function_call`
 # are OpenAI's old spelling of tools.)
-UNSUPPORTED = ("functions", "function_call", "response_format", "logprobs", "top_logprobs",
-               "logit_bias", "audio", "prediction", "echo", "suffix", "best_of")
+UNSUPPORTED = ("functions", "function_call", "logprobs", "top_logprobs", "logit_bias", "audio",
+               "prediction", "echo", "suffix", "best_of")
+FORMATS = ("text", "json_object", "json_schema")  # response_format's types
 TOOL_CHOICES = ("auto", "none")  # "required" or a named tool would need the sampling forced
 # A message's fields, beside role and content, that reach the template (for those that read them)
 PASSED_ON = {"tool": ("tool_call_id", "name"), "assistant": ("reasoning_content",)}
@@ -44,6 +46,7 @@ class ApiRequest:
     parallel_tool_calls: bool = True  # else an answer's first call is its only one
     thinking: bool = False            # a thinking model's chat: its reasoning goes apart
     inside_reasoning: bool = False    # the prompt opened the reasoning (reasoning.py)
+    output_format: str | None = None  # the grammar of response_format's JSON (output_format.py)
 
     @classmethod
     def parse(cls, body, tokenizer, max_context: int, chat: bool = True) -> "ApiRequest":
@@ -77,13 +80,44 @@ class ApiRequest:
         stream_options = body.get("stream_options") or {}
         if not isinstance(stream_options, dict):
             raise RequestError("stream_options: must be an object")
+        thinking = chat and thinks(tokenizer.template_for(bool(tools)))
         return cls(chat=chat, prompt_ids=prompt_ids, max_tokens=min(max_tokens or room, room),
                    sampling=sampling, stop=_stops(body.get("stop")),
                    stream=_flag(body, "stream"),
                    include_usage=_flag(stream_options, "include_usage"), tool_form=tool_form,
                    parallel_tool_calls=_flag(body, "parallel_tool_calls", default=True),
-                   thinking=chat and thinks(tokenizer.template_for(bool(tools))),
-                   inside_reasoning=chat and opened(prompt))
+                   thinking=thinking, inside_reasoning=chat and opened(prompt),
+                   output_format=_output_format(body.get("response_format"), tokenizer,
+                                                bool(tools), thinking))
+
+
+def _output_format(asked, tokenizer, tools: bool, thinking: bool) -> str | None:
+    """The grammar `response_format` holds the answer to: None for text."""
+    if asked is None:
+        return None
+    kind = asked.get("type") if isinstance(asked, dict) else None
+    if kind not in FORMATS:
+        raise RequestError(f"response_format: an object whose type is {', '.join(FORMATS)}; "
+                           f"got {asked!r}")
+    if kind == "text":
+        return None
+    if tools:  # the answer would have to be a call or the format, as its model chooses
+        raise RequestError("response_format: not with tools offered (an answer held to the "
+                           "format could not call them)")
+    if thinking:
+        raise RequestError("response_format: not for a thinking model's chat (its answer opens "
+                           "with reasoning, which the format would forbid)")
+    schema = {"type": "object"}
+    if kind == "json_schema":
+        given = asked.get("json_schema")
+        schema = given.get("schema", schema) if isinstance(given, dict) else None
+        if not isinstance(schema, dict):
+            raise RequestError("response_format: json_schema must be an object whose schema is "
+                               "a JSON Schema object")
+    try:
+        return json_grammar(schema, tokenizer)
+    except ValueError as exc:
+        raise RequestError(f"response_format: the schema cannot be kept to: {exc}") from None
 
 
 def _tools(body: dict, tokenizer) -> tuple[list[dict] | None, CallForm | None]:

@@ -55,6 +55,24 @@ def test_speculation_reports_drafts_and_keeps_the_output(capsys, drafter):
     assert spec[0]["drafted"] > 0 and 0 <= spec[0]["accepted"] <= spec[0]["drafted"]
 
 
+def test_answers_keep_to_a_response_format_file_or_any_json_object(tmp_path, capsys):
+    schema = tmp_path / "flag.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"on": {"type": "boolean"}},
+                                  "required": ["on"], "additionalProperties": False,
+                                  "x-guidance": {"whitespace_pattern": ""}}))
+    rc, rows, _ = _generate(capsys, "--prompt", "a", "--prompt", "b", "--spec", "fixed",
+                            "--response-format", str(schema))
+    assert rc == 0 and all(json.loads(row["text"]) in ({"on": True}, {"on": False})
+                           for row in rows)
+    rc, rows, _ = _generate(capsys, "--prompt", "a", "--response-format", "json")
+    assert rc == 0 and rows[0]["text"].startswith("{")  # an object opens, and runs to 12 tokens
+    schema.write_text('{"type": "sentence"}')
+    rc, _, err = _generate(capsys, "--prompt", "a", "--response-format", str(schema))
+    assert rc == 2 and f"--response-format: {schema}: the schema cannot be kept to" in err
+    rc, _, err = _generate(capsys, "--prompt", "a", "--response-format", "/no/such.json")
+    assert rc == 2 and "--response-format: /no/such.json: cannot read a JSON Schema" in err
+
+
 def test_bad_prompts_file_names_its_line(tmp_path, capsys):
     path = tmp_path / "bad.jsonl"
     path.write_text('"fine"\n{"text": 1}\n')

@@ -60,7 +60,7 @@ def test_defaults_follow_openais_api_and_max_tokens_is_held_to_the_room_left():
     ({"stop": [""]}, "stop: must be"),
     ({"stream": "yes"}, "stream: must be true or false"),
     ({"n": 2}, "n: only one choice"),
-    ({"response_format": {"type": "json_object"}}, "response_format: not supported"),
+    ({"logprobs": True}, "logprobs: not supported"),
 ])
 def test_a_bad_field_is_named(body, says):
     with pytest.raises(RequestError, match=None) as caught:

@@ -14,7 +14,7 @@ from engine.serve.http_api import ApiServer
 from engine.serve.request import ApiRequest, RequestError
 from engine.serve.tool_calls import template_calls
 from engine.tokenizer import ByteTokenizer, Tokenizer
-from tests.engine.loading.conftest import hf_tiny, make_tokenizer_json, save_hf_folder
+from tests.engine.loading.conftest import make_tokenizer_json
 from tests.engine.serve.serving import (ASK, CALL_TEXT, HERMES, TOOLS, call_tokenizer,
                                         scripted_client, serving)
 
@@ -284,16 +284,6 @@ def test_without_tools_the_same_answer_is_text_and_one_call_is_kept_if_asked(scr
         "a.py", "b.py"]
     assert both.message.content is None
     assert [json.loads(c.function.arguments)["path"] for c in one.message.tool_calls] == ["a.py"]
-
-
-@pytest.fixture(scope="module")
-def qwen2(tmp_path_factory):
-    """A random Qwen2 folder with the Hermes template."""
-    folder = save_hf_folder(hf_tiny("qwen2", max_position_embeddings=1024),
-                            tmp_path_factory.mktemp("qwen2"))
-    (folder / "tokenizer_config.json").write_text(json.dumps(
-        {"eos_token": "<|im_end|>", "chat_template": HERMES}))
-    return folder
 
 
 def test_a_folders_tool_use_template_file_renders_conversations_with_tools(qwen2, tmp_path):

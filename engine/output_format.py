@@ -1,0 +1,97 @@
+"""Answers held to a JSON schema (OpenAI's `response_format`), by llguidance (the grammar engine
+of llama.cpp, vLLM and SGLang): the schema compiled to a grammar, a matcher per lane that follows
+its answer token by token, and the mask that keeps the target's choice inside the grammar.
+
+Speculation stays lossless: the target a lane is verified against is the model's distribution
+with the tokens the grammar forbids removed, at every row. Row j of a lane's logits follows its
+answer and drafts 1..j, so the matcher steps through the drafts to mask each row and steps back;
+drafts are first cut where the grammar would refuse one (the target could never choose it). The
+answer is the JSON, laid out as the model likes (WHITESPACE), then an end-of-turn token."""
+from __future__ import annotations
+
+import json
+import weakref
+
+import llguidance
+import torch
+
+from engine.tokenizer import ByteTokenizer
+
+# A tokenizer's vocabulary as llguidance reads it (~0.4 s for SmolLM2's 49k tokens): made once.
+_VOCABULARIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# Whitespace between a JSON answer's tokens, as much as a pretty-printed nesting needs: without a
+# bound a weak model's answer can be whitespace to its last token (the tiny test model's was).
+WHITESPACE = r"[\x20\x0A\x0D\x09]{0,24}"
+
+
+def json_grammar(schema: dict, tokenizer) -> str:
+    """The grammar of answers that are JSON valid under `schema`; ValueError saying why where
+    the schema cannot be compiled."""
+    try:
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(
+            json.dumps(schema), defaults={"whitespace_pattern": WHITESPACE})
+    except ValueError as exc:
+        raise ValueError(str(exc)) from None
+    problem = llguidance.LLMatcher.validate_grammar(grammar, vocabulary(tokenizer))
+    if problem:
+        raise ValueError(problem)
+    return grammar
+
+
+def vocabulary(tokenizer) -> llguidance.LLTokenizer:
+    words = _VOCABULARIES.get(tokenizer)
+    if words is None:
+        words = _VOCABULARIES[tokenizer] = llguidance.LLTokenizer(
+            _ByteWords(tokenizer) if isinstance(tokenizer, ByteTokenizer)
+            else tokenizer.inner.to_str(),
+            n_vocab=tokenizer.vocab_size, eos_token=list(tokenizer.eos_ids))
+    return words
+
+
+class OutputFormat:
+    """One answer's grammar and where the answer is in it."""
+
+    def __init__(self, grammar: str, tokenizer) -> None:
+        self._matcher = llguidance.LLMatcher(vocabulary(tokenizer), grammar)
+        self._ends = list(tokenizer.eos_ids)
+
+    def allowed(self, draft: list[int]) -> int:
+        """How many of the draft's leading tokens the grammar takes."""
+        return self._matcher.validate_tokens(draft) if draft else 0
+
+    def mask(self, logits: torch.Tensor, draft: list[int]) -> torch.Tensor:
+        """`logits` [1 + len(draft), vocab] with what the grammar forbids at each row at -inf
+        (row j: after the answer and draft[:j]; the draft as `allowed` cut it)."""
+        masked = logits.clone()
+        for row, token in enumerate([*draft, None]):
+            allowed = torch.frombuffer(bytearray(self._matcher.compute_logit_bias()),
+                                       dtype=torch.uint8)[:masked.shape[1]].to(masked.device) > 0
+            if not allowed.any():  # a grammar that took a wrong turn: the answer ends
+                allowed[self._ends] = True
+            masked[row, :len(allowed)].masked_fill_(~allowed, float("-inf"))
+            masked[row, len(allowed):] = float("-inf")  # the model's rows past the tokenizer's
+            if token is not None:
+                self._matcher.consume_token(token)
+        self._matcher.rollback(len(draft))
+        return masked
+
+    def advance(self, tokens: list[int]) -> None:
+        """The answer's tokens committed this step, each one the masks allowed."""
+        self._matcher.consume_tokens(tokens)
+
+
+class _ByteWords(llguidance.TokenizerWrapper):
+    """The tiny-test model's byte vocabulary, as llguidance reads a tokenizer: ids 0..255 are
+    the bytes, then its named specials, then ids that name nothing."""
+
+    def __init__(self, tokenizer: ByteTokenizer) -> None:
+        self.eos_token_id = tokenizer.EOS
+        self.bos_token_id = tokenizer.BOS
+        self.tokens = [bytes([i]) for i in range(256)] + [
+            name.encode() for name in tokenizer.SPECIALS]
+        self.special_token_ids = list(range(256, 256 + len(tokenizer.SPECIALS)))
+        self.is_tokenizer_wrapper = True
+        self._encode = tokenizer.encode
+
+    def __call__(self, text: str) -> list[int]:
+        return self._encode(text)

@@ -1,0 +1,81 @@
+"""response_format in the chat API: answers held to JSON (a schema, or any object), whole and
+streamed, and what cannot be held to one refused with the reason."""
+import json
+
+import pytest
+
+from engine.loading import load_model
+from engine.output_format import json_grammar
+from engine.serve.request import ApiRequest, RequestError
+from tests.engine.serve.serving import ASK, TOOLS, call_tokenizer, serving
+
+# At most a space between tokens, as x-guidance lets a schema say: random models' answers are
+# whitespace wherever the grammar allows it
+CHOICE = {"type": "object", "properties": {"ok": {"type": "boolean"},
+                                           "pick": {"enum": ["alpha", "beta", "gamma"]}},
+          "required": ["ok", "pick"], "additionalProperties": False,
+          "x-guidance": {"whitespace_pattern": " ?"}}
+SCHEMA = {"type": "json_schema", "json_schema": {"name": "choice", "schema": CHOICE}}
+
+
+def client_of(server):
+    import openai
+    return openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
+
+
+@pytest.mark.parametrize("model", ["tiny", "qwen2"])
+def test_an_answer_keeps_to_the_schema_whole_and_streamed(model, tiny, qwen2, calibration):
+    """The byte tokenizer and a BPE one (tokenizer.json, read by llguidance)."""
+    loaded = tiny if model == "tiny" else load_model(str(qwen2), dtype="fp32", device="cpu")
+    with serving(loaded, calibration, max_context=512, client_lanes=2) as (_, server):
+        client = client_of(server)
+        whole = client.chat.completions.create(model="x", messages=ASK, temperature=0,
+                                               max_tokens=60, response_format=SCHEMA).choices[0]
+        streamed = client.chat.completions.create(model="x", messages=ASK, temperature=0,
+                                                  max_tokens=60, response_format=SCHEMA,
+                                                  stream=True)
+        pieces = "".join(chunk.choices[0].delta.content or "" for chunk in streamed
+                         if chunk.choices)
+    answer = json.loads(whole.message.content)
+    assert whole.finish_reason == "stop" and pieces == whole.message.content
+    assert set(answer) == {"ok", "pick"} and answer["pick"] in ("alpha", "beta", "gamma")
+
+
+def test_a_json_object_is_any_object_and_text_is_no_format(tiny):
+    def parsed(response_format):
+        return ApiRequest.parse({"messages": ASK, "response_format": response_format},
+                                tiny.tokenizer, 512)
+
+    assert parsed({"type": "json_object"}).output_format == json_grammar({"type": "object"},
+                                                                          tiny.tokenizer)
+    assert parsed({"type": "json_schema", "json_schema": {"name": "x", "schema": CHOICE}}) \
+        .output_format == json_grammar(CHOICE, tiny.tokenizer)
+    assert parsed({"type": "text"}).output_format is None
+    assert parsed(None).output_format is None
+
+
+@pytest.mark.parametrize("response_format, says", [
+    ({"type": "xml"}, "response_format: an object whose type is text, json_object, json_schema"),
+    ("json", "response_format: an object whose type is"),
+    ({"type": "json_schema"}, "response_format: json_schema must be an object whose schema"),
+    ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "sentence"}}},
+     "response_format: the schema cannot be kept to: Invalid type: sentence"),
+])
+def test_a_format_that_cannot_be_kept_is_refused_with_why(tiny, calibration, response_format,
+                                                          says):
+    import openai
+    with serving(tiny, calibration, max_context=512, client_lanes=1) as (_, server):
+        with pytest.raises(openai.BadRequestError, match=says):
+            client_of(server).chat.completions.create(model="x", messages=ASK,
+                                                      response_format=response_format)
+
+
+def test_no_format_with_tools_or_for_a_thinking_models_reasoning(qwen2, tmp_path):
+    tools = load_model(str(qwen2), dtype="fp32", device="cpu").tokenizer
+    with pytest.raises(RequestError, match="not with tools offered"):
+        ApiRequest.parse({"messages": ASK, "tools": TOOLS, "response_format": SCHEMA}, tools,
+                         512)
+    thinking = call_tokenizer(tmp_path, "{% for m in messages %}{{ m.content }}{% endfor %}"
+                                        "<think>\n\n</think>")
+    with pytest.raises(RequestError, match="a thinking model's chat"):
+        ApiRequest.parse({"messages": ASK, "response_format": SCHEMA}, thinking, 512)
