@@ -71,10 +71,10 @@ def generate(loaded, prompts: list[str], controls: Controls, max_new_tokens: int
              sampling: SamplingParams = SamplingParams(), chat: bool = True,
              calibration: calib.Calibration | None = None,
              progress: Callable[[str], None] | None = None,
-             output_format: str | None = None) -> list[GenerationResult]:
+             output_format: OutputFormat | None = None) -> list[GenerationResult]:
     """Generate for all prompts as one batch. Lane i samples with seed `sampling.seed + i` and
     stops after `max_new_tokens` or at the model's context (config.max_position), if sooner;
-    with `output_format` (output_format.json_grammar), every answer keeps to that grammar.
+    with `output_format`, every answer keeps to it (each from a copy).
     Without `calibration`, the cached one is used or t(N) measured first, unless speculation is
     off."""
     tok = loaded.tokenizer
@@ -91,7 +91,7 @@ def generate(loaded, prompts: list[str], controls: Controls, max_new_tokens: int
                                                      sampling.top_p, sampling.seed + i),
                              max_new_tokens=min(max_new_tokens, context - len(ids)),
                              stop_ids=tuple(tok.eos_ids), agent=i,
-                             output_format=output_format and OutputFormat(output_format, tok)))
+                             output_format=output_format and output_format.copy()))
     block = 16
     blocks = sum(-(-(s.prompt_len + s.max_new_tokens + KV_HEADROOM) // block) for s in seqs)
     kv = PagedKVCache(loaded.config, blocks, block, loaded.model.dtype, loaded.model.device)

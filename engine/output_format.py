@@ -24,18 +24,13 @@ _VOCABULARIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 WHITESPACE = r"[\x20\x0A\x0D\x09]{0,24}"
 
 
-def json_grammar(schema: dict, tokenizer) -> str:
-    """The grammar of answers that are JSON valid under `schema`; ValueError saying why where
-    the schema cannot be compiled."""
-    try:
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(
-            json.dumps(schema), defaults={"whitespace_pattern": WHITESPACE})
-    except ValueError as exc:
-        raise ValueError(str(exc)) from None
-    problem = llguidance.LLMatcher.validate_grammar(grammar, vocabulary(tokenizer))
-    if problem:
-        raise ValueError(problem)
-    return grammar
+def json_format(schema: dict, tokenizer) -> "OutputFormat":
+    """Answers that are JSON valid under `schema`, from their first token; ValueError saying
+    why where the schema cannot be compiled (llguidance's own words)."""
+    grammar = llguidance.LLMatcher.grammar_from_json_schema(
+        json.dumps(schema), defaults={"whitespace_pattern": WHITESPACE})
+    return OutputFormat(llguidance.LLMatcher(vocabulary(tokenizer), grammar),
+                        list(tokenizer.eos_ids))
 
 
 def vocabulary(tokenizer) -> llguidance.LLTokenizer:
@@ -51,9 +46,14 @@ def vocabulary(tokenizer) -> llguidance.LLTokenizer:
 class OutputFormat:
     """One answer's grammar and where the answer is in it."""
 
-    def __init__(self, grammar: str, tokenizer) -> None:
-        self._matcher = llguidance.LLMatcher(vocabulary(tokenizer), grammar)
-        self._ends = list(tokenizer.eos_ids)
+    def __init__(self, matcher: llguidance.LLMatcher, ends: list[int]) -> None:
+        if matcher.is_error():
+            raise ValueError(matcher.get_error())
+        self._matcher, self._ends = matcher, ends
+
+    def copy(self) -> "OutputFormat":
+        """The same grammar, where this answer is now, for another answer."""
+        return OutputFormat(self._matcher.deep_copy(), self._ends)
 
     def allowed(self, draft: list[int]) -> int:
         """How many of the draft's leading tokens the grammar takes."""

@@ -66,9 +66,9 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def read_response_format(choice: str, tokenizer) -> str:
-    """The grammar --response-format names (output_format.json_grammar)."""
-    from engine.output_format import json_grammar
+def read_response_format(choice: str, tokenizer):
+    """The output_format.OutputFormat --response-format names."""
+    from engine.output_format import json_format
     schema = {"type": "object"}
     if choice != "json":
         try:
@@ -77,7 +77,7 @@ def read_response_format(choice: str, tokenizer) -> str:
             raise SwarmscopeError(f"--response-format: {choice}: cannot read a JSON Schema "
                                   f"({exc})") from None
     try:
-        return json_grammar(schema, tokenizer)
+        return json_format(schema, tokenizer)
     except ValueError as exc:
         raise SwarmscopeError(f"--response-format: {choice}: the schema cannot be kept to: "
                               f"{exc}") from None

@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 import random
 
-from engine.output_format import OutputFormat
 from engine.sequence import Sequence, common_prefix
 from engine.serve.completion import Completion
 from engine.swarm.agent import Agent
@@ -43,7 +42,7 @@ class ClientAgent(Agent):
         self.seq = Sequence(seq_id=seq_id, token_ids=list(request.prompt_ids),
                             prompt_len=len(request.prompt_ids), sampling=request.sampling,
                             stop_ids=tuple(self.tokenizer.eos_ids), agent=self.id, cat=self.cat,
-                            output_format=self._held_to(request))
+                            output_format=request.output_format)
         text = self.tokenizer.decode(request.prompt_ids)
         self._add_segment(text, "prompt")
         self._note(text, "prompt")
@@ -57,17 +56,13 @@ class ClientAgent(Agent):
         completion.reused_tokens = self.seq.num_cached
         new_ids = request.prompt_ids[len(self.seq.token_ids):]
         self.seq.sampling = request.sampling
-        self.seq.output_format = self._held_to(request)
+        self.seq.output_format = request.output_format
         self.resume(self.tokenizer.decode(new_ids), new_ids, t)
 
     def _take(self, completion: Completion):
         self.completion = completion
         completion.agent = self.id
         return completion.request
-
-    def _held_to(self, request) -> OutputFormat | None:
-        """The format the answer keeps to (response_format), a matcher of its own."""
-        return request.output_format and OutputFormat(request.output_format, self.tokenizer)
 
     def _turn_tokens(self) -> int:
         return self.completion.request.max_tokens

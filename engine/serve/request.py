@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from engine.chat_template import ChatTemplateError
 from engine.errors import SwarmscopeError
-from engine.output_format import json_grammar
+from engine.output_format import OutputFormat, json_format
 from engine.sampling import SamplingParams
 from engine.serve.call_forms import CallForm, form_of
 from engine.serve.reasoning import opened, thinks
@@ -46,7 +46,7 @@ class ApiRequest:
     parallel_tool_calls: bool = True  # else an answer's first call is its only one
     thinking: bool = False            # a thinking model's chat: its reasoning goes apart
     inside_reasoning: bool = False    # the prompt opened the reasoning (reasoning.py)
-    output_format: str | None = None  # the grammar of response_format's JSON (output_format.py)
+    output_format: OutputFormat | None = None  # the JSON response_format holds the answer to
 
     @classmethod
     def parse(cls, body, tokenizer, max_context: int, chat: bool = True) -> "ApiRequest":
@@ -91,8 +91,9 @@ class ApiRequest:
                                                 bool(tools), thinking))
 
 
-def _output_format(asked, tokenizer, tools: bool, thinking: bool) -> str | None:
-    """The grammar `response_format` holds the answer to: None for text."""
+def _output_format(asked, tokenizer, tools: bool, thinking: bool) -> OutputFormat | None:
+    """The format `response_format` holds the answer to (None: text), compiled here, on the
+    HTTP thread: a large schema's grammar takes a while, and the engine steps on."""
     if asked is None:
         return None
     kind = asked.get("type") if isinstance(asked, dict) else None
@@ -115,7 +116,7 @@ def _output_format(asked, tokenizer, tools: bool, thinking: bool) -> str | None:
             raise RequestError("response_format: json_schema must be an object whose schema is "
                                "a JSON Schema object")
     try:
-        return json_grammar(schema, tokenizer)
+        return json_format(schema, tokenizer)
     except ValueError as exc:
         raise RequestError(f"response_format: the schema cannot be kept to: {exc}") from None
 

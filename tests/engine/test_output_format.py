@@ -8,7 +8,7 @@ import torch
 
 from engine.controls import Controls
 from engine.generate import generate
-from engine.output_format import OutputFormat, json_grammar
+from engine.output_format import json_format
 
 # At most a space between tokens (llguidance's x-guidance options, as a schema may give them):
 # the random model's answers are whitespace wherever the grammar allows it
@@ -23,12 +23,12 @@ PROMPT = 'Answer as {"ok": true, "pick": "beta"} or {"ok": false, "pick": "gamma
 
 def test_a_schema_that_cannot_be_kept_to_is_an_error_saying_why(tiny):
     with pytest.raises(ValueError, match="Invalid type: sentence"):
-        json_grammar({"type": "sentence"}, tiny.tokenizer)
+        json_format({"type": "sentence"}, tiny.tokenizer)
 
 
 def test_drafts_are_cut_where_the_grammar_refuses_and_each_row_masked_after_the_ones_before(
         tiny):
-    held_to = OutputFormat(json_grammar(CHOICE, tiny.tokenizer), tiny.tokenizer)
+    held_to = json_format(CHOICE, tiny.tokenizer)
     answer = tiny.tokenizer.encode('{"ok": true, "pick": "beta"}')
     assert held_to.allowed(answer) == len(answer)
     assert held_to.allowed(tiny.tokenizer.encode('{"ok": maybe')) == len('{"ok": ')
@@ -47,12 +47,12 @@ def test_drafts_are_cut_where_the_grammar_refuses_and_each_row_masked_after_the_
 @pytest.mark.parametrize("drafter", ["lookup", "self"])
 def test_speculation_within_a_format_changes_no_token_and_the_answers_keep_to_it(
         tiny, calibration, drafter):
-    grammar = json_grammar(CHOICE, tiny.tokenizer)
+    held_to = json_format(CHOICE, tiny.tokenizer)
     prompts = [PROMPT, "Pick one.", PROMPT + " Go."]
     plain = generate(tiny, prompts, Controls(policy="off"), max_new_tokens=40,
-                     output_format=grammar)
+                     output_format=held_to)
     drafted = generate(tiny, prompts, Controls(policy="fixed", k=6, drafter=drafter),
-                       max_new_tokens=40, calibration=calibration, output_format=grammar)
+                       max_new_tokens=40, calibration=calibration, output_format=held_to)
     assert [r.token_ids for r in drafted] == [r.token_ids for r in plain]
     assert sum(r.drafted for r in drafted) > 0 and sum(r.accepted for r in drafted) > 0
     for result in plain:
@@ -63,10 +63,10 @@ def test_speculation_within_a_format_changes_no_token_and_the_answers_keep_to_it
 
 def test_a_sampled_answer_keeps_to_the_format_too(tiny):
     from engine.sampling import SamplingParams
-    grammar = json_grammar({"type": "object", "properties": {"n": {"type": "integer"}},
-                            "required": ["n"], "additionalProperties": False, **TIGHT},
-                           tiny.tokenizer)
+    held_to = json_format({"type": "object", "properties": {"n": {"type": "integer"}},
+                           "required": ["n"], "additionalProperties": False, **TIGHT},
+                          tiny.tokenizer)
     results = generate(tiny, ["a", "b", "c"], Controls(policy="off"), max_new_tokens=40,
-                       sampling=SamplingParams(temperature=1.0, seed=3), output_format=grammar)
+                       sampling=SamplingParams(temperature=1.0, seed=3), output_format=held_to)
     finished = [json.loads(r.text) for r in results if r.token_ids[-1] in tiny.tokenizer.eos_ids]
     assert finished and all(isinstance(answer["n"], int) for answer in finished)
