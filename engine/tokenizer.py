@@ -101,12 +101,14 @@ class Tokenizer:
                 raise self._named(f"{exc}; with the system message folded into the user's: "
                                   f"{folded}") from None
 
-    def chat_messages(self, messages: list[dict], tools: list[dict] | None = None) -> str:
+    def chat_messages(self, messages: list[dict], tools: list[dict] | None = None,
+                      variables: dict | None = None) -> str:
         """The prompt for a whole conversation (an API client's), ending with the assistant's
-        turn, with the `tools` it may call (in OpenAI's form) where given; ChatTemplateError,
-        naming the template's file, when the template refuses it."""
+        turn, with the `tools` it may call (in OpenAI's form) where given and the template's
+        `variables` for this conversation (enable_thinking); ChatTemplateError, naming the
+        template's file, when the template refuses it."""
         try:
-            return self._render(messages, tools)
+            return self._render(messages, tools, variables)
         except ChatTemplateError as exc:
             raise self._named(exc) from None
 
@@ -126,9 +128,10 @@ class Tokenizer:
         """The template a conversation is rendered in, with tools offered or without."""
         return self.tool_template if tools else self.chat_template
 
-    def _render(self, messages: list[dict], tools: list[dict] | None = None) -> str:
-        variables = {**self.template_variables, "tools": tools} if tools else \
-            self.template_variables
+    def _render(self, messages: list[dict], tools: list[dict] | None = None,
+                variables: dict | None = None) -> str:
+        variables = {**self.template_variables, **(variables or {}),
+                     **({"tools": tools} if tools else {})}
         return render_chat(self.template_for(bool(tools)), messages,
                            bos_token=self.bos_token or "", eos_token=self.eos_token or "",
                            variables=variables)
@@ -187,8 +190,10 @@ class ByteTokenizer:
     def chat_prompt(self, user: str, system: str | None = None) -> str:
         return render_chat(None, _conversation(user, system))
 
-    def chat_messages(self, messages: list[dict], tools: list[dict] | None = None) -> str:
-        return render_chat(None, messages)  # ChatML has no tools (nor does the server offer any)
+    def chat_messages(self, messages: list[dict], tools: list[dict] | None = None,
+                      variables: dict | None = None) -> str:
+        # ChatML has no tools (nor does the server offer any)
+        return render_chat(None, messages, variables=variables)
 
     def follow_up(self, user: str) -> str:
         return render_follow_up(None, user)  # ChatML shows the assistant's words as given

@@ -20,6 +20,12 @@ def opened(prompt: str) -> bool:
     return prompt.rstrip().endswith(OPEN)
 
 
+def closed(prompt: str) -> bool:
+    """Whether the prompt closes the reasoning, empty (Qwen3's template with enable_thinking
+    false), so that the answer has none."""
+    return prompt.rstrip().endswith(CLOSE)
+
+
 class ReasoningSplit:
     """An answer, as its text comes, split into reasoning and the answer proper: what follows an
     opening <think> (or the start, where the prompt opened it) up to </think> is reasoning, the

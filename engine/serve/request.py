@@ -12,7 +12,7 @@ from engine.errors import SwarmscopeError
 from engine.output_format import OutputFormat, json_format
 from engine.sampling import SamplingParams
 from engine.serve.call_forms import CallForm, form_of
-from engine.serve.reasoning import opened, thinks
+from engine.serve.reasoning import closed, opened, thinks
 from engine.serve.tool_calls import offered_tools, template_calls
 
 ROLES = ("system", "user", "assistant", "tool", "developer")
@@ -26,6 +26,8 @@ FORMATS = ("text", "json_object", "json_schema")  # response_format's types
 TOOL_CHOICES = ("auto", "none")  # "required" or a named tool would need the sampling forced
 # A message's fields, beside role and content, that reach the template (for those that read them)
 PASSED_ON = {"tool": ("tool_call_id", "name"), "assistant": ("reasoning_content",)}
+# The template's variables the server sets; chat_template_kwargs gives the others
+RENDERED = ("messages", "tools", "add_generation_prompt", "bos_token", "eos_token")
 
 
 class RequestError(SwarmscopeError):
@@ -44,7 +46,8 @@ class ApiRequest:
     tool_form: CallForm | None = None  # how the model writes calls to the tools offered
                                        # (call_forms.py); None: no tools offered
     parallel_tool_calls: bool = True  # else an answer's first call is its only one
-    thinking: bool = False            # a thinking model's chat: its reasoning goes apart
+    thinking: bool = False            # a thinking model's chat whose answer may reason first:
+                                      # its reasoning goes apart
     inside_reasoning: bool = False    # the prompt opened the reasoning (reasoning.py)
     output_format: OutputFormat | None = None  # the JSON response_format holds the answer to
 
@@ -80,7 +83,7 @@ class ApiRequest:
         stream_options = body.get("stream_options") or {}
         if not isinstance(stream_options, dict):
             raise RequestError("stream_options: must be an object")
-        thinking = chat and thinks(tokenizer.template_for(bool(tools)))
+        thinking = chat and thinks(tokenizer.template_for(bool(tools))) and not closed(prompt)
         return cls(chat=chat, prompt_ids=prompt_ids, max_tokens=min(max_tokens or room, room),
                    sampling=sampling, stop=_stops(body.get("stop")),
                    stream=_flag(body, "stream"),
@@ -107,7 +110,8 @@ def _output_format(asked, tokenizer, tools: bool, thinking: bool) -> OutputForma
                            "format could not call them)")
     if thinking:
         raise RequestError("response_format: not for a thinking model's chat (its answer opens "
-                           "with reasoning, which the format would forbid)")
+                           "with reasoning, which the format would forbid); "
+                           'chat_template_kwargs {"enable_thinking": false} turns Qwen3\'s off')
     schema = {"type": "object"}
     if kind == "json_schema":
         given = asked.get("json_schema")
@@ -147,8 +151,14 @@ def _tools(body: dict, tokenizer) -> tuple[list[dict] | None, CallForm | None]:
 
 
 def _chat_prompt(body: dict, tokenizer, tools: list[dict] | None) -> str:
+    """The conversation in the model's chat template, with the template variables the request
+    gives (`chat_template_kwargs`, as vLLM and SGLang take them: enable_thinking for Qwen3)."""
+    variables = body.get("chat_template_kwargs") or {}
+    if not isinstance(variables, dict) or any(name in RENDERED for name in variables):
+        raise RequestError("chat_template_kwargs: an object of the template's variables, but "
+                           f"none of {', '.join(RENDERED)} (the server sets those)")
     try:
-        return tokenizer.chat_messages(_messages(body.get("messages")), tools)
+        return tokenizer.chat_messages(_messages(body.get("messages")), tools, variables)
     except ChatTemplateError as exc:
         raise RequestError(f"messages: {exc}") from None
 

@@ -15,6 +15,11 @@ CHOICE = {"type": "object", "properties": {"ok": {"type": "boolean"},
           "required": ["ok", "pick"], "additionalProperties": False,
           "x-guidance": {"whitespace_pattern": " ?"}}
 SCHEMA = {"type": "json_schema", "json_schema": {"name": "choice", "schema": CHOICE}}
+# Qwen3's way, in brief: it thinks unless enable_thinking is false, and then the prompt closes
+# an empty reasoning
+QWEN3_LIKE = ("{% for m in messages %}{{ m.content }}{% endfor %}<|im_start|>assistant\n"
+              "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n"
+              "{% endif %}")
 
 
 def client_of(server):
@@ -71,12 +76,20 @@ def test_a_format_that_cannot_be_kept_is_refused_with_why(tiny, calibration, res
                                                       response_format=response_format)
 
 
-def test_no_format_with_tools_or_for_a_thinking_models_reasoning(qwen2, tmp_path):
+def test_no_format_with_tools_or_for_a_thinking_models_reasoning_unless_it_is_off(qwen2,
+                                                                                 tmp_path):
     tools = load_model(str(qwen2), dtype="fp32", device="cpu").tokenizer
     with pytest.raises(RequestError, match="not with tools offered"):
         ApiRequest.parse({"messages": ASK, "tools": TOOLS, "response_format": SCHEMA}, tools,
                          512)
-    thinking = call_tokenizer(tmp_path, "{% for m in messages %}{{ m.content }}{% endfor %}"
-                                        "<think>\n\n</think>")
+    thinking = call_tokenizer(tmp_path, QWEN3_LIKE)
     with pytest.raises(RequestError, match="a thinking model's chat"):
         ApiRequest.parse({"messages": ASK, "response_format": SCHEMA}, thinking, 512)
+    # Qwen3's own switch, as vLLM and SGLang take it: the prompt closes an empty reasoning
+    off = ApiRequest.parse({"messages": ASK, "response_format": SCHEMA,
+                            "chat_template_kwargs": {"enable_thinking": False}}, thinking, 512)
+    assert thinking.decode(off.prompt_ids).endswith("<think>\n\n</think>\n\n")
+    assert off.output_format is not None and not off.thinking
+    with pytest.raises(RequestError, match="chat_template_kwargs: an object of the template's"):
+        ApiRequest.parse({"messages": ASK, "chat_template_kwargs": {"messages": []}}, thinking,
+                         512)
