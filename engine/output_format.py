@@ -33,6 +33,30 @@ def json_format(schema: dict, tokenizer) -> "OutputFormat":
                         list(tokenizer.eos_ids))
 
 
+def lark_format(lark: str, tokenizer) -> "OutputFormat":
+    """Answers in a grammar of llguidance's Lark syntax (its `start` rule); ValueError saying
+    why where it cannot be compiled."""
+    grammar = llguidance.LLMatcher.grammar_from_lark(lark)
+    return OutputFormat(llguidance.LLMatcher(vocabulary(tokenizer), grammar),
+                        list(tokenizer.eos_ids))
+
+
+def json_rule(schema: dict, whitespace: str = WHITESPACE) -> str:
+    """A Lark rule's body for JSON valid under `schema`, `whitespace` between its tokens unless
+    the schema's x-guidance options say otherwise."""
+    options = {"whitespace_pattern": whitespace, **schema.get("x-guidance", {})}
+    return "%json " + json.dumps({**schema, "x-guidance": options})
+
+
+def lark_tag(tokenizer, text: str) -> str:
+    """`text` as a Lark grammar names it: the special token it is in this tokenizer (a model
+    writes it as that token, never as its letters), or else the text itself."""
+    ids = tokenizer.encode(text)
+    if len(ids) == 1 and vocabulary(tokenizer).is_special_token(ids[0]):
+        return f"<[{ids[0]}]>"
+    return json.dumps(text)
+
+
 def vocabulary(tokenizer) -> llguidance.LLTokenizer:
     words = _VOCABULARIES.get(tokenizer)
     if words is None:
@@ -47,8 +71,8 @@ class OutputFormat:
     """One answer's grammar and where the answer is in it."""
 
     def __init__(self, matcher: llguidance.LLMatcher, ends: list[int]) -> None:
-        if matcher.is_error():
-            raise ValueError(matcher.get_error())
+        if matcher.is_error():  # its first line: a Lark grammar's error goes on to quote it
+            raise ValueError(matcher.get_error().splitlines()[0])
         self._matcher, self._ends = matcher, ends
 
     def copy(self) -> "OutputFormat":

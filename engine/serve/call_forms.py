@@ -1,5 +1,5 @@
 """How models write tool calls, and reading them back out of an answer, whole or as it streams,
-as vLLM's and llama.cpp's servers read these models'. Three forms, each asked for by the chat
+as vLLM's and llama.cpp's servers read these models'. Four forms, each asked for by the chat
 templates that hold its marker:
 - tagged (Hermes'): each call a JSON object {"name", "arguments"} between <tool_call> tags,
   anywhere in the answer: Qwen2.5, Qwen3, SmolLM3, Hermes;
@@ -11,15 +11,22 @@ templates that hold its marker:
   [TOOL_CALLS]name[ARGS] and its arguments as a JSON object ([CALL_ID]id before [ARGS] in some),
   after any text.
 A model writes what it likes: an answer that is not well-formed calls in its form (not JSON, no
-name, a call cut short) is text, as the model wrote it."""
+name, a call cut short) is text, as the model wrote it. Where a request forces a call
+(tool_choice), the answer is held to calls in its model's form (`grammar`, output_format.py),
+each call's JSON to its tool's parameters."""
 from __future__ import annotations
 
 import json
 import re
 import uuid
 from dataclasses import dataclass
+from typing import Callable
 
+from engine.output_format import json_rule
 from engine.serve.held_text import tag_start
+
+NEWLINE = json.dumps("\n")  # a Lark string
+CALL_SPACING = " ?"  # between a call's JSON tokens: models write calls compact
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +59,11 @@ class CallForm:
 
     def new_id(self) -> str:
         return f"call_{uuid.uuid4().hex[:24]}"
+
+    def grammar(self, tools: list[dict], parallel: bool, tag: Callable[[str], str]) -> str:
+        """Lark rules whose `calls` is one call of the `tools` in this form (one or more, where
+        `parallel`); `tag(text)` names a tag as the tokenizer has it."""
+        raise NotImplementedError
 
     def call(self, value) -> ToolCall | None:
         """A parsed JSON value as a call: an object with a name, and arguments (or parameters,
@@ -105,6 +117,13 @@ class TaggedCalls(CallForm):
     def held_from(self, text: str, sent: int) -> int:
         return _held_at_marker(self.OPEN, text, sent)
 
+    def grammar(self, tools: list[dict], parallel: bool, tag: Callable[[str], str]) -> str:
+        more = f" ({NEWLINE} block)*" if parallel else ""
+        return "\n".join([f"calls: block{more}",
+                          f"block: {tag(self.OPEN)} {NEWLINE} call {NEWLINE} "
+                          f"{tag(self.CLOSE)}",
+                          f"call: {_call_rule(tools, 'arguments')}"])
+
 
 class JsonCalls(CallForm):
     name = "a JSON object for an answer"
@@ -124,6 +143,10 @@ class JsonCalls(CallForm):
             return start  # the answer may be a call: none of it goes out before its end
         return len(text)
 
+    def grammar(self, tools: list[dict], parallel: bool, tag: Callable[[str], str]) -> str:
+        more = f' ({json.dumps("; ")} call)*' if parallel else ""
+        return f"calls: call{more}\ncall: {_call_rule(tools, 'parameters')}"
+
 
 class ListedCalls(CallForm):
     name = "[TOOL_CALLS] and a JSON list"
@@ -140,6 +163,12 @@ class ListedCalls(CallForm):
 
     def new_id(self) -> str:
         return uuid.uuid4().hex[:9]  # Mistral's templates refuse other ids
+
+    def grammar(self, tools: list[dict], parallel: bool, tag: Callable[[str], str]) -> str:
+        listed = {"type": "array", "items": _call_schema(tools, "arguments"), "minItems": 1}
+        if not parallel:
+            listed["maxItems"] = 1
+        return f'calls: {tag(self.OPEN)} " "? list\nlist: {json_rule(listed, CALL_SPACING)}'
 
 
 class NamedCalls(ListedCalls):
@@ -166,6 +195,14 @@ class NamedCalls(ListedCalls):
             calls.append(ToolCall(call.name, call.arguments, call_id.strip() or call.id))
         return text[:at], calls
 
+    def grammar(self, tools: list[dict], parallel: bool, tag: Callable[[str], str]) -> str:
+        named = " | ".join(f"{json.dumps(tool['function']['name'])} {tag(self.ARGS)} args{i}"
+                           for i, tool in enumerate(tools))
+        return "\n".join([f"calls: call{'+' if parallel else ''}",
+                          f"call: {tag(self.OPEN)} ({named})",
+                          *(f"args{i}: {json_rule(_parameters(tool), CALL_SPACING)}"
+                            for i, tool in enumerate(tools))])
+
 
 FORMS = (TaggedCalls(), JsonCalls(), NamedCalls(), ListedCalls())
 
@@ -173,6 +210,22 @@ FORMS = (TaggedCalls(), JsonCalls(), NamedCalls(), ListedCalls())
 def form_of(template: str | None) -> CallForm | None:
     """The form a chat template asks for calls in; None where it asks for none read here."""
     return next((form for form in FORMS if template and form.marker in template), None)
+
+
+def _parameters(tool: dict) -> dict:
+    return tool["function"].get("parameters") or {"type": "object"}
+
+
+def _call_schema(tools: list[dict], arguments: str) -> dict:
+    """A call of one of the tools: {"name": its name, `arguments`: its parameters' JSON}."""
+    return {"anyOf": [{"type": "object", "additionalProperties": False,
+                       "properties": {"name": {"const": tool["function"]["name"]},
+                                      arguments: _parameters(tool)},
+                       "required": ["name", arguments]} for tool in tools]}
+
+
+def _call_rule(tools: list[dict], arguments: str) -> str:
+    return json_rule(_call_schema(tools, arguments), CALL_SPACING)
 
 
 def _held_at_marker(marker: str, text: str, sent: int) -> int:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from engine.chat_template import ChatTemplateError
 from engine.errors import SwarmscopeError
-from engine.output_format import OutputFormat, json_format
+from engine.output_format import OutputFormat, json_format, json_rule, lark_format, lark_tag
 from engine.sampling import SamplingParams
 from engine.serve.call_forms import CallForm, form_of
 from engine.serve.reasoning import closed, opened, thinks
@@ -23,7 +23,7 @@ MAX_STOPS = 4  # stop strings a request may give, as OpenAI's API allows
 UNSUPPORTED = ("functions", "function_call", "logprobs", "top_logprobs", "logit_bias", "audio",
                "prediction", "echo", "suffix", "best_of")
 FORMATS = ("text", "json_object", "json_schema")  # response_format's types
-TOOL_CHOICES = ("auto", "none")  # "required" or a named tool would need the sampling forced
+TOOL_CHOICES = ("auto", "none", "required")  # or {"type": "function", "function": {"name"}}
 # A message's fields, beside role and content, that reach the template (for those that read them)
 PASSED_ON = {"tool": ("tool_call_id", "name"), "assistant": ("reasoning_content",)}
 # The template's variables the server sets; chat_template_kwargs gives the others
@@ -64,7 +64,7 @@ class ApiRequest:
         if body.get("n", 1) != 1:
             raise RequestError(f"n: only one choice is generated, got {body['n']!r}")
         field = "messages" if chat else "prompt"
-        tools, tool_form = _tools(body, tokenizer) if chat else (None, None)
+        tools, tool_form, forced = _tools(body, tokenizer) if chat else (None, None, None)
         prompt = _chat_prompt(body, tokenizer, tools) if chat else None
         prompt_ids = tokenizer.encode(prompt) if chat else _plain_prompt(body, tokenizer)
         room = max_context - len(prompt_ids)
@@ -84,60 +84,83 @@ class ApiRequest:
         if not isinstance(stream_options, dict):
             raise RequestError("stream_options: must be an object")
         thinking = chat and thinks(tokenizer.template_for(bool(tools))) and not closed(prompt)
+        parallel = _flag(body, "parallel_tool_calls", default=True)
         return cls(chat=chat, prompt_ids=prompt_ids, max_tokens=min(max_tokens or room, room),
                    sampling=sampling, stop=_stops(body.get("stop")),
                    stream=_flag(body, "stream"),
                    include_usage=_flag(stream_options, "include_usage"), tool_form=tool_form,
-                   parallel_tool_calls=_flag(body, "parallel_tool_calls", default=True),
+                   parallel_tool_calls=parallel,
                    thinking=thinking, inside_reasoning=chat and opened(prompt),
-                   output_format=_output_format(body.get("response_format"), tokenizer,
-                                                bool(tools), thinking))
+                   output_format=_output_format(_answer_schema(body.get("response_format")),
+                                                tokenizer, tools, tool_form, forced, parallel,
+                                                thinking))
 
 
-def _output_format(asked, tokenizer, tools: bool, thinking: bool) -> OutputFormat | None:
-    """The format `response_format` holds the answer to (None: text), compiled here, on the
-    HTTP thread: a large schema's grammar takes a while, and the engine steps on."""
+def _answer_schema(asked) -> dict | None:
+    """The JSON schema `response_format` asks the answer to keep to (None: text)."""
     if asked is None:
         return None
     kind = asked.get("type") if isinstance(asked, dict) else None
     if kind not in FORMATS:
         raise RequestError(f"response_format: an object whose type is {', '.join(FORMATS)}; "
                            f"got {asked!r}")
-    if kind == "text":
+    if kind != "json_schema":
+        return None if kind == "text" else {"type": "object"}
+    given = asked.get("json_schema")
+    schema = given.get("schema", {"type": "object"}) if isinstance(given, dict) else None
+    if not isinstance(schema, dict):
+        raise RequestError("response_format: json_schema must be an object whose schema is a "
+                           "JSON Schema object")
+    return schema
+
+
+def _output_format(schema: dict | None, tokenizer, tools: list[dict] | None,
+                   form: CallForm | None, forced: list[dict] | None, parallel: bool,
+                   thinking: bool) -> OutputFormat | None:
+    """What the answer is held to, compiled here, on the HTTP thread (a large schema's grammar
+    takes a while, and the engine steps on): calls of the `forced` tools, or where tools are
+    offered and a schema asked for, a call or the schema's JSON, or the JSON alone."""
+    if forced is None and schema is None:
         return None
-    if tools:  # the answer would have to be a call or the format, as its model chooses
-        raise RequestError("response_format: not with tools offered (an answer held to the "
-                           "format could not call them)")
+    field = "tool_choice" if forced is not None else "response_format"
     if thinking:
-        raise RequestError("response_format: not for a thinking model's chat (its answer opens "
-                           "with reasoning, which the format would forbid); "
-                           'chat_template_kwargs {"enable_thinking": false} turns Qwen3\'s off')
-    schema = {"type": "object"}
-    if kind == "json_schema":
-        given = asked.get("json_schema")
-        schema = given.get("schema", schema) if isinstance(given, dict) else None
-        if not isinstance(schema, dict):
-            raise RequestError("response_format: json_schema must be an object whose schema is "
-                               "a JSON Schema object")
+        raise RequestError(f"{field}: not for a thinking model's chat (its answer opens with "
+                           "reasoning, which the format would forbid); chat_template_kwargs "
+                           '{"enable_thinking": false} turns Qwen3\'s off')
     try:
-        return json_format(schema, tokenizer)
+        if tools is None:
+            return json_format(schema, tokenizer)
+        calls = form.grammar(forced or tools, parallel, lambda text: lark_tag(tokenizer, text))
+        start = "calls" if forced is not None else f"answer | calls\nanswer: {json_rule(schema)}"
+        return lark_format(f"start: {start}\n{calls}", tokenizer)
     except ValueError as exc:
-        raise RequestError(f"response_format: the schema cannot be kept to: {exc}") from None
+        raise RequestError(f"{field}: the answer cannot be held to it: {exc}") from None
 
 
-def _tools(body: dict, tokenizer) -> tuple[list[dict] | None, CallForm | None]:
-    """The tools offered to the model and the form it writes calls in: none without `tools`, or
-    with tool_choice "none"."""
+def _tools(body: dict, tokenizer) -> tuple[list[dict] | None, CallForm | None,
+                                           list[dict] | None]:
+    """The tools offered to the model, the form it writes calls in, and the tools it must call
+    one of (tool_choice "required" or a named one; None: the model chooses). No tools without
+    `tools`, or with tool_choice "none"."""
     choice = body.get("tool_choice")
-    if choice is not None and choice not in TOOL_CHOICES:
-        raise RequestError(f"tool_choice: only {' or '.join(map(repr, TOOL_CHOICES))} (the "
-                           f"model is offered the tools, not made to call one), got {choice!r}")
+    named = choice.get("function", {}).get("name") if isinstance(choice, dict) and \
+        choice.get("type") == "function" and isinstance(choice.get("function"), dict) else None
+    if choice is not None and choice not in TOOL_CHOICES and not isinstance(named, str):
+        raise RequestError(f"tool_choice: {', '.join(map(repr, TOOL_CHOICES))} or "
+                           f"{{type: function, function: {{name}}}}, got {choice!r}")
     if body.get("tools") in (None, []) or choice == "none":
-        return None, None
+        if named is not None or choice == "required":
+            raise RequestError("tool_choice: asks for a call, and no tools are offered")
+        return None, None, None
     try:
         tools = offered_tools(body["tools"])
     except ValueError as exc:
         raise RequestError(str(exc)) from None
+    forced = tools if choice == "required" else None
+    if named is not None:
+        forced = [tool for tool in tools if tool["function"]["name"] == named]
+        if not forced:
+            raise RequestError(f"tool_choice: names {named!r}, which is not among the tools")
     form = form_of(tokenizer.template_for(tools=True))
     if form is None:
         source = tokenizer.template_source
@@ -147,7 +170,7 @@ def _tools(body: dict, tokenizer) -> tuple[list[dict] | None, CallForm | None]:
                            "Hermes write them; a JSON object for an answer, as Llama 3.1-3.3; "
                            "[TOOL_CALLS] and a list, as Mistral; [TOOL_CALLS]name[ARGS], as "
                            "Devstral)")
-    return tools, form
+    return tools, form, forced
 
 
 def _chat_prompt(body: dict, tokenizer, tools: list[dict] | None) -> str:

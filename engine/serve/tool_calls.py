@@ -1,8 +1,8 @@
 """Tools in OpenAI's chat API, the request's side: the tools a request offers, checked, and an
-assistant's past calls, as the model's chat template takes them. The model is offered the tools,
-not forced to use them; what it writes is read after the fact (call_forms.py), and a model whose
-template asks for calls in no form read there is refused tools (HTTP 400), not answered as if
-it had been offered them."""
+assistant's past calls, as the model's chat template takes them. What the model writes is read
+after the fact (call_forms.py); where the request forces a call, its answer is held to calls in
+that form (request.py). A model whose template asks for calls in no form read there is refused
+tools (HTTP 400), not answered as if it had been offered them."""
 from __future__ import annotations
 
 import json

@@ -34,6 +34,32 @@ TOOLS = [{"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]
 ASK = [{"role": "user", "content": "What is in a.py?"}]
 CALL_TEXT = '<tool_call>\n{"name": "read_file", "arguments": {"path": "a.py"}}\n</tool_call>'
+# Llama 3.1-3.3's ask, in brief: a JSON object for an answer
+LLAMA = ("{% if tools %}<|im_start|>system\nRespond in the format {\"name\": function name, "
+         "\"parameters\": dictionary of argument name and its value}.{% for tool in tools %}\n"
+         "{{ tool | tojson }}{% endfor %}<|im_end|>\n{% endif %}{% for m in messages %}"
+         "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+LLAMA_CALL = '{"name": "read_file", "parameters": {"path": "a.py"}}'
+# Mistral v0.3's, in brief: [TOOL_CALLS] and a list; past calls' ids must be nine characters
+MISTRAL = ("{% if tools %}[AVAILABLE_TOOLS] {{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}"
+           "{% for m in messages %}{% if m.tool_calls %}[TOOL_CALLS] ["
+           "{% for call in m.tool_calls %}{% if call.id | length != 9 %}"
+           "{{ raise_exception('Tool call IDs should be alphanumeric strings with length 9!') }}"
+           "{% endif %}{{ call.function | tojson }}{% endfor %}]</s>"
+           "{% elif m.role == 'tool' %}[TOOL_RESULTS] {{ m.content }}[/TOOL_RESULTS]"
+           "{% else %}[INST] {{ m.content }}[/INST]{% endif %}{% endfor %}")
+MISTRAL_CALL = '[TOOL_CALLS] [{"name": "read_file", "arguments": {"path": "a.py"}}]'
+# Mistral's since v11 (Mistral Small 3.2, Devstral), in brief: [TOOL_CALLS]name[ARGS]{...} a call
+DEVSTRAL = ("[SYSTEM_PROMPT]x[/SYSTEM_PROMPT]{% if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}"
+            "[/AVAILABLE_TOOLS]{% endif %}{% for m in messages %}{% if m.role == 'user' %}"
+            "[INST]{{ m.content }}[/INST]{% elif m.role == 'tool' %}[TOOL_RESULTS]{{ m.content }}"
+            "[/TOOL_RESULTS]{% else %}{{ m.content or '' }}{% for call in m.tool_calls or [] %}"
+            "{% set arguments = call.function.arguments %}{% if arguments is not string %}"
+            "{% set arguments = arguments | tojson %}{% endif %}"
+            "{{ '[TOOL_CALLS]' + call.function.name + '[ARGS]' + arguments }}{% endfor %}</s>"
+            "{% endif %}{% endfor %}")
+DEVSTRAL_CALL = '[TOOL_CALLS]read_file[ARGS]{"path": "a.py"}'
 
 
 @contextlib.contextmanager

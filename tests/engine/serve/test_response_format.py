@@ -6,7 +6,7 @@ import pytest
 
 from engine.loading import load_model
 from engine.serve.request import ApiRequest, RequestError
-from tests.engine.serve.serving import ASK, TOOLS, call_tokenizer, serving
+from tests.engine.serve.serving import ASK, call_tokenizer, serving
 
 # At most a space between tokens, as x-guidance lets a schema say: random models' answers are
 # whitespace wherever the grammar allows it
@@ -65,7 +65,7 @@ def test_a_json_object_is_any_object_and_text_is_no_format(tiny):
     ("json", "response_format: an object whose type is"),
     ({"type": "json_schema"}, "response_format: json_schema must be an object whose schema"),
     ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "sentence"}}},
-     "response_format: the schema cannot be kept to: Invalid type: sentence"),
+     "response_format: the answer cannot be held to it: Invalid type: sentence"),
 ])
 def test_a_format_that_cannot_be_kept_is_refused_with_why(tiny, calibration, response_format,
                                                           says):
@@ -76,12 +76,7 @@ def test_a_format_that_cannot_be_kept_is_refused_with_why(tiny, calibration, res
                                                       response_format=response_format)
 
 
-def test_no_format_with_tools_or_for_a_thinking_models_reasoning_unless_it_is_off(qwen2,
-                                                                                 tmp_path):
-    tools = load_model(str(qwen2), dtype="fp32", device="cpu").tokenizer
-    with pytest.raises(RequestError, match="not with tools offered"):
-        ApiRequest.parse({"messages": ASK, "tools": TOOLS, "response_format": SCHEMA}, tools,
-                         512)
+def test_no_format_for_a_thinking_models_reasoning_unless_it_is_off(tmp_path):
     thinking = call_tokenizer(tmp_path, QWEN3_LIKE)
     with pytest.raises(RequestError, match="a thinking model's chat"):
         ApiRequest.parse({"messages": ASK, "response_format": SCHEMA}, thinking, 512)

@@ -15,36 +15,11 @@ from engine.serve.request import ApiRequest, RequestError
 from engine.serve.tool_calls import template_calls
 from engine.tokenizer import ByteTokenizer, Tokenizer
 from tests.engine.loading.conftest import make_tokenizer_json
-from tests.engine.serve.serving import (ASK, CALL_TEXT, HERMES, TOOLS, call_tokenizer,
+from tests.engine.serve.serving import (ASK, CALL_TEXT, DEVSTRAL, DEVSTRAL_CALL, HERMES, LLAMA,
+                                        LLAMA_CALL, MISTRAL, MISTRAL_CALL, TOOLS, call_tokenizer,
                                         scripted_client, serving)
 
-# Llama 3.1-3.3's ask, in brief: a JSON object for an answer
-LLAMA = ("{% if tools %}<|im_start|>system\nRespond in the format {\"name\": function name, "
-         "\"parameters\": dictionary of argument name and its value}.{% for tool in tools %}\n"
-         "{{ tool | tojson }}{% endfor %}<|im_end|>\n{% endif %}{% for m in messages %}"
-         "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-LLAMA_CALL = '{"name": "read_file", "parameters": {"path": "a.py"}}'
-# Mistral v0.3's, in brief: [TOOL_CALLS] and a list; past calls' ids must be nine characters
-MISTRAL = ("{% if tools %}[AVAILABLE_TOOLS] {{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}"
-           "{% for m in messages %}{% if m.tool_calls %}[TOOL_CALLS] ["
-           "{% for call in m.tool_calls %}{% if call.id | length != 9 %}"
-           "{{ raise_exception('Tool call IDs should be alphanumeric strings with length 9!') }}"
-           "{% endif %}{{ call.function | tojson }}{% endfor %}]</s>"
-           "{% elif m.role == 'tool' %}[TOOL_RESULTS] {{ m.content }}[/TOOL_RESULTS]"
-           "{% else %}[INST] {{ m.content }}[/INST]{% endif %}{% endfor %}")
 QWEN3_TOOLS = HERMES + "{# strips </think> from past answers #}"
-MISTRAL_CALL = '[TOOL_CALLS] [{"name": "read_file", "arguments": {"path": "a.py"}}]'
-# Mistral's since v11 (Mistral Small 3.2, Devstral), in brief: [TOOL_CALLS]name[ARGS]{...} a call
-DEVSTRAL = ("[SYSTEM_PROMPT]x[/SYSTEM_PROMPT]{% if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}"
-            "[/AVAILABLE_TOOLS]{% endif %}{% for m in messages %}{% if m.role == 'user' %}"
-            "[INST]{{ m.content }}[/INST]{% elif m.role == 'tool' %}[TOOL_RESULTS]{{ m.content }}"
-            "[/TOOL_RESULTS]{% else %}{{ m.content or '' }}{% for call in m.tool_calls or [] %}"
-            "{% set arguments = call.function.arguments %}{% if arguments is not string %}"
-            "{% set arguments = arguments | tojson %}{% endif %}"
-            "{{ '[TOOL_CALLS]' + call.function.name + '[ARGS]' + arguments }}{% endfor %}</s>"
-            "{% endif %}{% endfor %}")
-DEVSTRAL_CALL = '[TOOL_CALLS]read_file[ARGS]{"path": "a.py"}'
 split_calls = TaggedCalls().split
 
 
@@ -216,7 +191,9 @@ def test_a_named_tool_use_template_renders_the_requests_with_tools(tmp_path):
     ({"tools": [{"type": "function", "function": {"name": ""}}]},
      "tools[0].function.name: must be non-empty text"),
     ({"tools": "read_file"}, "tools: must be a non-empty list"),
-    ({"tools": TOOLS, "tool_choice": "required"}, "tool_choice: only 'auto' or 'none'"),
+    ({"tools": TOOLS, "tool_choice": "always"},
+     "tool_choice: 'auto', 'none', 'required' or {type: function, function: {name}}"),
+    ({"tool_choice": "required"}, "tool_choice: asks for a call, and no tools are offered"),
     ({"messages": [*ASK, {"role": "assistant", "tool_calls": [{"function": {"name": "f"}}]},
                    *ASK], "tool_choice": "none"}, None),  # arguments default to ""
     ({"messages": [*ASK, {"role": "assistant", "tool_calls": [{"function": {"name": 3}}]}]},

@@ -1,0 +1,95 @@
+"""tool_choice "required" or a named tool, and response_format beside tools: the answer held to
+calls in its model's form (each call's JSON to its tool's parameters), or to a call or the
+format's JSON, and read back as any answer's calls are."""
+import json
+
+import pytest
+
+from engine.loading import load_model
+from engine.serve.request import ApiRequest, RequestError
+from tests.engine.serve.serving import (ASK, CALL_TEXT, DEVSTRAL, DEVSTRAL_CALL, HERMES, LLAMA,
+                                        LLAMA_CALL, MISTRAL, MISTRAL_CALL, TOOLS, call_tokenizer,
+                                        serving)
+
+LS = {"type": "function", "function": {"name": "ls", "parameters": {
+    "type": "object", "properties": {"all": {"type": "boolean"}}, "required": ["all"],
+    "additionalProperties": False}}}
+FORMS = {"hermes": (HERMES, CALL_TEXT), "llama": (LLAMA, LLAMA_CALL),
+         "mistral": (MISTRAL, MISTRAL_CALL), "devstral": (DEVSTRAL, DEVSTRAL_CALL)}
+
+
+def held_to(tokenizer, **body):
+    """Whether the request's answer may be each text, whole."""
+    request = ApiRequest.parse({"messages": ASK, "tools": TOOLS + [LS], **body}, tokenizer, 4096)
+
+    def takes(text: str) -> bool:
+        ids = tokenizer.encode(text)
+        return request.output_format.allowed(ids) == len(ids)
+    return request, takes
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_required_call_is_a_call_of_a_tool_offered_in_the_models_form(tmp_path, form):
+    template, call = FORMS[form]
+    tokenizer = call_tokenizer(tmp_path, template)
+    request, takes = held_to(tokenizer, tool_choice="required")
+    assert takes(call) and not takes("It holds x = 1.")
+    assert not takes(call.replace("read_file", "write_file"))  # no such tool
+    [read] = request.tool_form.split(call)[1]
+    assert (read.name, json.loads(read.arguments)) == ("read_file", {"path": "a.py"})
+    # a named tool: its calls alone, each held to its parameters
+    _, takes_ls = held_to(tokenizer, tool_choice={"type": "function", "function": {"name": "ls"}})
+    ls_call = call.replace("read_file", "ls").replace('"path": "a.py"', '"all": true')
+    assert takes_ls(ls_call) and not takes_ls(call)
+    assert not takes_ls(ls_call.replace("true", '"yes"'))
+
+
+def test_one_call_unless_parallel_calls_are_allowed(tmp_path):
+    tokenizer = call_tokenizer(tmp_path, HERMES)
+    two = CALL_TEXT + "\n" + CALL_TEXT
+    assert held_to(tokenizer, tool_choice="required")[1](two)
+    assert not held_to(tokenizer, tool_choice="required", parallel_tool_calls=False)[1](two)
+
+
+def test_with_tools_a_response_format_is_a_call_or_the_formats_json(tmp_path):
+    tokenizer = call_tokenizer(tmp_path, HERMES)
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    _, takes = held_to(tokenizer, response_format={
+        "type": "json_schema", "json_schema": {"name": "verdict", "schema": schema}})
+    assert takes(CALL_TEXT) and takes('{"ok": true}')
+    assert not takes("It holds x = 1.") and not takes('{"ok": 1}')
+
+
+@pytest.mark.parametrize("body, says", [
+    ({"tool_choice": {"type": "function", "function": {"name": "rm"}}},
+     "tool_choice: names 'rm', which is not among the tools"),
+    ({"tool_choice": {"type": "function"}}, "tool_choice: 'auto', 'none', 'required' or"),
+])
+def test_a_forced_choice_that_cannot_be_made_is_refused(tmp_path, body, says):
+    with pytest.raises(RequestError, match=says):
+        held_to(call_tokenizer(tmp_path, HERMES), **body)
+
+
+def test_a_real_models_forced_call_comes_back_whole_and_streamed(qwen2, calibration):
+    """A random model that would never call a tool, made to (and speculating meanwhile)."""
+    import openai
+    loaded = load_model(str(qwen2), dtype="fp32", device="cpu")
+    choice = {"type": "function", "function": {"name": "ls"}}
+    with serving(loaded, calibration, max_context=1024, client_lanes=2) as (_, server):
+        client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
+        whole = client.chat.completions.create(
+            model="x", messages=ASK, tools=TOOLS + [LS], tool_choice=choice, temperature=0,
+            parallel_tool_calls=False,
+            max_tokens=200).choices[0]
+        chunks = list(client.chat.completions.create(
+            model="x", messages=ASK, tools=TOOLS + [LS], tool_choice=choice, temperature=0,
+            parallel_tool_calls=False,
+            max_tokens=200, stream=True))
+    assert whole.finish_reason == "tool_calls" and not whole.message.content
+    [call] = whole.message.tool_calls
+    assert call.function.name == "ls" and json.loads(call.function.arguments) in (
+        {"all": True}, {"all": False})
+    streamed = [c for chunk in chunks if chunk.choices
+                for c in chunk.choices[0].delta.tool_calls or []]
+    assert [(c.function.name, c.function.arguments) for c in streamed] == [
+        ("ls", call.function.arguments)]
