@@ -23,6 +23,7 @@ MAX_STOPS = 4  # stop strings a request may give, as OpenAI's API allows
 UNSUPPORTED = ("functions", "function_call", "logprobs", "top_logprobs", "logit_bias", "audio",
                "prediction", "echo", "suffix", "best_of")
 FORMATS = ("text", "json_object", "json_schema")  # response_format's types
+PENALTIES = ("presence_penalty", "frequency_penalty")
 TOOL_CHOICES = ("auto", "none", "required")  # or {"type": "function", "function": {"name"}}
 # A message's fields, beside role and content, that reach the template (for those that read them)
 PASSED_ON = {"tool": ("tool_call_id", "name"), "assistant": ("reasoning_content",)}
@@ -63,6 +64,9 @@ class ApiRequest:
             raise RequestError(f"{', '.join(asked)}: not supported")
         if body.get("n", 1) != 1:
             raise RequestError(f"n: only one choice is generated, got {body['n']!r}")
+        for penalty in PENALTIES:  # clients send 0, their default, often: that one is done
+            if body.get(penalty) not in (None, 0):
+                raise RequestError(f"{penalty}: only 0 (no penalty), got {body[penalty]!r}")
         field = "messages" if chat else "prompt"
         tools, tool_form, forced = _tools(body, tokenizer) if chat else (None, None, None)
         prompt = _chat_prompt(body, tokenizer, tools) if chat else None

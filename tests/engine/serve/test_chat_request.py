@@ -61,6 +61,7 @@ def test_defaults_follow_openais_api_and_max_tokens_is_held_to_the_room_left():
     ({"stream": "yes"}, "stream: must be true or false"),
     ({"n": 2}, "n: only one choice"),
     ({"logprobs": True}, "logprobs: not supported"),
+    ({"presence_penalty": 0.5}, "presence_penalty: only 0 (no penalty), got 0.5"),
 ])
 def test_a_bad_field_is_named(body, says):
     with pytest.raises(RequestError, match=None) as caught:
