@@ -5,7 +5,8 @@ conversations one after another, each of `--turns` requests from the swarm's wor
 code edit re-emits the file it read), then the tool's output after each answer, the answer sent
 back as an agent loop sends it; no tool wait. Every conversation starts with a system message:
 the workload's own, or (`--system agent`) a coding agent's instructions and tools of 1,300
-tokens, as agent frameworks send. Every policy serves the same conversations from an engine of
+tokens, as agent frameworks send; with `--response-format`, every answer is held to JSON (any
+object, or a schema's). Every policy serves the same conversations from an engine of
 its own on the loaded model, behind a server of its own, one policy at a time, the first
 rotating from round to round so that a slow spell of the machine lands on each alike. A policy
 named POLICY:unshared runs with new conversations feeding their whole prompt, not sharing the
@@ -29,7 +30,8 @@ from pathlib import Path
 
 from engine.bench import in_turn
 from engine.bench.spec import ratio_spread
-from engine.cli.options import MODEL_HELP, add_device_options, check_at_least
+from engine.cli.options import (MODEL_HELP, RESPONSE_FORMAT_HELP, add_device_options,
+                                check_at_least, read_response_format)
 from engine.controls import CATEGORIES, Controls
 from engine.errors import SwarmscopeError
 from engine.swarm.workload import WORKLOAD_DIR
@@ -57,6 +59,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--policies", default="off,goodput",
                         help="comma-separated, the first the reference (default off,goodput); "
                              f"POLICY{UNSHARED}: new conversations share no prefix's KV")
+    parser.add_argument("--response-format", metavar="json|FILE", help=RESPONSE_FORMAT_HELP)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
 
@@ -97,6 +100,9 @@ def measure(args, policies: list[str]) -> list[dict]:
     from engine.swarm.workload import Workload
 
     system = _system(args.system)  # before loading: a wrong path is said at once
+    schema = args.response_format and read_response_format(args.response_format)
+    extra = {"response_format": {"type": "json_schema", "json_schema": {
+        "name": "answer", "schema": schema}}} if schema else {}
     loaded = load_model(args.model, dtype=args.dtype, device=args.device, threads=args.threads)
     calibration = calibrate_or_load(loaded, progress=lambda message, *_: print(
         f"  {message}", file=sys.stderr))
@@ -108,7 +114,8 @@ def measure(args, policies: list[str]) -> list[dict]:
     served = {policy: [] for policy in policies}
     for round_no in range(args.rounds):
         for policy in in_turn(policies, round_no):
-            served[policy].append(_serve(loaded, calibration, policy, clients, max_tokens))
+            served[policy].append(_serve(loaded, calibration, policy, clients, max_tokens,
+                                         extra))
             print(f"  round {round_no + 1}, {policy}: "
                   f"{served[policy][-1]['tokens_per_s']:.1f} tokens/s", file=sys.stderr)
     reference = [r["tokens_per_s"] for r in served[policies[0]]]
@@ -151,8 +158,9 @@ def _conversation(workload, category: str, turns: int, system: str | None,
 
 
 def _serve(loaded, calibration, policy: str, clients: list[list[list[dict]]],
-           max_tokens: int) -> dict:
-    """Every client's conversations through a server of its own, on an engine of `policy`'s."""
+           max_tokens: int, extra: dict) -> dict:
+    """Every client's conversations through a server of its own, on an engine of `policy`'s;
+    `extra`: more fields of every request."""
     from engine.engine import Engine
     from engine.serve.http_api import ApiServer
     from engine.swarm.config import SwarmConfig
@@ -166,7 +174,8 @@ def _serve(loaded, calibration, policy: str, clients: list[list[list[dict]]],
     server = ApiServer(lambda: engine, "127.0.0.1", 0).start()
     results: list[dict] = [{} for _ in clients]
     failures: list[str] = []
-    threads = [threading.Thread(target=_client, args=(server.url, c, max_tokens, r, failures))
+    threads = [threading.Thread(target=_client,
+                                args=(server.url, c, max_tokens, extra, r, failures))
                for c, r in zip(clients, results)]
     start = time.perf_counter()
     try:
@@ -191,8 +200,8 @@ def _serve(loaded, calibration, policy: str, clients: list[list[list[dict]]],
             "drafted": sum(lane.k for lane in lanes), "accepted": sum(lane.acc for lane in lanes)}
 
 
-def _client(url: str, conversations: list[list[dict]], max_tokens: int, result: dict,
-            failures: list[str]) -> None:
+def _client(url: str, conversations: list[list[dict]], max_tokens: int, extra: dict,
+            result: dict, failures: list[str]) -> None:
     """One agent: ask (streamed, as an agent that shows its progress does), take the answer into
     the conversation, go on with the next message; then the next conversation."""
     address = urllib.parse.urlparse(url)
@@ -208,7 +217,7 @@ def _client(url: str, conversations: list[list[dict]], max_tokens: int, result: 
                 asked = time.perf_counter()
                 connection.request("POST", f"{address.path}/chat/completions", json.dumps(
                     {"messages": messages, "temperature": 0, "max_tokens": max_tokens,
-                     "stream": True, "stream_options": {"include_usage": True}}))
+                     "stream": True, "stream_options": {"include_usage": True}, **extra}))
                 text, usage = [], None
                 for chunk in _events(connection.getresponse()):
                     if "error" in chunk:

@@ -6,7 +6,8 @@ import json
 import sys
 from pathlib import Path
 
-from engine.cli.options import MODEL_HELP, add_device_options, add_thinking_option, check_drafter
+from engine.cli.options import (MODEL_HELP, RESPONSE_FORMAT_HELP, add_device_options,
+                                add_thinking_option, check_drafter, read_response_format)
 from engine.controls import Controls
 from engine.errors import SwarmscopeError
 from engine.sampling import SamplingParams
@@ -61,21 +62,13 @@ def register(subparsers) -> None:
     p.add_argument("--k", type=int, default=8, help="drafts per lane (fixed) / cap (others)")
     p.add_argument("--drafter", default="lookup", help="lookup | self | a draft model folder")
     p.add_argument("--ragged", default="packed", choices=("packed", "padded"))
-    p.add_argument("--response-format", metavar="json|FILE",
-                   help="hold every answer to JSON: json (any JSON object) or a JSON Schema file")
+    p.add_argument("--response-format", metavar="json|FILE", help=RESPONSE_FORMAT_HELP)
     p.set_defaults(func=run)
 
 
-def read_response_format(choice: str, tokenizer):
-    """The output_format.OutputFormat --response-format names."""
+def _held_to(choice: str, schema: dict, tokenizer):
+    """The output_format.OutputFormat of the schema --response-format named."""
     from engine.output_format import json_format
-    schema = {"type": "object"}
-    if choice != "json":
-        try:
-            schema = json.loads(Path(choice).read_text(encoding="utf-8-sig"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise SwarmscopeError(f"--response-format: {choice}: cannot read a JSON Schema "
-                                  f"({exc})") from None
     try:
         return json_format(schema, tokenizer)
     except ValueError as exc:
@@ -102,12 +95,12 @@ def run(args) -> int:
         except ValueError as exc:
             raise SwarmscopeError(f"--k: {exc}") from None
         check_drafter("--drafter", args.drafter)
+        schema = args.response_format and read_response_format(args.response_format)
         note = (lambda message, *_: print(message, file=sys.stderr)) if not args.json else None
         loaded = load_model(args.model, args.dtype, args.device, progress=note,
                             thinking=args.thinking, threads=args.threads)
         check_drafter("--drafter", args.drafter, loaded)  # now its tokenizer too
-        held_to = args.response_format and read_response_format(args.response_format,
-                                                                loaded.tokenizer)
+        held_to = schema and _held_to(args.response_format, schema, loaded.tokenizer)
         results = generate(loaded, prompts, controls, args.max_tokens, sampling, args.chat,
                            progress=lambda message: print(message, file=sys.stderr),
                            output_format=held_to)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import math
 from importlib import metadata
+from pathlib import Path
 
 from engine.errors import ModelLoadError, SwarmscopeError
 from engine.serve.http_api import DEFAULT_HOST, DEFAULT_PORT
@@ -109,6 +111,23 @@ def check_at_least(options: dict[str, tuple[float | None, float]]) -> None:
         if value is not None and not lowest <= value < math.inf:  # nan fails too
             number = "" if isinstance(value, int) else "a finite number "
             raise SwarmscopeError(f"{option} must be {number}>= {lowest}, got {value:g}")
+
+
+RESPONSE_FORMAT_HELP = "json (any JSON object) | a JSON Schema file the answers keep to"
+
+
+def read_response_format(choice: str) -> dict:
+    """The JSON schema --response-format names: any object for `json`, else the file's."""
+    if choice == "json":
+        return {"type": "object"}
+    try:
+        schema = json.loads(Path(choice).read_text(encoding="utf-8-sig"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SwarmscopeError(f"--response-format: {choice}: cannot read a JSON Schema "
+                              f"({exc})") from None
+    if not isinstance(schema, dict):
+        raise SwarmscopeError(f"--response-format: {choice}: a JSON Schema is an object")
+    return schema
 
 
 def check_drafter(option: str, drafter: str, target=None) -> None:

@@ -162,6 +162,21 @@ def test_bench_serve_feeds_and_holds_once_a_system_prompt_new_conversations_shar
     assert rows[1]["kv_peak_bytes"] < 0.7 * rows[0]["kv_peak_bytes"]
 
 
+def test_bench_serve_holds_every_answer_to_a_response_format(capsys, tmp_path):
+    schema = tmp_path / "verdict.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"ok": {"type": "boolean"}},
+                                  "required": ["ok"], "additionalProperties": False,
+                                  "x-guidance": {"whitespace_pattern": ""}}))
+    command = ["bench", "serve", "--model", "tiny-test", "--dtype", "fp32", "--clients", "1",
+               "--turns", "1", "--rounds", "1", "--category", "chat", "--policies", "off,goodput",
+               "--response-format", str(schema), "--json"]
+    rows = _json_out(capsys, command)  # every request with the format was answered
+    assert [row["policy"] for row in rows] == ["off", "goodput"]
+    schema.write_text('{"type": "sentence"}')  # it reaches the server, which refuses it
+    assert main(command) == 2
+    assert "response_format: the answer cannot be held to it" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("option, message", [(["--clients", "0"], "--clients must be >= 1"),
                                              (["--conversations", "0"],
                                               "--conversations must be >= 1"),
