@@ -6,6 +6,8 @@ lane it remembers how many leading tokens of the lane's context its cache holds 
 Before drafting it rolls its cache back to that prefix and catches up on everything committed
 since, in one chunk, so a lane that paused drafting for a while is refreshed rather than left
 stale. After verification, the drafts it fed and the target kept stay; the rest is rolled back.
+A lane with no draft KV yet starts with the blocks of the longest prefix it shares with a lane
+that has some (a swarm's system prompt: fed through the draft model once, as the target's is).
 
 Drafts are the draft model's argmax, so verification treats them as one-hot proposals (exact for
 greedy lanes and still lossless, by rejection sampling, for sampled ones)."""
@@ -22,7 +24,7 @@ from engine.errors import KVCacheFull, ModelLoadError
 from engine.forward_batch import LaneInput
 from engine.kv_cache import PagedKVCache
 from engine.runner import ModelRunner
-from engine.sequence import Sequence
+from engine.sequence import Sequence, common_prefix
 from engine.spec.drafters import Draft
 
 TOKENIZER_PROBE = "def reverse(s):\n    return s[::-1]  # 42 héllo, wörld! {\"k\": [1, 2]}"
@@ -72,6 +74,7 @@ class DraftModelDrafter:
         self.runner = ModelRunner(model, kv)
         self.name = name
         self._valid: dict[int, int] = {}     # seq_id -> committed tokens held by the draft KV
+        self._texts: dict[int, list[int]] = {}  # seq_id -> its tokens, the first _valid held
         self._drafted_from: dict[int, int] = {}  # seq_id -> context length when it last drafted
         self._pass_ms: float | None = None   # measured ms of one batched draft pass (EMA)
 
@@ -108,8 +111,11 @@ class DraftModelDrafter:
         for i in active:
             seq = seqs[i]
             valid = min(self._valid.get(seq.seq_id, 0), len(seq.token_ids) - 1)
-            if seq.seq_id in blocks:
-                blocks.truncate(seq.seq_id, valid)
+            if valid:
+                valid = blocks.truncate(seq.seq_id, valid)
+            else:
+                valid = self._share_prefix(seq)
+            self._texts[seq.seq_id] = seq.token_ids
             lanes.append(LaneInput(seq.seq_id, seq.token_ids[valid:], valid, 1))
         index = {seqs[i].seq_id: i for i in active}
         start = time.perf_counter()
@@ -135,17 +141,29 @@ class DraftModelDrafter:
         self._pass_ms = ms if self._pass_ms is None else 0.8 * self._pass_ms + 0.2 * ms
         return [Draft(tokens) for tokens in drafts]
 
+    def _share_prefix(self, seq: Sequence) -> int:
+        """Start `seq`'s draft KV with the blocks of the longest prefix it shares with a lane
+        whose draft KV holds it; the tokens it then holds (0: none shared)."""
+        blocks = self.runner.kv.blocks
+        blocks.free(seq.seq_id)
+        last = len(seq.token_ids) - 1  # fed whatever is held: its row drafts the first token
+        shared, source = max(((common_prefix(text, seq.token_ids, min(self._valid[other], last)),
+                               other) for other, text in self._texts.items()
+                              if other != seq.seq_id and self._valid.get(other)), default=(0, None))
+        return blocks.share(source, seq.seq_id, shared) if shared >= blocks.block_size else 0
+
     def commit(self, seq: Sequence, drafted: int, accepted: int) -> None:
         context = self._drafted_from.pop(seq.seq_id, None)
         if context is None or drafted == 0:
             return
         # The draft KV holds drafts 1..k-1 (the last was never fed); the accepted ones are now
         # committed tokens, so they stay valid.
-        self._valid[seq.seq_id] = context + min(accepted, drafted - 1)
-        self.runner.kv.blocks.truncate(seq.seq_id, self._valid[seq.seq_id])
+        self._valid[seq.seq_id] = self.runner.kv.blocks.truncate(
+            seq.seq_id, context + min(accepted, drafted - 1))
 
     def release(self, seq_id: int) -> None:
         self._valid.pop(seq_id, None)
+        self._texts.pop(seq_id, None)
         self._drafted_from.pop(seq_id, None)
         if seq_id in self.runner.kv.blocks:
             self.runner.kv.blocks.free(seq_id)
