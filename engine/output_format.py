@@ -29,16 +29,14 @@ def json_format(schema: dict, tokenizer) -> "OutputFormat":
     why where the schema cannot be compiled (llguidance's own words)."""
     grammar = llguidance.LLMatcher.grammar_from_json_schema(
         json.dumps(schema), defaults={"whitespace_pattern": WHITESPACE})
-    return OutputFormat(llguidance.LLMatcher(vocabulary(tokenizer), grammar),
-                        list(tokenizer.eos_ids))
+    return OutputFormat(llguidance.LLMatcher(vocabulary(tokenizer), grammar), tokenizer)
 
 
 def lark_format(lark: str, tokenizer) -> "OutputFormat":
     """Answers in a grammar of llguidance's Lark syntax (its `start` rule); ValueError saying
     why where it cannot be compiled."""
     grammar = llguidance.LLMatcher.grammar_from_lark(lark)
-    return OutputFormat(llguidance.LLMatcher(vocabulary(tokenizer), grammar),
-                        list(tokenizer.eos_ids))
+    return OutputFormat(llguidance.LLMatcher(vocabulary(tokenizer), grammar), tokenizer)
 
 
 def json_rule(schema: dict, whitespace: str = WHITESPACE) -> str:
@@ -70,38 +68,66 @@ def vocabulary(tokenizer) -> llguidance.LLTokenizer:
 class OutputFormat:
     """One answer's grammar and where the answer is in it."""
 
-    def __init__(self, matcher: llguidance.LLMatcher, ends: list[int]) -> None:
+    def __init__(self, matcher: llguidance.LLMatcher, tokenizer) -> None:
         if matcher.is_error():  # its first line: a Lark grammar's error goes on to quote it
             raise ValueError(matcher.get_error().splitlines()[0])
-        self._matcher, self._ends = matcher, ends
+        self._matcher, self._tokenizer = matcher, tokenizer
+        self._ends = list(tokenizer.eos_ids)
 
     def copy(self) -> "OutputFormat":
         """The same grammar, where this answer is now, for another answer."""
-        return OutputFormat(self._matcher.deep_copy(), self._ends)
+        return OutputFormat(self._matcher.deep_copy(), self._tokenizer)
 
     def allowed(self, draft: list[int]) -> int:
         """How many of the draft's leading tokens the grammar takes."""
-        return self._matcher.validate_tokens(draft) if draft else 0
+        # The model's ids past the tokenizer's name no text: shown one, the matcher stops for
+        # good, so the draft is cut before it is asked
+        named = next((i for i, token in enumerate(draft)
+                      if token >= self._tokenizer.vocab_size), len(draft))
+        return self._matcher.validate_tokens(draft[:named]) if named else 0
 
-    def mask(self, logits: torch.Tensor, draft: list[int]) -> torch.Tensor:
-        """`logits` [1 + len(draft), vocab] with what the grammar forbids at each row at -inf
-        (row j: after the answer and draft[:j]; the draft as `allowed` cut it)."""
-        masked = logits.clone()
+    def greedy(self, logits: torch.Tensor, draft: list[int], top: list[int]) -> list[int]:
+        """Each row's highest-scoring token of those the grammar allows there (row j: after the
+        answer and draft[:j]; the draft as `allowed` cut it). `top`: each row's highest of all
+        (ForwardOutput.greedy), which is it wherever the grammar allows it, as it mostly does:
+        only other rows are masked (a mask over the vocabulary costs torch ~100 us a row)."""
+        chosen = []
         for row, token in enumerate([*draft, None]):
-            allowed = torch.frombuffer(bytearray(self._matcher.compute_logit_bias()),
-                                       dtype=torch.uint8)[:masked.shape[1]].to(masked.device) > 0
-            if not allowed.any():  # a grammar that took a wrong turn: the answer ends
-                allowed[self._ends] = True
-            masked[row, :len(allowed)].masked_fill_(~allowed, float("-inf"))
-            masked[row, len(allowed):] = float("-inf")  # the model's rows past the tokenizer's
+            best = top[row]
+            if not self.allowed([best]):
+                best = int(logits[row].masked_fill(~self._allowed(logits.shape[1], logits.device),
+                                                   float("-inf")).argmax())
+            chosen.append(best)
             if token is not None:
                 self._matcher.consume_token(token)
         self._matcher.rollback(len(draft))
-        return masked
+        return chosen
+
+    def mask(self, logits: torch.Tensor, draft: list[int]) -> torch.Tensor:
+        """`logits` [1 + len(draft), vocab] with what the grammar forbids at each row at -inf
+        (rows as `greedy` has them), for a sampled lane's distributions."""
+        rows = []
+        for token in [*draft, None]:
+            rows.append(self._allowed(logits.shape[1], logits.device))
+            if token is not None:
+                self._matcher.consume_token(token)
+        self._matcher.rollback(len(draft))
+        return logits.masked_fill(~torch.stack(rows), float("-inf"))
 
     def advance(self, tokens: list[int]) -> None:
         """The answer's tokens committed this step, each one the masks allowed."""
         self._matcher.consume_tokens(tokens)
+
+    def _allowed(self, width: int, device: torch.device) -> torch.Tensor:
+        """[width] True where the grammar allows the token next (the model's ids past the
+        tokenizer's never; a grammar that allows nothing, having taken a wrong turn, ends)."""
+        words = torch.frombuffer(bytearray(self._matcher.compute_logit_bias()),
+                                 dtype=torch.uint8)[:width]
+        allowed = torch.zeros(width, dtype=torch.bool)
+        allowed[:len(words)] = words > 0
+        if not allowed.any():
+            allowed[self._ends] = True
+        return allowed.to(device)
 
 
 class _ByteWords(llguidance.TokenizerWrapper):

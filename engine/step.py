@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from engine.controls import Controls
 from engine.errors import KVCacheFull
 from engine.forward_batch import LaneInput
-from engine.sampling import LaneSampler, greedy_tokens
+from engine.sampling import LaneSampler
 from engine.sequence import Sequence
 from engine.spec.acceptance import AcceptanceStats
 from engine.spec.calibration import Calibration
@@ -137,13 +137,13 @@ class StepExecutor:
                 continue
             draft, held_to = by_seq[seq.seq_id], seq.output_format
             # a lane held to a format is verified against the model within it (output_format.py)
-            logits = out.logits[index] if held_to is None else held_to.mask(out.logits[index],
-                                                                            draft.tokens)
             if seq.sampling.greedy:
                 verdict = verify_greedy(draft.tokens, greedy[index] if held_to is None else
-                                        greedy_tokens(logits))
+                                        held_to.greedy(out.logits[index], draft.tokens,
+                                                       greedy[index]))
             else:
-                verdict = self._verify_sampled(seq, draft, logits)
+                verdict = self._verify_sampled(seq, draft, out.logits[index] if held_to is None
+                                               else held_to.mask(out.logits[index], draft.tokens))
             ctx = len(seq.token_ids)
             result = self._commit(seq, n, draft, verdict)
             if held_to is not None:

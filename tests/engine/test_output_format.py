@@ -44,6 +44,25 @@ def test_drafts_are_cut_where_the_grammar_refuses_and_each_row_masked_after_the_
     assert set(torch.nonzero(ends > -1).flatten().tolist()) == set(tiny.tokenizer.eos_ids)
 
 
+def test_a_greedy_row_keeps_its_best_token_where_the_grammar_allows_it_else_the_best_allowed(
+        tiny):
+    held_to = json_format(CHOICE, tiny.tokenizer)
+    logits = torch.zeros(3, tiny.config.vocab_size)
+    logits[:, ord("x")] = 5.0  # the best of all, which the grammar never allows here
+    logits[0, ord("{")] = logits[2, ord("o")] = 1.0
+    logits[1, ord('"')] = 9.0  # the best of all, and allowed
+    top = [ord("x"), ord('"'), ord("x")]
+    assert held_to.greedy(logits, [ord("{"), ord('"')], top) == [ord("{"), ord('"'), ord("o")]
+    assert held_to.allowed([ord("{")]) == 1  # stepped back where it began
+
+
+def test_an_id_the_tokenizer_does_not_name_is_refused_and_the_grammar_goes_on(tiny):
+    """The tiny model's ids 260..319 name no text: the matcher, shown one, would stop for good."""
+    held_to = json_format(CHOICE, tiny.tokenizer)
+    assert held_to.allowed([ord("{"), 300, ord('"')]) == 1 and held_to.allowed([300]) == 0
+    assert held_to.allowed(tiny.tokenizer.encode('{"ok": true')) == len('{"ok": true')
+
+
 @pytest.mark.parametrize("drafter", ["lookup", "self"])
 def test_speculation_within_a_format_changes_no_token_and_the_answers_keep_to_it(
         tiny, calibration, drafter):
