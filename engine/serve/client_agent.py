@@ -41,8 +41,7 @@ class ClientAgent(Agent):
         request = self._take(completion)
         self.seq = Sequence(seq_id=seq_id, token_ids=list(request.prompt_ids),
                             prompt_len=len(request.prompt_ids), sampling=request.sampling,
-                            stop_ids=tuple(self.tokenizer.eos_ids), agent=self.id, cat=self.cat,
-                            output_format=request.output_format)
+                            stop_ids=tuple(self.tokenizer.eos_ids), agent=self.id, cat=self.cat)
         text = self.tokenizer.decode(request.prompt_ids)
         self._add_segment(text, "prompt")
         self._note(text, "prompt")
@@ -56,7 +55,6 @@ class ClientAgent(Agent):
         completion.reused_tokens = self.seq.num_cached
         new_ids = request.prompt_ids[len(self.seq.token_ids):]
         self.seq.sampling = request.sampling
-        self.seq.output_format = request.output_format
         self.resume(self.tokenizer.decode(new_ids), new_ids, t)
 
     def _take(self, completion: Completion):
@@ -66,6 +64,9 @@ class ClientAgent(Agent):
 
     def _turn_tokens(self) -> int:
         return self.completion.request.max_tokens
+
+    def _turn_format(self):
+        return self.completion.request.output_format
 
     def on_tokens(self, new_ids: list[int], accepted: int, drafted: int) -> None:
         super().on_tokens(new_ids, accepted, drafted)

@@ -3,7 +3,9 @@ resources/workloads/ (written for this project).
 
 Categories differ in how predictable their text is: `code-edit` re-emits a file it was shown
 (prompt lookup drafts well), `chat` is free text (drafts poorly), `json` emits structured tool
-calls. All randomness comes from the caller's `random.Random`, so a seed fixes a run."""
+calls. A category's corpus may give a JSON `schema` its answers are held to (output_format.py),
+as an agent framework holds its tool calls; json's does. All randomness comes from the caller's
+`random.Random`, so a seed fixes a run."""
 from __future__ import annotations
 
 import json
@@ -32,6 +34,7 @@ class CategoryCorpus:
     prompts: list[str]        # user turns; code-edit builds them from `task`, sources and edits
     tool_outputs: list[str]   # templates formatted with the task's fields
     max_new_tokens: int       # a turn stops at EOS or this many tokens
+    schema: dict | None = None  # the JSON schema its answers keep to, if any
 
 
 class Workload:
@@ -52,13 +55,16 @@ class Workload:
                 prompts = list(data["prompts"])
             corpus = CategoryCorpus(system=data["system"], prompts=prompts,
                                     tool_outputs=list(data["tool_outputs"]),
-                                    max_new_tokens=int(data["max_new_tokens"]))
+                                    max_new_tokens=int(data["max_new_tokens"]),
+                                    schema=data.get("schema"))
         except OSError as exc:
             raise SwarmscopeError(f"{path}: cannot read workload corpus ({exc.strerror})") from None
         except (ValueError, KeyError, TypeError) as exc:
             raise SwarmscopeError(f"{path}: malformed workload corpus ({exc!r})") from None
         if not corpus.prompts or not corpus.tool_outputs or corpus.max_new_tokens < 1:
             raise SwarmscopeError(f"{path}: needs prompts, tool_outputs and max_new_tokens >= 1")
+        if not isinstance(corpus.schema, (dict, type(None))):
+            raise SwarmscopeError(f"{path}: schema must be a JSON Schema object")
         return corpus
 
     def new_task(self, cat: str, rng: random.Random) -> Task:
@@ -81,6 +87,9 @@ class Workload:
 
     def max_new_tokens(self, cat: str) -> int:
         return self.corpora[cat].max_new_tokens
+
+    def schema(self, cat: str) -> dict | None:
+        return self.corpora[cat].schema
 
 
 def pick_category(mix: dict[str, float], rng: random.Random) -> str:

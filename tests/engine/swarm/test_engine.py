@@ -11,9 +11,10 @@ from engine.swarm.config import SwarmConfig
 SHORT = {"chat": 1.0, "json": 1.0}  # short prompts keep prefill (and the test) small
 
 
-def make_engine(tiny, calibration, agents=8, mix=None, **config):
+def make_engine(tiny, calibration, agents=8, mix=None, policy="goodput", **config):
     config = {"seed": 3, "clock": "virtual", "max_context": 1024, **config}
-    controls = Controls(swarm_size=agents, tool_latency_s=0.3, mix=mix or dict(SHORT))
+    controls = Controls(swarm_size=agents, tool_latency_s=0.3, mix=mix or dict(SHORT),
+                        policy=policy)
     return Engine(tiny, SwarmConfig(**config), controls, calibration=calibration)
 
 
@@ -40,14 +41,16 @@ def test_a_seeded_swarm_is_reproducible_step_for_step(tiny, calibration):
 def test_a_new_task_starts_from_the_kv_of_the_prompt_it_shares_and_writes_the_same(
         tiny, calibration):
     """Agents of a category share its system prompt: a task started while another agent holds
-    its KV copies it rather than feeding it again, and every agent writes what it writes
-    without the copies (fp32; sampled, as greedy text of the tiny model hardly depends on its
+    its KV starts with its blocks rather than feeding it again, and every agent writes what it
+    writes without them (fp32; sampled, as greedy text of the tiny model hardly depends on its
     context). A short context makes tasks start often; what each agent writes depends on its
     seed alone, not on when its steps ran."""
     transcripts = {}
     for share in (True, False):
+        # no drafts: a sampled lane writes its seed's text token for token only where it is
+        # drafted alike (rejection sampling draws per draft), and the runs' batches differ
         engine = make_engine(tiny, calibration, agents=6, max_context=160, share_prefixes=share,
-                             temperature=1.0)
+                             temperature=1.0, policy="off")
         engine.run(steps=200)
         assert (engine.kv_usage().shared_tokens > 0) == share
         transcripts[share] = {view.id: "".join(text for text, _ in view.transcript)
@@ -349,3 +352,29 @@ def test_the_kv_cache_takes_at_most_half_the_free_memory_and_one_context_at_leas
     with pytest.raises(SwarmscopeError, match="no room for the KV cache: one agent's context of "
                                               "1024 tokens needs"):
         make_engine(tiny, calibration, agents=8, max_context=1024)
+
+
+def test_json_agents_answer_in_their_categorys_schema_and_still_speculate(tiny, calibration):
+    """The json corpus gives a schema (a tool call): every turn its agents write keeps to it,
+    each checked against the schema compiled afresh (the tiny model's turns mostly end at their
+    64 tokens, whitespace filling what the grammar lets it: each is a call so far)."""
+    from engine.output_format import json_format
+    from engine.swarm.workload import Workload
+
+    engine = make_engine(tiny, calibration, agents=4, mix={"json": 1.0})
+    engine.run(steps=200)
+    schema, ends = Workload().schema("json"), ("<|im_end|>", "</s>")
+    turns = 0
+    for view in engine.agents():
+        answers = [[]]  # each turn's output segments
+        for text, kind in view.transcript:
+            if kind in ("prompt", "tool"):
+                answers.append([])
+            else:
+                answers[-1].append(text)
+        for answer in filter(None, map("".join, answers)):
+            ids = tiny.tokenizer.encode(answer.removesuffix(ends[0]).removesuffix(ends[1]))
+            assert json_format(schema, tiny.tokenizer).allowed(ids) == len(ids), answer
+            turns += 1
+    lanes = [lane for record in engine.records.snapshot() for lane in record.lanes]
+    assert turns >= 8 and sum(lane.k for lane in lanes) > 0
