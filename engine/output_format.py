@@ -1,12 +1,14 @@
-"""Answers held to a JSON schema (OpenAI's `response_format`), by llguidance (the grammar engine
-of llama.cpp, vLLM and SGLang): the schema compiled to a grammar, a matcher per lane that follows
-its answer token by token, and the mask that keeps the target's choice inside the grammar.
+"""Answers held to a grammar, by llguidance (the grammar engine of llama.cpp, vLLM and SGLang): a
+JSON schema (OpenAI's `response_format`, a workload category's tool call) or calls of the tools a
+request forces (serve/call_forms.py writes their grammars), compiled once; a matcher per lane
+that follows its answer token by token; and the masks that keep the target's choice inside it.
 
 Speculation stays lossless: the target a lane is verified against is the model's distribution
 with the tokens the grammar forbids removed, at every row. Row j of a lane's logits follows its
-answer and drafts 1..j, so the matcher steps through the drafts to mask each row and steps back;
-drafts are first cut where the grammar would refuse one (the target could never choose it). The
-answer is the JSON, laid out as the model likes (WHITESPACE), then an end-of-turn token."""
+answer and drafts 1..j, so the matcher steps through the drafts and back; drafts are first cut
+where the grammar would refuse one (the target could never choose it). A greedy row needs no
+mask where the grammar allows the model's best token, as it mostly does. A JSON answer is laid
+out as the model likes (WHITESPACE), then an end-of-turn token."""
 from __future__ import annotations
 
 import json
