@@ -81,12 +81,18 @@ class OutputFormat:
         return OutputFormat(self._matcher.deep_copy(), self._tokenizer)
 
     def allowed(self, draft: list[int]) -> int:
-        """How many of the draft's leading tokens the grammar takes."""
-        # The model's ids past the tokenizer's name no text: shown one, the matcher stops for
-        # good, so the draft is cut before it is asked
-        named = next((i for i, token in enumerate(draft)
-                      if token >= self._tokenizer.vocab_size), len(draft))
-        return self._matcher.validate_tokens(draft[:named]) if named else 0
+        """How many of the draft's leading tokens the grammar takes: the answer's end (an end
+        token, which nothing follows) only where the answer may end."""
+        # Asked here, not by llguidance: its validate passes an end token anywhere, and one
+        # consumed stops the matcher for good, as does an id past the tokenizer's (no text)
+        cut = next((i for i, token in enumerate(draft)
+                    if token in self._ends or token >= self._tokenizer.vocab_size), len(draft))
+        taken = self._matcher.validate_tokens(draft[:cut]) if cut else 0
+        if taken == cut < len(draft) and draft[cut] in self._ends:
+            self._matcher.consume_tokens(draft[:cut])
+            taken += self._matcher.is_accepting()
+            self._matcher.rollback(cut)
+        return taken
 
     def greedy(self, logits: torch.Tensor, draft: list[int], top: list[int]) -> list[int]:
         """Each row's highest-scoring token of those the grammar allows there (row j: after the
@@ -94,40 +100,48 @@ class OutputFormat:
         (ForwardOutput.greedy), which is it wherever the grammar allows it, as it mostly does:
         only other rows are masked (a mask over the vocabulary costs torch ~100 us a row)."""
         chosen = []
-        for row, token in enumerate([*draft, None]):
-            best = top[row]
+        for token in self._rows(draft):
+            best = top[len(chosen)]
             if not self.allowed([best]):
-                best = int(logits[row].masked_fill(~self._allowed(logits.shape[1], logits.device),
-                                                   float("-inf")).argmax())
+                best = int(logits[len(chosen)].masked_fill(
+                    ~self._allowed(logits.shape[1], logits.device), float("-inf")).argmax())
             chosen.append(best)
-            if token is not None:
-                self._matcher.consume_token(token)
-        self._matcher.rollback(len(draft))
-        return chosen
+        return chosen + top[len(chosen):]
 
     def mask(self, logits: torch.Tensor, draft: list[int]) -> torch.Tensor:
         """`logits` [1 + len(draft), vocab] with what the grammar forbids at each row at -inf
         (rows as `greedy` has them), for a sampled lane's distributions."""
-        rows = []
-        for token in [*draft, None]:
-            rows.append(self._allowed(logits.shape[1], logits.device))
-            if token is not None:
-                self._matcher.consume_token(token)
-        self._matcher.rollback(len(draft))
-        return logits.masked_fill(~torch.stack(rows), float("-inf"))
+        rows = [self._allowed(logits.shape[1], logits.device) for _ in self._rows(draft)]
+        masked = logits.clone()
+        masked[:len(rows)].masked_fill_(~torch.stack(rows), float("-inf"))
+        return masked
 
     def advance(self, tokens: list[int]) -> None:
-        """The answer's tokens committed this step, each one the masks allowed."""
-        self._matcher.consume_tokens(tokens)
+        """The answer's tokens committed this step, each one the masks allowed; its end is not
+        the grammar's to take."""
+        self._matcher.consume_tokens([token for token in tokens if token not in self._ends])
+
+    def _rows(self, draft: list[int]):
+        """Walks the matcher through the draft, row by row (yielding at each row's state), and
+        back. Rows after a drafted end are none of the answer's (verification and the commit
+        stop at it): the walk stops there."""
+        walked = 0
+        for token in [*draft, None]:
+            yield token
+            if token is None or token in self._ends:
+                break
+            self._matcher.consume_token(token)
+            walked += 1
+        self._matcher.rollback(walked)
 
     def _allowed(self, width: int, device: torch.device) -> torch.Tensor:
         """[width] True where the grammar allows the token next (the model's ids past the
-        tokenizer's never; a grammar that allows nothing, having taken a wrong turn, ends)."""
+        tokenizer's never)."""
         words = torch.frombuffer(bytearray(self._matcher.compute_logit_bias()),
                                  dtype=torch.uint8)[:width]
         allowed = torch.zeros(width, dtype=torch.bool)
         allowed[:len(words)] = words > 0
-        if not allowed.any():
+        if not allowed.any():  # a finished answer (llguidance's mask lists no end) ends here
             allowed[self._ends] = True
         return allowed.to(device)
 

@@ -63,6 +63,22 @@ def test_an_id_the_tokenizer_does_not_name_is_refused_and_the_grammar_goes_on(ti
     assert held_to.allowed(tiny.tokenizer.encode('{"ok": true')) == len('{"ok": true')
 
 
+def test_an_end_token_is_taken_only_where_the_answer_may_end(tiny):
+    """llguidance's own check passes an end token anywhere, and one consumed where the answer
+    may not end stops its matcher for good (found in a swarm: a lookup draft of `}<|im_end|>`
+    closing one brace of two)."""
+    held_to = json_format(CHOICE, tiny.tokenizer)
+    end = tiny.tokenizer.eos_ids[0]
+    half = tiny.tokenizer.encode('{"ok": true')
+    whole = tiny.tokenizer.encode('{"ok": true, "pick": "beta"}')
+    assert held_to.allowed(half + [end]) == len(half)
+    assert held_to.allowed(whole + [end, ord("x")]) == len(whole) + 1
+    assert held_to.greedy(torch.zeros(3, tiny.config.vocab_size), [ord("{"), end],
+                          [ord("{"), 7, 8]) == [ord("{"), ord(" "), 8]  # no row past the end
+    held_to.advance(whole + [end])
+    assert held_to.allowed([end]) == 1 and held_to.allowed([ord(" ")]) <= 1
+
+
 @pytest.mark.parametrize("drafter", ["lookup", "self"])
 def test_speculation_within_a_format_changes_no_token_and_the_answers_keep_to_it(
         tiny, calibration, drafter):
