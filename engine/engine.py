@@ -23,7 +23,6 @@ from engine.devices import dtype_name, free_memory_bytes, others_cpu_seconds, se
 from engine.errors import SwarmscopeError
 from engine.kv_cache import PagedKVCache
 from engine.native_memory import MemoryTrimmer
-from engine.output_format import vocabulary
 from engine.runner import ModelRunner
 from engine.sequence import Sequence
 from engine.serve.client_agent import ClientAgent
@@ -75,8 +74,8 @@ class Engine:
             SchedulerConfig(config.max_step_tokens, config.rotate_after_steps), kv.blocks,
             share_prefixes=config.share_prefixes)
         self.workload = Workload(config.workload_dir or WORKLOAD_DIR)
-        if any(self.workload.schema(cat) for cat in CATEGORIES):  # read once, before any step
-            vocabulary(loaded.tokenizer)  # (0.4 s for SmolLM2's) for the agents' grammars
+        for cat in CATEGORIES:  # compiled before any step (the vocabulary read takes 0.4 s)
+            self.workload.answer_format(cat, loaded.tokenizer)
         self.max_context = max_context  # the most tokens a lane holds
         self._agents: dict[int, Agent] = {}
         self._requests: deque[Completion] = deque()  # API requests not yet taken

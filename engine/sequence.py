@@ -48,6 +48,15 @@ class Sequence:
                    prompt_len=prompt_len, agent=seq_id, cat=cat)
 
 
+def longest_held_prefix(tokens: list[int], holders) -> tuple[int | None, int]:
+    """Of `holders` ((id, their tokens, how many of them have KV held)), the first holding the
+    longest start of `tokens` short of their last (which is fed whatever is held: the next token
+    comes from it), and its length; (None, 0) where none holds any."""
+    last = len(tokens) - 1
+    return max(((holder, common_prefix(text, tokens, min(held, last)))
+                for holder, text, held in holders), key=lambda pair: pair[1], default=(None, 0))
+
+
 def common_prefix(a: list[int], b: list[int], limit: int | None = None) -> int:
     """How many tokens `a` and `b` start with alike, `limit` at most: halving searches over
     slice compares, each at C speed, as contexts run to thousands of tokens."""

@@ -135,19 +135,13 @@ class StepExecutor:
             if not dec:
                 seq.num_cached += n
                 continue
-            draft, held_to = by_seq[seq.seq_id], seq.output_format
-            # a lane held to a format is verified against the model within it (output_format.py)
-            if seq.sampling.greedy:
-                verdict = verify_greedy(draft.tokens, greedy[index] if held_to is None else
-                                        held_to.greedy(out.logits[index], draft.tokens,
-                                                       greedy[index]))
-            else:
-                verdict = self._verify_sampled(seq, draft, out.logits[index] if held_to is None
-                                               else held_to.mask(out.logits[index], draft.tokens))
+            draft = by_seq[seq.seq_id]
+            verdict = self._verify(seq, draft, out.logits[index],
+                                   greedy[index] if seq.sampling.greedy else None)
             ctx = len(seq.token_ids)
             result = self._commit(seq, n, draft, verdict)
-            if held_to is not None:
-                held_to.advance(result.new_token_ids)
+            if seq.output_format is not None:
+                seq.output_format.advance(result.new_token_ids)
             results[seq.seq_id] = result
             # A lane that ends inside its accepted drafts (a stop token, max_new_tokens) commits
             # no bonus: its last draft is the step's committed token, so that emitted = batch +
@@ -227,6 +221,16 @@ class StepExecutor:
             lanes.append(LaneInput(seq.seq_id, tokens + extra, seq.num_cached,
                                    1 + len(extra) if dec else 0))
         return lanes
+
+    def _verify(self, seq: Sequence, draft: Draft, logits, top: list[int] | None) -> Verdict:
+        """The lane's verdict on its draft from its logits rows (`top`: their greedy tokens,
+        for a greedy lane); a lane held to a format, against the model within it."""
+        held_to = seq.output_format
+        if top is not None:
+            return verify_greedy(draft.tokens, top if held_to is None else
+                                 held_to.greedy(logits, draft.tokens, top))
+        return self._verify_sampled(seq, draft, logits if held_to is None else
+                                    held_to.mask(logits, draft.tokens))
 
     def _verify_sampled(self, seq: Sequence, draft: Draft, logits) -> Verdict:
         # logits: [1 + k, vocab]

@@ -24,7 +24,7 @@ from engine.errors import KVCacheFull, ModelLoadError
 from engine.forward_batch import LaneInput
 from engine.kv_cache import PagedKVCache
 from engine.runner import ModelRunner
-from engine.sequence import Sequence, common_prefix
+from engine.sequence import Sequence, longest_held_prefix
 from engine.spec.drafters import Draft
 
 TOKENIZER_PROBE = "def reverse(s):\n    return s[::-1]  # 42 héllo, wörld! {\"k\": [1, 2]}"
@@ -146,10 +146,9 @@ class DraftModelDrafter:
         whose draft KV holds it; the tokens it then holds (0: none shared)."""
         blocks = self.runner.kv.blocks
         blocks.free(seq.seq_id)
-        last = len(seq.token_ids) - 1  # fed whatever is held: its row drafts the first token
-        shared, source = max(((common_prefix(text, seq.token_ids, min(self._valid[other], last)),
-                               other) for other, text in self._texts.items()
-                              if other != seq.seq_id and self._valid.get(other)), default=(0, None))
+        source, shared = longest_held_prefix(seq.token_ids, (
+            (other, text, self._valid[other]) for other, text in self._texts.items()
+            if other != seq.seq_id and self._valid.get(other)))
         return blocks.share(source, seq.seq_id, shared) if shared >= blocks.block_size else 0
 
     def commit(self, seq: Sequence, drafted: int, accepted: int) -> None:

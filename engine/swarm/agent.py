@@ -15,7 +15,7 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from engine.output_format import OutputFormat, json_format
+from engine.output_format import OutputFormat
 from engine.sampling import SamplingParams
 from engine.sequence import Sequence
 from engine.swarm.workload import Task, Workload
@@ -67,7 +67,6 @@ class Agent:
         self._turn_ids: list[int] = []  # this turn's output so far
         self._taken_ids = 0             # of _turn_ids, how many are already taken as text
         self._taken_chars = 0           # of the turn's decoded output, how much was taken
-        self._formats: dict[str, OutputFormat | None] = {}  # category -> its answers' format
 
     # -- transitions (the engine calls these at step boundaries) --
     def start_task(self, cat: str, seq_id: int, t: float) -> Sequence:
@@ -126,11 +125,8 @@ class Agent:
 
     def _turn_format(self) -> OutputFormat | None:
         """What this turn's answer keeps to: its category's schema, where it gives one (the
-        json agents' tool calls), compiled once and copied for each turn."""
-        if self.cat not in self._formats:
-            schema = self.workload.schema(self.cat)
-            self._formats[self.cat] = schema and json_format(schema, self.tokenizer)
-        held_to = self._formats[self.cat]
+        json agents' tool calls)."""
+        held_to = self.workload.answer_format(self.cat, self.tokenizer)
         return held_to and held_to.copy()
 
     def _begin_turn(self, t: float) -> None:

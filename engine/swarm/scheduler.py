@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from engine.errors import KVCacheFull
-from engine.sequence import Sequence, common_prefix
+from engine.sequence import Sequence, longest_held_prefix
 
 
 @dataclass(slots=True)
@@ -106,7 +106,7 @@ class Scheduler:
                 break
             seq = self.waiting.popleft()
             if shared:
-                seq.num_cached = self.blocks.share(source.seq_id, seq.seq_id, shared)
+                seq.num_cached = self.blocks.share(source, seq.seq_id, shared)
                 shared_prefixes.append((seq, seq.num_cached))
             self._admit(seq)
         self.waiting.extendleft(reversed(held_back))
@@ -159,21 +159,19 @@ class Scheduler:
         return None
 
     # -- internals --
-    def _shared_prefix(self, seq: Sequence) -> tuple[Sequence | None, int | None]:
-        """The sequence whose KV `seq` is best started from and the tokens of the whole blocks
-        they share (None, 0: none), or (None, None) where a running sequence is feeding a block
-        more of `seq`'s prefix than that: `seq` had better wait for it."""
+    def _shared_prefix(self, seq: Sequence) -> tuple[int | None, int | None]:
+        """The sequence (id) whose KV `seq` is best started from and the tokens of the whole
+        blocks they share (None, 0: none), or (None, None) where a running sequence is feeding a
+        block more of `seq`'s prefix than that: `seq` had better wait for it."""
         if not self.share_prefixes or seq.num_cached:
             return None, 0
-        source, cached, fed = None, 0, 0
-        last = len(seq.token_ids) - 1  # fed whatever is held: the next token comes from it
-        for other in (*self.running, *self.waiting, *self.idle.values()):
-            if other.num_cached:
-                n = common_prefix(other.token_ids, seq.token_ids, min(other.num_cached, last))
-                if n > cached:
-                    source, cached = other, n
-            if self._place.get(other.seq_id) == "running":  # it feeds all its tokens
-                fed = max(fed, common_prefix(other.token_ids, seq.token_ids, last))
+        source, cached = longest_held_prefix(seq.token_ids, (
+            (other.seq_id, other.token_ids, other.num_cached)
+            for other in (*self.running, *self.waiting, *self.idle.values()) if other.num_cached))
+        # a running sequence feeds all its tokens
+        _, fed = longest_held_prefix(seq.token_ids, ((other.seq_id, other.token_ids,
+                                                      len(other.token_ids))
+                                                     for other in self.running))
         block = self.blocks.block_size
         cached -= cached % block
         if fed >= cached + block:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from engine.controls import CATEGORIES
 from engine.errors import SwarmscopeError
+from engine.output_format import OutputFormat, json_format
 
 WORKLOAD_DIR = Path(__file__).resolve().parents[2] / "resources" / "workloads"
 
@@ -41,6 +42,7 @@ class Workload:
     def __init__(self, root: str | Path = WORKLOAD_DIR) -> None:
         self.root = Path(root)
         self.corpora = {cat: self._load(cat) for cat in CATEGORIES}
+        self._formats: dict[tuple, OutputFormat | None] = {}  # (category, tokenizer) -> format
         self.sources = sorted((self.root / "sources").glob("*"))
         if not self.sources:
             raise SwarmscopeError(f"{self.root / 'sources'}: no source files for code-edit tasks")
@@ -90,6 +92,14 @@ class Workload:
 
     def schema(self, cat: str) -> dict | None:
         return self.corpora[cat].schema
+
+    def answer_format(self, cat: str, tokenizer) -> OutputFormat | None:
+        """What `cat`'s answers keep to: its schema compiled for `tokenizer`, once (each answer
+        takes a copy); None where it gives none."""
+        if (cat, tokenizer) not in self._formats:
+            schema = self.schema(cat)
+            self._formats[cat, tokenizer] = schema and json_format(schema, tokenizer)
+        return self._formats[cat, tokenizer]
 
 
 def pick_category(mix: dict[str, float], rng: random.Random) -> str:
