@@ -66,11 +66,12 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _held_to(choice: str, schema: dict, tokenizer):
-    """The output_format.OutputFormat of the schema --response-format named."""
-    from engine.output_format import json_format
+def _held_to(choice: str, schema: dict, tokenizer, chat: bool):
+    """The output_format.OutputFormat of the schema --response-format named (after the
+    reasoning, where a chat's answer reasons first)."""
+    from engine.thinking import json_answer
     try:
-        return json_format(schema, tokenizer)
+        return json_answer(schema, tokenizer, tokenizer.chat_prompt("") if chat else None)
     except ValueError as exc:
         raise SwarmscopeError(f"--response-format: {choice}: the schema cannot be kept to: "
                               f"{exc}") from None
@@ -100,7 +101,8 @@ def run(args) -> int:
         loaded = load_model(args.model, args.dtype, args.device, progress=note,
                             thinking=args.thinking, threads=args.threads)
         check_drafter("--drafter", args.drafter, loaded)  # now its tokenizer too
-        held_to = schema and _held_to(args.response_format, schema, loaded.tokenizer)
+        held_to = schema and _held_to(args.response_format, schema, loaded.tokenizer,
+                                      args.chat)
         results = generate(loaded, prompts, controls, args.max_tokens, sampling, args.chat,
                            progress=lambda message: print(message, file=sys.stderr),
                            output_format=held_to)

@@ -113,7 +113,8 @@ def check_at_least(options: dict[str, tuple[float | None, float]]) -> None:
             raise SwarmscopeError(f"{option} must be {number}>= {lowest}, got {value:g}")
 
 
-RESPONSE_FORMAT_HELP = "json (any JSON object) | a JSON Schema file the answers keep to"
+RESPONSE_FORMAT_HELP = ("json (any JSON object) | a JSON Schema file the answers keep to (after a "
+                        "thinking model's reasoning)")
 
 
 def read_response_format(choice: str) -> dict:

@@ -20,8 +20,9 @@ from typing import Callable
 from engine.errors import SwarmscopeError
 from engine.serve.call_forms import CallStream, ToolCall, form_of
 from engine.serve.completion import AnswerText, Completion
-from engine.serve.reasoning import ReasoningSplit, thinks
+from engine.serve.reasoning import ReasoningSplit
 from engine.serve.request import ApiRequest, RequestError
+from engine.thinking import thinks
 
 # This machine only, unless asked for: nothing beyond it reaches the engine by default
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8000

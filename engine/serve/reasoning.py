@@ -1,29 +1,11 @@
-"""A thinking model's reasoning, kept apart from its answer. Qwen3, SmolLM3 and DeepSeek-R1's
-distills write their reasoning between <think> and </think> before the answer (DeepSeek's
-template opens the tag in the prompt itself). OpenAI-compatible servers (vLLM, llama.cpp) hand
-it back as `reasoning_content`, so that a client's `content` is the answer alone; the templates
-drop it from the conversation anyway when it comes back."""
+"""A thinking model's reasoning, kept apart from its answer (engine/thinking.py tells one).
+OpenAI-compatible servers (vLLM, llama.cpp) hand it back as `reasoning_content`, so that a
+client's `content` is the answer alone; the templates drop it from the conversation anyway when
+it comes back."""
 from __future__ import annotations
 
 from engine.serve.held_text import tag_start
-
-OPEN, CLOSE = "<think>", "</think>"
-
-
-def thinks(template: str | None) -> bool:
-    """Whether a chat template is a thinking model's (it writes or strips the closing tag)."""
-    return template is not None and CLOSE in template
-
-
-def opened(prompt: str) -> bool:
-    """Whether the prompt opens the reasoning, so that the answer starts inside it."""
-    return prompt.rstrip().endswith(OPEN)
-
-
-def closed(prompt: str) -> bool:
-    """Whether the prompt closes the reasoning, empty (Qwen3's template with enable_thinking
-    false), so that the answer has none."""
-    return prompt.rstrip().endswith(CLOSE)
+from engine.thinking import CLOSE, OPEN
 
 
 class ReasoningSplit:

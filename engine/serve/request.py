@@ -9,11 +9,11 @@ from dataclasses import dataclass
 
 from engine.chat_template import ChatTemplateError
 from engine.errors import SwarmscopeError
-from engine.output_format import OutputFormat, json_format, json_rule, lark_format, lark_tag
+from engine.output_format import OutputFormat, json_rule, lark_tag
 from engine.sampling import SamplingParams
 from engine.serve.call_forms import CallForm, form_of
-from engine.serve.reasoning import closed, opened, thinks
 from engine.serve.tool_calls import offered_tools, template_calls
+from engine.thinking import answer_format, json_answer, opened, reasons
 
 ROLES = ("system", "user", "assistant", "tool", "developer")
 MAX_STOPS = 4  # stop strings a request may give, as OpenAI's API allows
@@ -87,7 +87,7 @@ class ApiRequest:
         stream_options = body.get("stream_options") or {}
         if not isinstance(stream_options, dict):
             raise RequestError("stream_options: must be an object")
-        thinking = chat and thinks(tokenizer.template_for(bool(tools))) and not closed(prompt)
+        thinking = chat and reasons(tokenizer, prompt, bool(tools))
         parallel = _flag(body, "parallel_tool_calls", default=True)
         return cls(chat=chat, prompt_ids=prompt_ids, max_tokens=min(max_tokens or room, room),
                    sampling=sampling, stop=_stops(body.get("stop")),
@@ -97,7 +97,7 @@ class ApiRequest:
                    thinking=thinking, inside_reasoning=chat and opened(prompt),
                    output_format=_output_format(_answer_schema(body.get("response_format")),
                                                 tokenizer, tools, tool_form, forced, parallel,
-                                                thinking))
+                                                prompt if chat else None))
 
 
 def _answer_schema(asked) -> dict | None:
@@ -120,23 +120,21 @@ def _answer_schema(asked) -> dict | None:
 
 def _output_format(schema: dict | None, tokenizer, tools: list[dict] | None,
                    form: CallForm | None, forced: list[dict] | None, parallel: bool,
-                   thinking: bool) -> OutputFormat | None:
-    """What the answer is held to, compiled here, on the HTTP thread (a large schema's grammar
-    takes a while, and the engine steps on): calls of the `forced` tools, or where tools are
-    offered and a schema asked for, a call or the schema's JSON, or the JSON alone."""
+                   prompt: str | None) -> OutputFormat | None:
+    """What the answer to `prompt` (a chat's; None: a plain text's) is held to, compiled here, on
+    the HTTP thread (a large schema's grammar takes a while, and the engine steps on): calls of
+    the `forced` tools, or where tools are offered and a schema asked for, a call or the schema's
+    JSON, or the JSON alone; after the reasoning where a thinking model reasons first."""
     if forced is None and schema is None:
         return None
     field = "tool_choice" if forced is not None else "response_format"
-    if thinking:
-        raise RequestError(f"{field}: not for a thinking model's chat (its answer opens with "
-                           "reasoning, which the format would forbid); chat_template_kwargs "
-                           '{"enable_thinking": false} turns Qwen3\'s off')
     try:
         if tools is None:
-            return json_format(schema, tokenizer)
+            return json_answer(schema, tokenizer, prompt)
         calls = form.grammar(forced or tools, parallel, lambda text: lark_tag(tokenizer, text))
-        start = "calls" if forced is not None else f"answer | calls\nanswer: {json_rule(schema)}"
-        return lark_format(f"start: {start}\n{calls}", tokenizer)
+        answer = ("answer: calls" if forced is not None
+                  else f"answer: json | calls\njson: {json_rule(schema)}")
+        return answer_format(f"{answer}\n{calls}", tokenizer, prompt, tools=True)
     except ValueError as exc:
         raise RequestError(f"{field}: the answer cannot be held to it: {exc}") from None
 

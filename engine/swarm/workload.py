@@ -17,7 +17,8 @@ from pathlib import Path
 
 from engine.controls import CATEGORIES
 from engine.errors import SwarmscopeError
-from engine.output_format import OutputFormat, json_format
+from engine.output_format import OutputFormat
+from engine.thinking import json_answer
 
 WORKLOAD_DIR = Path(__file__).resolve().parents[2] / "resources" / "workloads"
 
@@ -95,10 +96,12 @@ class Workload:
 
     def answer_format(self, cat: str, tokenizer) -> OutputFormat | None:
         """What `cat`'s answers keep to: its schema compiled for `tokenizer`, once (each answer
-        takes a copy); None where it gives none."""
+        takes a copy), after the reasoning where the model's chat reasons first; None where it
+        gives none."""
         if (cat, tokenizer) not in self._formats:
             schema = self.schema(cat)
-            self._formats[cat, tokenizer] = schema and json_format(schema, tokenizer)
+            self._formats[cat, tokenizer] = schema and json_answer(schema, tokenizer,
+                                                                   tokenizer.chat_prompt(""))
         return self._formats[cat, tokenizer]
 
 

@@ -1,15 +1,19 @@
 """For the tests that talk to the API over HTTP: an engine stepping on a thread of its own (wall
 clock) behind a server; an engine whose answers are given, since the tiny random models never
-write a tool call; tokenizers with call tags, and a template and tools to offer."""
+write a tool call; tokenizers with call tags, and a template and tools to offer; a random model
+that reasons as briefly as it can."""
 import contextlib
+import dataclasses
 import threading
 import types
 
 import tokenizers
+import torch
 from tokenizers import AddedToken
 
 from engine.controls import Controls
 from engine.engine import Engine
+from engine.loading import load_model
 from engine.serve.http_api import ApiServer
 from engine.swarm.config import SwarmConfig
 from engine.tokenizer import Tokenizer
@@ -88,6 +92,21 @@ def call_tokenizer(folder, template: str) -> Tokenizer:
                               for tag in ("<tool_call>", "</tool_call>", "<|python_tag|>",
                                           "<think>", "</think>")])
     return Tokenizer(inner, chat_template=template, eos_tokens=("<|im_end|>",))
+
+
+def thinker(folder, template: str):
+    """The random model in `folder` (one with room in its vocabulary for call_tokenizer's tags)
+    with call_tokenizer and `template`, preferring <think> most and then </think>: where a
+    grammar lets it, it opens its reasoning and closes it at once (a random model would never
+    close it), and its answer is what the masks make of it."""
+    loaded = load_model(str(folder), dtype="fp32", device="cpu")
+    loaded = dataclasses.replace(loaded, tokenizer=call_tokenizer(folder, template))
+    bias = torch.zeros(loaded.config.vocab_size)
+    [opening], [closing] = (loaded.tokenizer.encode(tag) for tag in ("<think>", "</think>"))
+    bias[opening], bias[closing] = 200.0, 100.0
+    forward = loaded.model.forward
+    loaded.model.forward = lambda *args, **kwargs: forward(*args, **kwargs) + bias
+    return loaded
 
 
 class ScriptedEngine:

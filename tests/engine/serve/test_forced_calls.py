@@ -9,11 +9,13 @@ from engine.loading import load_model
 from engine.serve.request import ApiRequest, RequestError
 from tests.engine.serve.serving import (ASK, CALL_TEXT, DEVSTRAL, DEVSTRAL_CALL, HERMES, LLAMA,
                                         LLAMA_CALL, MISTRAL, MISTRAL_CALL, TOOLS, call_tokenizer,
-                                        serving)
+                                        serving, thinker)
 
 LS = {"type": "function", "function": {"name": "ls", "parameters": {
     "type": "object", "properties": {"all": {"type": "boolean"}}, "required": ["all"],
     "additionalProperties": False}}}
+# Qwen3's, in brief: Hermes' calls, from a model that may reason first
+HERMES_THINKING = HERMES + "{# drops what a past answer reasoned, up to its </think> #}"
 FORMS = {"hermes": (HERMES, CALL_TEXT), "llama": (LLAMA, LLAMA_CALL),
          "mistral": (MISTRAL, MISTRAL_CALL), "devstral": (DEVSTRAL, DEVSTRAL_CALL)}
 
@@ -51,6 +53,12 @@ def test_one_call_unless_parallel_calls_are_allowed(tmp_path):
     assert not held_to(tokenizer, tool_choice="required", parallel_tool_calls=False)[1](two)
 
 
+def test_a_thinking_models_calls_come_after_its_reasoning(tmp_path):
+    _, takes = held_to(call_tokenizer(tmp_path, HERMES_THINKING), tool_choice="required")
+    assert takes(f"<think>\nThe file, then.</think>\n\n{CALL_TEXT}") and takes(CALL_TEXT)
+    assert not takes("<think>\nThe file, then.</think>\n\nIt holds x = 1.")
+
+
 def test_with_tools_a_response_format_is_a_call_or_the_formats_json(tmp_path):
     tokenizer = call_tokenizer(tmp_path, HERMES)
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
@@ -70,10 +78,14 @@ def test_a_forced_choice_that_cannot_be_made_is_refused(tmp_path, body, says):
         held_to(call_tokenizer(tmp_path, HERMES), **body)
 
 
-def test_a_real_models_forced_call_comes_back_whole_and_streamed(qwen2, calibration):
-    """A random model that would never call a tool, made to (and speculating meanwhile)."""
+@pytest.mark.parametrize("reasons", [False, True])
+def test_a_real_models_forced_call_comes_back_whole_and_streamed(qwen2, tagged_qwen2,
+                                                                 calibration, reasons):
+    """A random model that would never call a tool, made to (and speculating meanwhile); a
+    thinking model's after its reasoning."""
     import openai
-    loaded = load_model(str(qwen2), dtype="fp32", device="cpu")
+    loaded = (thinker(tagged_qwen2, HERMES_THINKING) if reasons
+              else load_model(str(qwen2), dtype="fp32", device="cpu"))
     choice = {"type": "function", "function": {"name": "ls"}}
     with serving(loaded, calibration, max_context=1024, client_lanes=2) as (_, server):
         client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
@@ -86,6 +98,7 @@ def test_a_real_models_forced_call_comes_back_whole_and_streamed(qwen2, calibrat
             parallel_tool_calls=False,
             max_tokens=200, stream=True))
     assert whole.finish_reason == "tool_calls" and not whole.message.content
+    assert not getattr(whole.message, "reasoning_content", None)  # none, or closed at once
     [call] = whole.message.tool_calls
     assert call.function.name == "ls" and json.loads(call.function.arguments) in (
         {"all": True}, {"all": False})

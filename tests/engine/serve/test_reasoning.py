@@ -5,7 +5,8 @@ import json
 import pytest
 from hypothesis import given, strategies as st
 
-from engine.serve.reasoning import ReasoningSplit, opened, thinks
+from engine.serve.reasoning import ReasoningSplit
+from engine.thinking import opened, thinks
 from tests.engine.serve.serving import (ASK, CALL_TEXT, HERMES, TOOLS, call_tokenizer,
                                         scripted_client)
 

@@ -5,8 +5,9 @@ import json
 import pytest
 
 from engine.loading import load_model
+from engine.output_format import OutputFormat
 from engine.serve.request import ApiRequest, RequestError
-from tests.engine.serve.serving import ASK, call_tokenizer, serving
+from tests.engine.serve.serving import ASK, call_tokenizer, serving, thinker
 
 # At most a space between tokens, as x-guidance lets a schema say: random models' answers are
 # whitespace wherever the grammar allows it
@@ -20,6 +21,9 @@ SCHEMA = {"type": "json_schema", "json_schema": {"name": "choice", "schema": CHO
 QWEN3_LIKE = ("{% for m in messages %}{{ m.content }}{% endfor %}<|im_start|>assistant\n"
               "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n"
               "{% endif %}")
+# DeepSeek-R1's distills' way, in brief: the prompt opens the reasoning
+DEEPSEEK_LIKE = ("{% for m in messages %}{{ m.content }}{% endfor %}<|im_start|>assistant\n"
+                 "<think>\n{# its answers come back without their </think> #}")
 
 
 def client_of(server):
@@ -76,15 +80,42 @@ def test_a_format_that_cannot_be_kept_is_refused_with_why(tiny, calibration, res
                                                       response_format=response_format)
 
 
-def test_no_format_for_a_thinking_models_reasoning_unless_it_is_off(tmp_path):
+@pytest.mark.parametrize("template", [QWEN3_LIKE, DEEPSEEK_LIKE])
+def test_a_thinking_models_answer_keeps_to_the_schema_after_its_reasoning(
+        tagged_qwen2, calibration, template, monkeypatch):
+    """Qwen3 opens its reasoning itself; DeepSeek-R1's distills have the prompt open it."""
+    loaded = thinker(tagged_qwen2, template)
+    written = []  # the answers' tokens as the grammar took them
+    advance = OutputFormat.advance
+    monkeypatch.setattr(OutputFormat, "advance",
+                        lambda held_to, tokens: (written.extend(tokens), advance(held_to, tokens)))
+    with serving(loaded, calibration, max_context=512, client_lanes=2) as (_, server):
+        client = client_of(server)
+        completion = client.chat.completions.create(model="x", messages=ASK, temperature=0,
+                                                    max_tokens=60, response_format=SCHEMA)
+        streamed = client.chat.completions.create(model="x", messages=ASK, temperature=0,
+                                                  max_tokens=60, response_format=SCHEMA,
+                                                  stream=True)
+        reasoning = "".join(getattr(chunk.choices[0].delta, "reasoning_content", None) or ""
+                            for chunk in streamed if chunk.choices)
+    whole = completion.choices[0]
+    answer = json.loads(whole.message.content)
+    assert set(answer) == {"ok", "pick"} and whole.finish_reason == "stop"
+    assert not whole.message.reasoning_content and not reasoning  # closed as soon as opened
+    text = loaded.tokenizer.decode(written)
+    assert text.startswith("<think></think>" if template is QWEN3_LIKE else "</think>"), text
+
+
+def test_a_thinking_models_format_is_held_after_the_reasoning_unless_it_is_off(tmp_path):
     thinking = call_tokenizer(tmp_path, QWEN3_LIKE)
-    with pytest.raises(RequestError, match="a thinking model's chat"):
-        ApiRequest.parse({"messages": ASK, "response_format": SCHEMA}, thinking, 512)
+    request = ApiRequest.parse({"messages": ASK, "response_format": SCHEMA}, thinking, 512)
+    ids = thinking.encode('<think>\nBeta.</think>\n\n{"ok": true, "pick": "beta"}')
+    assert request.thinking and request.output_format.allowed(ids) == len(ids)
     # Qwen3's own switch, as vLLM and SGLang take it: the prompt closes an empty reasoning
     off = ApiRequest.parse({"messages": ASK, "response_format": SCHEMA,
                             "chat_template_kwargs": {"enable_thinking": False}}, thinking, 512)
     assert thinking.decode(off.prompt_ids).endswith("<think>\n\n</think>\n\n")
-    assert off.output_format is not None and not off.thinking
+    assert not off.thinking and off.output_format.allowed(ids) == 0
     with pytest.raises(RequestError, match="chat_template_kwargs: an object of the template's"):
         ApiRequest.parse({"messages": ASK, "chat_template_kwargs": {"messages": []}}, thinking,
                          512)
