@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from engine.controls import Controls
@@ -87,8 +87,7 @@ def generate(loaded, prompts: list[str], controls: Controls, max_new_tokens: int
             raise SwarmscopeError(f"prompt {i + 1} is {len(ids)} tokens; it needs at least one, "
                                   f"and {loaded.name} holds {context} in all")
         seqs.append(Sequence(seq_id=i, token_ids=ids, prompt_len=len(ids),
-                             sampling=SamplingParams(sampling.temperature, sampling.top_k,
-                                                     sampling.top_p, sampling.seed + i),
+                             sampling=replace(sampling, seed=sampling.seed + i),
                              max_new_tokens=min(max_new_tokens, context - len(ids)),
                              stop_ids=tuple(tok.eos_ids), agent=i,
                              output_format=output_format and output_format.copy()))

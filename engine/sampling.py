@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 
 @dataclass(slots=True, frozen=True)
@@ -13,19 +14,72 @@ class SamplingParams:
     top_k: int = 0            # 0: off
     top_p: float = 1.0        # 1: off
     seed: int = 0
+    # What a lane's logits are adjusted by before any of the above, greedy too (as vLLM does):
+    presence_penalty: float = 0.0    # taken off each token the answer has written (OpenAI's)
+    frequency_penalty: float = 0.0   # taken off each time the answer wrote it (OpenAI's)
+    repetition_penalty: float = 1.0  # a token in the prompt or answer has its logit divided by
+                                     # it, or multiplied where negative (transformers', vLLM's)
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, added to its logit) (OpenAI's)
 
     def __post_init__(self) -> None:
-        problems = [name for name, bad in (("temperature must be >= 0", not self.temperature >= 0),
-                                           ("top_k must be >= 0", self.top_k < 0),
-                                           ("top_p must be in (0, 1]", not 0 < self.top_p <= 1))
-                    if bad]
+        problems = [name for name, bad in (
+            ("temperature must be >= 0", not self.temperature >= 0),
+            ("top_k must be >= 0", self.top_k < 0),
+            ("top_p must be in (0, 1]", not 0 < self.top_p <= 1),
+            ("presence_penalty must be in [-2, 2]", not -2 <= self.presence_penalty <= 2),
+            ("frequency_penalty must be in [-2, 2]", not -2 <= self.frequency_penalty <= 2),
+            ("repetition_penalty must be > 0", not self.repetition_penalty > 0))
+            if bad]
         if problems:
             raise ValueError(f"bad sampling params: {'; '.join(problems)} (got temperature="
-                             f"{self.temperature:g}, top_k={self.top_k}, top_p={self.top_p:g})")
+                             f"{self.temperature:g}, top_k={self.top_k}, top_p={self.top_p:g}, "
+                             f"presence_penalty={self.presence_penalty:g}, frequency_penalty="
+                             f"{self.frequency_penalty:g}, repetition_penalty="
+                             f"{self.repetition_penalty:g})")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+    @property
+    def adjusts(self) -> bool:
+        """Whether the lane's logits are adjusted (adjusted_logits) before they are read."""
+        return bool(self.presence_penalty or self.frequency_penalty or self.logit_bias
+                    or self.repetition_penalty != 1)
+
+
+def adjusted_logits(logits: torch.Tensor, params: SamplingParams, token_ids: list[int],
+                    prompt_len: int, draft: list[int]) -> torch.Tensor:
+    """A lane's logits rows [1 + len(draft), vocab] as its logit bias and penalties leave them
+    (a copy). Row j follows the answer token_ids[prompt_len:] and draft[:j], and is penalized
+    for those, so that each draft is verified against the distribution the lane would have
+    drawn it from without drafts: speculation stays lossless. Only the tokens seen are touched."""
+    rows = logits.shape[0]
+    adjusted = logits.float().clone()
+    if params.logit_bias:
+        ids, bias = zip(*params.logit_bias)
+        adjusted[:, list(ids)] += torch.tensor(bias)
+    repeats = params.repetition_penalty != 1
+    answer = token_ids[prompt_len:] + draft[:rows - 1]
+    seen = (token_ids[:prompt_len] if repeats else []) + answer
+    if not (seen and (repeats or params.presence_penalty or params.frequency_penalty)):
+        return adjusted
+    ids, where = torch.tensor(seen).unique(return_inverse=True)
+    in_prompt, written = where[:len(seen) - len(answer)], where[len(seen) - len(answer):]
+    committed = len(token_ids) - prompt_len
+    counts = torch.zeros(rows, len(ids))  # [row, seen token]: times the answer wrote it there
+    counts += torch.bincount(written[:committed], minlength=len(ids))
+    counts[1:] += F.one_hot(written[committed:], len(ids)).cumsum(0)
+    scores = adjusted[:, ids]
+    if repeats:
+        hit = counts > 0
+        hit[:, in_prompt] = True
+        penalty = params.repetition_penalty
+        scores = torch.where(hit, torch.where(scores > 0, scores / penalty, scores * penalty),
+                             scores)
+    scores -= params.frequency_penalty * counts + params.presence_penalty * (counts > 0)
+    adjusted[:, ids] = scores
+    return adjusted
 
 
 def greedy_tokens(logits: torch.Tensor) -> list[int]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from engine.controls import Controls
 from engine.errors import KVCacheFull
 from engine.forward_batch import LaneInput
-from engine.sampling import LaneSampler
+from engine.sampling import LaneSampler, adjusted_logits, greedy_tokens
 from engine.sequence import Sequence
 from engine.spec.acceptance import AcceptanceStats
 from engine.spec.calibration import Calibration
@@ -224,7 +224,12 @@ class StepExecutor:
 
     def _verify(self, seq: Sequence, draft: Draft, logits, top: list[int] | None) -> Verdict:
         """The lane's verdict on its draft from its logits rows (`top`: their greedy tokens,
-        for a greedy lane); a lane held to a format, against the model within it."""
+        for a greedy lane); a lane held to a format, against the model within it; a lane with a
+        logit bias or penalties, against the model as they adjust it."""
+        if seq.sampling.adjusts:
+            logits = adjusted_logits(logits, seq.sampling, seq.token_ids, seq.prompt_len,
+                                     draft.tokens)
+            top = None if top is None else greedy_tokens(logits)
         held_to = seq.output_format
         if top is not None:
             return verify_greedy(draft.tokens, top if held_to is None else

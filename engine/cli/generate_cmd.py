@@ -53,6 +53,13 @@ def register(subparsers) -> None:
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--presence-penalty", type=float, default=0.0,
+                   help="taken off the logit of each token the answer has written (-2 to 2)")
+    p.add_argument("--frequency-penalty", type=float, default=0.0,
+                   help="taken off a token's logit each time the answer wrote it (-2 to 2)")
+    p.add_argument("--repetition-penalty", type=float, default=1.0,
+                   help="divides the logit of a token in the prompt or answer (multiplies a "
+                        "negative one; 1: none)")
     add_device_options(p)
     add_thinking_option(p)
     p.add_argument("--chat", action=argparse.BooleanOptionalAction, default=True,
@@ -87,9 +94,11 @@ def run(args) -> int:
         if args.max_tokens < 1:
             raise SwarmscopeError("--max-tokens must be >= 1")
         try:
-            sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.seed)
+            sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.seed,
+                                      args.presence_penalty, args.frequency_penalty,
+                                      args.repetition_penalty)
         except ValueError as exc:
-            raise SwarmscopeError(f"--temperature, --top-k, --top-p: {exc}") from None
+            raise SwarmscopeError(f"--temperature, --top-k, --top-p, penalties: {exc}") from None
         try:  # --spec and --ragged are argparse's choices: what is left to refuse is K
             controls = Controls(policy=args.spec, k=args.k, drafter=args.drafter,
                                 ragged=args.ragged)

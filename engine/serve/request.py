@@ -20,10 +20,10 @@ MAX_STOPS = 4  # stop strings a request may give, as OpenAI's API allows
 # Fields that ask for what this server does not do; refused rather than ignored, so that a
 # client is not answered as if its format had been honoured. (`functions` and `function_call`
 # are OpenAI's old spelling of tools.)
-UNSUPPORTED = ("functions", "function_call", "logprobs", "top_logprobs", "logit_bias", "audio",
-               "prediction", "echo", "suffix", "best_of")
+UNSUPPORTED = ("functions", "function_call", "logprobs", "top_logprobs", "audio", "prediction",
+               "echo", "suffix", "best_of")
 FORMATS = ("text", "json_object", "json_schema")  # response_format's types
-PENALTIES = ("presence_penalty", "frequency_penalty")
+LOGIT_BIAS = 100  # the most a token's logit may be moved either way, as OpenAI's API allows
 TOOL_CHOICES = ("auto", "none", "required")  # or {"type": "function", "function": {"name"}}
 # A message's fields, beside role and content, that reach the template (for those that read them)
 PASSED_ON = {"tool": ("tool_call_id", "name"), "assistant": ("reasoning_content",)}
@@ -64,9 +64,6 @@ class ApiRequest:
             raise RequestError(f"{', '.join(asked)}: not supported")
         if body.get("n", 1) != 1:
             raise RequestError(f"n: only one choice is generated, got {body['n']!r}")
-        for penalty in PENALTIES:  # clients send 0, their default, often: that one is done
-            if body.get(penalty) not in (None, 0):
-                raise RequestError(f"{penalty}: only 0 (no penalty), got {body[penalty]!r}")
         field = "messages" if chat else "prompt"
         tools, tool_form, forced = _tools(body, tokenizer) if chat else (None, None, None)
         prompt = _chat_prompt(body, tokenizer, tools) if chat else None
@@ -76,14 +73,21 @@ class ApiRequest:
             raise RequestError(f"{field}: the prompt is {len(prompt_ids)} tokens, which leaves "
                                f"no room for an answer in the {max_context} tokens a lane holds")
         max_tokens = _number(body, ("max_completion_tokens", "max_tokens"), int, 1, math.inf)
-        if body.get("top_p") == 0:
-            raise RequestError("top_p: must be above 0, got 0")
+        for name in ("top_p", "repetition_penalty"):
+            if body.get(name) == 0:
+                raise RequestError(f"{name}: must be above 0, got 0")
         sampling = SamplingParams(
             temperature=_number(body, ("temperature",), float, 0.0, 2.0, default=1.0),
             top_p=_number(body, ("top_p",), float, 0.0, 1.0, default=1.0),
             top_k=_number(body, ("top_k",), int, 0, math.inf, default=0),
             seed=_number(body, ("seed",), int, -math.inf, math.inf,
-                         default=random.randrange(2 ** 31)) % 2 ** 31)
+                         default=random.randrange(2 ** 31)) % 2 ** 31,
+            presence_penalty=_number(body, ("presence_penalty",), float, -2.0, 2.0, default=0.0),
+            frequency_penalty=_number(body, ("frequency_penalty",), float, -2.0, 2.0,
+                                      default=0.0),
+            repetition_penalty=_number(body, ("repetition_penalty",), float, 0.0, math.inf,
+                                       default=1.0),
+            logit_bias=_logit_bias(body.get("logit_bias"), tokenizer.vocab_size))
         stream_options = body.get("stream_options") or {}
         if not isinstance(stream_options, dict):
             raise RequestError("stream_options: must be an object")
@@ -254,6 +258,23 @@ def _number(body: dict, names: tuple[str, ...], kind: type, low: float, high: fl
         raise RequestError(f"{name}: must be {kind_name}" + (f" {bounds}" if bounds else "") +
                            f", got {value!r}")
     return kind(value)
+
+
+def _logit_bias(given, vocab_size: int) -> tuple[tuple[int, float], ...]:
+    """OpenAI's logit_bias, {"token id": bias}, as (id, bias) pairs."""
+    if given is None:
+        return ()
+    if not isinstance(given, dict):
+        raise RequestError(f"logit_bias: an object of token ids and biases, got {given!r}")
+    pairs = []
+    for token, bias in given.items():
+        if not (isinstance(token, str) and token.isdigit() and int(token) < vocab_size):
+            raise RequestError(f"logit_bias: {token!r} is not a token id of this model's "
+                               f"(0 to {vocab_size - 1})")
+        pairs.append((int(token), _number({f"logit_bias[{token}]": bias},
+                                          (f"logit_bias[{token}]",), float, -LOGIT_BIAS,
+                                          LOGIT_BIAS)))
+    return tuple(pairs)
 
 
 def _stops(stop) -> tuple[str, ...]:

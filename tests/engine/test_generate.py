@@ -55,6 +55,17 @@ def test_speculation_reports_drafts_and_keeps_the_output(capsys, drafter):
     assert spec[0]["drafted"] > 0 and 0 <= spec[0]["accepted"] <= spec[0]["drafted"]
 
 
+def test_penalties_reach_the_answer(capsys):
+    """(Speculation keeps a penalized answer: test_step.py.)"""
+    _, plain, _ = _generate(capsys, "--prompt", "xyz xyz xyz xyz", "--spec", "off")
+    rc, penalized, _ = _generate(capsys, "--prompt", "xyz xyz xyz xyz", "--spec", "off",
+                                 "--presence-penalty", "0.5", "--frequency-penalty", "0.5",
+                                 "--repetition-penalty", "1.4")
+    assert rc == 0 and penalized[0]["token_ids"] != plain[0]["token_ids"]
+    rc, _, err = _generate(capsys, "--prompt", "a", "--presence-penalty", "3")
+    assert rc == 2 and "presence_penalty must be in [-2, 2]" in err
+
+
 def test_answers_keep_to_a_response_format_file_or_any_json_object(tmp_path, capsys):
     schema = tmp_path / "flag.json"
     schema.write_text(json.dumps({"type": "object", "properties": {"on": {"type": "boolean"}},

@@ -1,10 +1,11 @@
-"""LaneSampler: greedy, seeded reproducibility per lane, and the top-k / top-p masks."""
+"""LaneSampler: greedy, seeded reproducibility per lane, the top-k / top-p masks, and the logit bias
+and penalties that adjust a lane's logits row by row."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from engine.sampling import LaneSampler, SamplingParams, greedy_tokens
+from engine.sampling import LaneSampler, SamplingParams, adjusted_logits, greedy_tokens
 from engine.spec.verification import verify_sampled
 
 
@@ -85,7 +86,44 @@ def test_temperature_sharpens_and_sampling_follows_probs():
     (dict(temperature=-1), "temperature must be >= 0"),
     (dict(temperature=float("nan")), "temperature must be >= 0"),  # NaN passed `< 0` once
     (dict(top_k=-1), "top_k must be >= 0"), (dict(top_p=0.0), r"top_p must be in \(0, 1\]"),
-    (dict(top_p=float("nan")), "top_p must be in")])
+    (dict(top_p=float("nan")), "top_p must be in"),
+    (dict(presence_penalty=2.5), r"presence_penalty must be in \[-2, 2\]"),
+    (dict(frequency_penalty=-3), r"frequency_penalty must be in \[-2, 2\]"),
+    (dict(repetition_penalty=0), "repetition_penalty must be > 0")])
 def test_bad_params_rejected(bad, says):
     with pytest.raises(ValueError, match=says):
         SamplingParams(**bad)
+
+
+def _adjusted_row(logits: torch.Tensor, params: SamplingParams, prompt: list[int],
+                  answer: list[int]) -> torch.Tensor:
+    """One row as the definitions read, token by token: the bias added, then a token in the
+    prompt or answer divided by the repetition penalty (multiplied where negative), then the
+    frequency penalty for each time the answer wrote it and the presence penalty once."""
+    row = logits.clone()
+    for token, bias in params.logit_bias:
+        row[token] += bias
+    for token in range(len(row)):
+        if token in prompt or token in answer:
+            penalty = params.repetition_penalty
+            row[token] = row[token] / penalty if row[token] > 0 else row[token] * penalty
+        row[token] -= params.frequency_penalty * answer.count(token)
+        row[token] -= params.presence_penalty * (token in answer)
+    return row
+
+
+@pytest.mark.parametrize("params", [
+    SamplingParams(presence_penalty=0.7, frequency_penalty=0.4),
+    SamplingParams(repetition_penalty=1.3, logit_bias=((3, 5.0), (7, -100.0))),
+    SamplingParams(presence_penalty=-1.5, frequency_penalty=2.0, repetition_penalty=0.8),
+])
+def test_each_row_is_adjusted_for_the_answer_and_the_drafts_before_it(params):
+    logits = _logits(rows=4, vocab=12)
+    prompt, answer, draft = [1, 2, 9], [2, 5, 5], [5, 6, 1]
+    adjusted = adjusted_logits(logits, params, prompt + answer, len(prompt), draft)
+    for j in range(4):
+        torch.testing.assert_close(adjusted[j], _adjusted_row(logits[j], params, prompt,
+                                                              answer + draft[:j]))
+    assert not torch.equal(adjusted, logits)  # a copy, adjusted; the step's logits as they were
+    assert torch.equal(logits, _logits(rows=4, vocab=12))
+    assert params.adjusts and not SamplingParams(temperature=0.5).adjusts

@@ -72,6 +72,20 @@ def test_fp32_speculation_equals_plain_decoding(drafter, ragged):
         assert any(r.padding for r in records)
 
 
+PENALIZED = SamplingParams(presence_penalty=0.6, frequency_penalty=0.4, repetition_penalty=1.3,
+                           logit_bias=((5, 2.0), (17, -100.0)))
+
+
+def test_penalties_and_a_logit_bias_change_the_answer_and_speculation_keeps_it():
+    """Each draft is verified against the logits as the answer up to it adjusts them."""
+    prompts = [_copyish_prompt(s, n) for s, n in ((4, 40), (5, 25))]
+    plain, _ = _run(prompts, [30, 30], Controls(policy="off"), sampling=PENALIZED)
+    spec, records = _run(prompts, [30, 30], Controls(policy="fixed", k=6), sampling=PENALIZED)
+    assert spec == plain and sum(r.accepted for r in records) > 0
+    assert plain != _run(prompts, [30, 30], Controls(policy="off"))[0]
+    assert all(17 not in answer for answer in plain)
+
+
 def test_records_follow_the_design_contract():
     prompts = [_copyish_prompt(4, 30), _copyish_prompt(5, 12)]
     _, records = _run(prompts, [8, 8], Controls(policy="goodput", k=4), chunk=20)
@@ -192,33 +206,36 @@ def test_bf16_batch_shape_mismatch_is_measured(record_property):
 lane_strategy = st.tuples(st.integers(0, 10_000), st.integers(2, 32), st.integers(1, 10))
 
 
-def _property_case(lanes, policy, k, drafter, ragged, chunk):
+def _property_case(lanes, policy, k, drafter, ragged, chunk, sampling):
     prompts = [tuple(_copyish_prompt(seed, n)) for seed, n, _ in lanes]
     max_new = [m for _, _, m in lanes]
     controls = Controls(policy=policy, k=k, drafter=drafter, ragged=ragged)
-    outputs, _ = _run(prompts, max_new, controls, chunk=chunk)
+    outputs, _ = _run(prompts, max_new, controls, chunk=chunk, sampling=sampling)
     # fp64 decoding is batch-shape invariant (test_fp32_... checks lanes alone), so one plain
     # batched run is the reference
-    assert outputs == _run(prompts, max_new, Controls(policy="off"))[0]
+    assert outputs == _run(prompts, max_new, Controls(policy="off"), sampling=sampling)[0]
 
 
 _CASE = dict(lanes=st.lists(lane_strategy, min_size=1, max_size=4),
              policy=st.sampled_from(["fixed", "uniform", "goodput"]), k=st.integers(1, 8),
              drafter=st.sampled_from(["lookup", "self"]),
-             ragged=st.sampled_from(["packed", "padded"]), chunk=st.sampled_from([5, 16, 64]))
+             ragged=st.sampled_from(["packed", "padded"]), chunk=st.sampled_from([5, 16, 64]),
+             sampling=st.sampled_from([SamplingParams(), PENALIZED]))
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**_CASE)
-def test_property_greedy_speculation_equals_plain(lanes, policy, k, drafter, ragged, chunk):
-    _property_case(lanes, policy, k, drafter, ragged, chunk)
+def test_property_greedy_speculation_equals_plain(lanes, policy, k, drafter, ragged, chunk,
+                                                  sampling):
+    _property_case(lanes, policy, k, drafter, ragged, chunk, sampling)
 
 
 @pytest.mark.slow
 @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**_CASE)
-def test_property_greedy_speculation_equals_plain_long(lanes, policy, k, drafter, ragged, chunk):
-    _property_case(lanes, policy, k, drafter, ragged, chunk)
+def test_property_greedy_speculation_equals_plain_long(lanes, policy, k, drafter, ragged, chunk,
+                                                       sampling):
+    _property_case(lanes, policy, k, drafter, ragged, chunk, sampling)
 
 
 def test_lanes_that_do_not_draft_are_scored_by_shadow_checks():

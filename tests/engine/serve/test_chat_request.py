@@ -61,12 +61,26 @@ def test_defaults_follow_openais_api_and_max_tokens_is_held_to_the_room_left():
     ({"stream": "yes"}, "stream: must be true or false"),
     ({"n": 2}, "n: only one choice"),
     ({"logprobs": True}, "logprobs: not supported"),
-    ({"presence_penalty": 0.5}, "presence_penalty: only 0 (no penalty), got 0.5"),
+    ({"presence_penalty": 2.5}, "presence_penalty: must be a number >= -2 and <= 2, got 2.5"),
+    ({"frequency_penalty": "high"}, "frequency_penalty: must be a number"),
+    ({"repetition_penalty": 0}, "repetition_penalty: must be above 0"),
+    ({"logit_bias": [1]}, "logit_bias: an object of token ids and biases"),
+    ({"logit_bias": {"a": 1}}, "logit_bias: 'a' is not a token id of this model's (0 to 259)"),
+    ({"logit_bias": {"260": 1}}, "logit_bias: '260' is not a token id"),
+    ({"logit_bias": {"65": 101}}, "logit_bias[65]: must be a number >= -100 and <= 100, got 101"),
 ])
 def test_a_bad_field_is_named(body, says):
     with pytest.raises(RequestError, match=None) as caught:
         ApiRequest.parse({"messages": HELLO, **body}, TOK, 256)
     assert says in str(caught.value)
+
+
+def test_penalties_and_a_logit_bias_reach_the_lanes_sampling():
+    sampling = parse(presence_penalty=0.5, frequency_penalty=-1, repetition_penalty=1.1,
+                     logit_bias={"65": -100, "66": 2.5}).sampling
+    assert (sampling.presence_penalty, sampling.frequency_penalty, sampling.repetition_penalty,
+            sampling.logit_bias) == (0.5, -1.0, 1.1, ((65, -100.0), (66, 2.5)))
+    assert not parse(presence_penalty=0, frequency_penalty=0, logit_bias={}).sampling.adjusts
 
 
 def test_a_text_prompt_is_encoded_as_given_and_checked():

@@ -15,6 +15,7 @@ import pytest
 from engine.controls import Controls
 from engine.errors import SwarmscopeError
 from engine.generate import generate
+from engine.sampling import SamplingParams
 from engine.cli.options import parse_address
 from engine.serve.http_api import ApiServer
 from engine.telemetry.trace_reader import read_trace
@@ -59,6 +60,22 @@ def test_an_answer_and_its_usage(served, tiny):
     assert reply["usage"]["prompt_tokens"] == len(tiny.tokenizer.encode(
         tiny.tokenizer.chat_prompt(USER)))
     assert reply["model"] == engine.loaded.name
+
+
+def test_penalties_and_a_logit_bias_shape_the_answer_as_generate_has_it(served, tiny):
+    """The API's fields reach the lane: its answer is generate's with the same sampling."""
+    _, server = served
+    asked = dict(presence_penalty=0.5, frequency_penalty=1.0, repetition_penalty=1.5,
+                 logit_bias={str(ord("x")): 8})
+    status, text = call(server, "POST", "/v1/chat/completions", chat(**asked))
+    answer = json.loads(text)["choices"][0]["message"]["content"]
+    sampling = SamplingParams(presence_penalty=0.5, frequency_penalty=1.0,
+                              repetition_penalty=1.5, logit_bias=((ord("x"), 8.0),))
+    expected = generate(tiny, [USER], Controls(policy="off"), max_new_tokens=12,
+                        sampling=sampling)[0].text
+    assert status == 200 and answer == expected
+    assert "x" in answer and answer != generate(tiny, [USER], Controls(policy="off"),
+                                                max_new_tokens=12)[0].text
 
 
 def test_a_streamed_answer_comes_in_server_sent_events(served, tiny):
