@@ -27,6 +27,8 @@ class Sequence:
     num_cached: int = 0                # tokens whose KV is valid in the cache
     finished: bool = False
     output_format: OutputFormat | None = None  # the grammar its output keeps to, if any
+    prediction: list[int] | None = None  # what a client predicts the output will be (OpenAI's
+                                         # Predicted Outputs): prompt lookup drafts from it
 
     @property
     def pending(self) -> int:

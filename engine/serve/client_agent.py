@@ -68,8 +68,13 @@ class ClientAgent(Agent):
     def _turn_format(self):
         return self.completion.request.output_format
 
+    def _turn_prediction(self):
+        return self.completion.request.prediction
+
     def on_tokens(self, new_ids: list[int], accepted: int, drafted: int) -> None:
         super().on_tokens(new_ids, accepted, drafted)
+        self.completion.drafted += drafted
+        self.completion.accepted += accepted
         self.completion.add(new_ids)
 
     def call_tool(self, t: float, latency_s: float) -> None:

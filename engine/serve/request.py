@@ -20,8 +20,8 @@ MAX_STOPS = 4  # stop strings a request may give, as OpenAI's API allows
 # Fields that ask for what this server does not do; refused rather than ignored, so that a
 # client is not answered as if its format had been honoured. (`functions` and `function_call`
 # are OpenAI's old spelling of tools.)
-UNSUPPORTED = ("functions", "function_call", "logprobs", "top_logprobs", "audio", "prediction",
-               "echo", "suffix", "best_of")
+UNSUPPORTED = ("functions", "function_call", "logprobs", "top_logprobs", "audio", "echo",
+               "suffix", "best_of")
 FORMATS = ("text", "json_object", "json_schema")  # response_format's types
 LOGIT_BIAS = 100  # the most a token's logit may be moved either way, as OpenAI's API allows
 TOOL_CHOICES = ("auto", "none", "required")  # or {"type": "function", "function": {"name"}}
@@ -51,6 +51,7 @@ class ApiRequest:
                                       # its reasoning goes apart
     inside_reasoning: bool = False    # the prompt opened the reasoning (reasoning.py)
     output_format: OutputFormat | None = None  # the JSON response_format holds the answer to
+    prediction: list[int] | None = None  # the answer's tokens as the client predicts them
 
     @classmethod
     def parse(cls, body, tokenizer, max_context: int, chat: bool = True) -> "ApiRequest":
@@ -101,7 +102,8 @@ class ApiRequest:
                    thinking=thinking, inside_reasoning=chat and opened(prompt),
                    output_format=_output_format(_answer_schema(body.get("response_format")),
                                                 tokenizer, tools, tool_form, forced, parallel,
-                                                prompt if chat else None))
+                                                prompt if chat else None),
+                   prediction=_prediction(body.get("prediction"), tokenizer))
 
 
 def _answer_schema(asked) -> dict | None:
@@ -192,6 +194,27 @@ def _chat_prompt(body: dict, tokenizer, tools: list[dict] | None) -> str:
         raise RequestError(f"messages: {exc}") from None
 
 
+def _text(content, where: str) -> str:
+    """A content's text: given as text, or as OpenAI's list of parts, joined from its text ones."""
+    if isinstance(content, list):
+        if not all(isinstance(p, dict) and p.get("type") == "text" and
+                   isinstance(p.get("text"), str) for p in content):
+            raise RequestError(f"{where}: only text parts are supported")
+        content = "".join(part["text"] for part in content)
+    if not isinstance(content, str):
+        raise RequestError(f"{where}: must be text")
+    return content
+
+
+def _prediction(given, tokenizer) -> list[int] | None:
+    """The answer's tokens as OpenAI's Predicted Outputs give them, {type: content, content}."""
+    if given is None:
+        return None
+    if not isinstance(given, dict) or given.get("type") != "content":
+        raise RequestError(f"prediction: an object whose type is content, got {given!r}")
+    return tokenizer.encode(_text(given.get("content"), "prediction.content"))
+
+
 def _plain_prompt(body: dict, tokenizer) -> list[int]:
     """A text prompt (or a list of one, as some clients send it); empty text is refused, since
     the answer's first token needs a token before it."""
@@ -219,16 +242,9 @@ def _messages(messages) -> list[dict]:
             raise RequestError(f"{where}: must be an object whose role is one of "
                                f"{', '.join(ROLES)}")
         content = message.get("content")
-        if isinstance(content, list):
-            if not all(isinstance(p, dict) and p.get("type") == "text" and
-                       isinstance(p.get("text"), str) for p in content):
-                raise RequestError(f"{where}.content: only text parts are supported")
-            content = "".join(part["text"] for part in content)
         if content is None and message["role"] == "assistant":
             content = ""
-        if not isinstance(content, str):
-            raise RequestError(f"{where}.content: must be text")
-        checked.append({"role": message["role"], "content": content})
+        checked.append({"role": message["role"], "content": _text(content, f"{where}.content")})
         if message["role"] == "assistant" and message.get("tool_calls"):
             try:
                 checked[-1]["tool_calls"] = template_calls(message["tool_calls"],

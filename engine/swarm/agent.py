@@ -129,11 +129,16 @@ class Agent:
         held_to = self.workload.answer_format(self.cat, self.tokenizer)
         return held_to and held_to.copy()
 
+    def _turn_prediction(self) -> list[int] | None:
+        """What this turn's answer is predicted to be (a client's; the swarm's agents say none)."""
+        return None
+
     def _begin_turn(self, t: float) -> None:
         seq = self.seq
         seq.prompt_len = len(seq.token_ids)  # the turn's output is what follows
         seq.max_new_tokens = self._turn_tokens()
         seq.output_format = self._turn_format()
+        seq.prediction = self._turn_prediction()
         seq.finished = False
         self.state = "decode"
         self.turn_started = t

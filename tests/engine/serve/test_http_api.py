@@ -78,6 +78,34 @@ def test_penalties_and_a_logit_bias_shape_the_answer_as_generate_has_it(served, 
                                                 max_new_tokens=12)[0].text
 
 
+def test_a_predicted_answer_is_drafted_from_and_kept_as_the_model_writes_it(served, tiny):
+    """OpenAI's Predicted Outputs: the prediction is what the lane drafts from; the answer is the
+    model's whatever it predicts, and usage says how many of its tokens were kept. (Penalties
+    and a bias make the tiny model write letters it never repeats, which the context alone
+    cannot predict.)"""
+    engine, server = served
+    engine.mailbox.post(policy="fixed", k=4)
+    letters = {ord(c): 3.0 for c in "abcdefghijklmnopqrstuvwxyz"}
+    sampling = SamplingParams(presence_penalty=2, frequency_penalty=2,
+                              logit_bias=tuple(letters.items()))
+    expected = generate(tiny, [USER], Controls(policy="off"), max_new_tokens=16,
+                        sampling=sampling)[0].text
+    asked = chat(max_tokens=16, presence_penalty=2, frequency_penalty=2,
+                 logit_bias={str(token): bias for token, bias in letters.items()})
+    kept = {}
+    for prediction in (expected, expected[:5] + "And then a different answer."):
+        status, text = call(server, "POST", "/v1/chat/completions",
+                            {**asked, "prediction": {"type": "content", "content": prediction}})
+        reply = json.loads(text)
+        assert status == 200 and reply["choices"][0]["message"]["content"] == expected
+        kept[prediction] = reply["usage"]["completion_tokens_details"]
+    assert len(set(expected)) == len(expected) == 16  # nothing to copy from the context
+    assert kept[expected] == {"accepted_prediction_tokens": 12, "rejected_prediction_tokens": 0}
+    assert [kept[p]["accepted_prediction_tokens"] for p in kept] == [12, 4]
+    status, text = call(server, "POST", "/v1/chat/completions", asked)
+    assert "completion_tokens_details" not in json.loads(text)["usage"]
+
+
 def test_a_streamed_answer_comes_in_server_sent_events(served, tiny):
     _, server = served
     status, text = call(server, "POST", "/v1/chat/completions",

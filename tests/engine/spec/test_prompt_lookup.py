@@ -2,7 +2,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.sequence import Sequence
-from engine.spec.prompt_lookup import NgramIndex, PromptLookupDrafter
+from engine.spec.prompt_lookup import PREDICTED, NgramIndex, PromptLookupDrafter
 
 
 def _seq(tokens, seq_id=0):
@@ -92,3 +92,35 @@ def test_the_index_finds_what_a_scan_of_the_context_finds(tokens, grow):
                          for e in range(len(context) - 1, n - 1, -1)
                          if context[e - n:e] == context[-n:]), (None, 0))
         assert index._looked_up(context) == expected
+
+
+def _answering(drafter, seq, written, cap=4):
+    """The drafter's proposal after the answer wrote `written` more tokens."""
+    seq.token_ids.extend(written)
+    drafter.available(seq, cap)
+    return drafter.propose([seq], [cap])[0]
+
+
+def test_a_predicted_answer_is_drafted_from_its_start_and_past_an_edit():
+    """OpenAI's Predicted Outputs: the client sends what it expects (a file an edit leaves
+    mostly as it was); the context, ending in the turn's prompt, offers nothing yet."""
+    drafter = PromptLookupDrafter(ngram_sizes=(3, 2))
+    predicted = [10, 11, 12, 13, 14, 15, 16, 17, 12, 13, 18]
+    seq = Sequence(0, [1, 2, 3], 3, prediction=predicted)
+    first = _answering(drafter, seq, [])
+    assert (first.tokens, first.match) == ([10, 11, 12, 13], PREDICTED)
+    assert _answering(drafter, seq, [10, 11]).tokens == [12, 13, 14, 15]  # reads on
+    # an edit (14 -> 99, 98), then the prediction's text again: found past where it left
+    assert _answering(drafter, seq, [12, 13, 99, 98]).tokens == []  # no prediction, no context
+    assert _answering(drafter, seq, [15, 16]).tokens == [17, 12, 13, 18]
+    # where the prediction has nothing to offer, the context's own lookup drafts
+    from_context = _answering(drafter, seq, [17, 12, 13, 18, 12, 13, 99, 98])
+    assert (from_context.tokens, from_context.match) == ([15, 16, 17, 12], 3)
+
+
+def test_a_new_turns_prediction_starts_afresh():
+    drafter = PromptLookupDrafter(ngram_sizes=(2,))
+    seq = Sequence(0, [1, 2], 2, prediction=[10, 11, 12])
+    _answering(drafter, seq, [10, 11])
+    seq.prompt_len, seq.prediction = len(seq.token_ids), [20, 21]
+    assert _answering(drafter, seq, []).tokens == [20, 21]
