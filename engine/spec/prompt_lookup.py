@@ -146,7 +146,8 @@ def _read_on(tokens: list[int], start: int, limit: int) -> list[int]:
 
 
 class PromptLookupDrafter:
-    """Drafts from each lane's own context; no model, so its cost is zero."""
+    """Drafts from each lane's own context (and its predicted answer, where a client gave one); no
+    model, so its cost is zero."""
 
     name = "lookup"
     free = True

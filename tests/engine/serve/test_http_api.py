@@ -285,7 +285,7 @@ def test_the_example_agents_run_against_it(served):
     lines = sorted(done.stdout.splitlines())
     assert [line.split(":")[0] for line in lines] == ["agent 0 turn 1", "agent 0 turn 2",
                                                        "agent 1 turn 1", "agent 1 turn 2"]
-    assert all(" 8 tokens" in line for line in lines)
+    assert all(re.search(r" 8 tokens, \d+ kept from the prediction", line) for line in lines)
     held = [tuple(map(int, re.search(r"(\d+) of (\d+) prompt", line).groups()))
             for line in lines]  # (tokens already held, prompt tokens) of each turn
     # turn 2 went on from turn 1's KV; the turns 1 start alike, so the second to start may
