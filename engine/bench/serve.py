@@ -10,7 +10,9 @@ object, or a schema's). Every policy serves the same conversations from an engin
 its own on the loaded model, behind a server of its own, one policy at a time, the first
 rotating from round to round so that a slow spell of the machine lands on each alike. A policy
 named POLICY:unshared runs with new conversations feeding their whole prompt, not sharing the
-KV blocks of a prefix another conversation holds (engine/swarm/scheduler.py). Reports the
+KV blocks of a prefix another conversation holds (engine/swarm/scheduler.py); one named
+POLICY:predicted has each request predict its answer (OpenAI's Predicted Outputs) to be the
+last one, or for a task's first the file it gives (code edits). Both may be named. Reports the
 answers' tokens a second of wall time as the clients saw them (HTTP, tokenizing and text
 included; the answers streamed), the mean time to an answer's first text and to its end, the
 prompt tokens whose KV was reused (a conversation going on, or a shared prefix), the most KV
@@ -26,6 +28,7 @@ import sys
 import threading
 import time
 import urllib.parse
+from dataclasses import dataclass
 from pathlib import Path
 
 from engine.bench import in_turn
@@ -38,7 +41,25 @@ from engine.swarm.workload import WORKLOAD_DIR
 from engine.telemetry.records import POLICIES
 
 AGENT_SYSTEM = WORKLOAD_DIR / "agent_system.md"
-UNSHARED = ":unshared"  # a policy's suffix: new conversations share no prefix's KV blocks
+# A policy's variants, named after it as POLICY:VARIANT: new conversations share no prefix's KV
+# blocks; requests predict their answers
+VARIANTS = ("unshared", "predicted")
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    messages: list[dict]  # the system message and the task, then the tool's outputs
+    source: str | None    # the file the task gives, where it gives one (code edits)
+
+
+def _variants(policy: str) -> tuple[str, set[str]]:
+    """A --policies entry's policy and variants; SwarmscopeError where it names others."""
+    name, *variants = policy.split(":")
+    if name not in POLICIES or not set(variants) <= set(VARIANTS) or \
+            len(set(variants)) != len(variants):
+        raise SwarmscopeError(f"--policies: each of {', '.join(POLICIES)}, with any of "
+                              f"{', '.join(':' + v for v in VARIANTS)} after it, got {policy!r}")
+    return name, set(variants)
 
 
 def add_arguments(parser) -> None:
@@ -58,7 +79,8 @@ def add_arguments(parser) -> None:
                              "coding agent's instructions and tools, or a file's text")
     parser.add_argument("--policies", default="off,goodput",
                         help="comma-separated, the first the reference (default off,goodput); "
-                             f"POLICY{UNSHARED}: new conversations share no prefix's KV")
+                             "POLICY:unshared: new conversations share no prefix's KV; "
+                             "POLICY:predicted: requests predict their answers")
     parser.add_argument("--response-format", metavar="json|FILE", help=RESPONSE_FORMAT_HELP)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
@@ -69,10 +91,10 @@ def run(args) -> int:
         check_at_least({"--clients": (args.clients, 1), "--turns": (args.turns, 1),
                         "--rounds": (args.rounds, 1), "--conversations": (args.conversations, 1)})
         policies = [p.strip() for p in args.policies.split(",")]
-        unknown = [p for p in policies if p.removesuffix(UNSHARED) not in POLICIES]
-        if unknown or len(set(policies)) != len(policies):
-            raise SwarmscopeError(f"--policies: each of {', '.join(POLICIES)} (or it with "
-                                  f"{UNSHARED}) at most once, got {args.policies!r}")
+        for policy in policies:
+            _variants(policy)
+        if len(set(policies)) != len(policies):
+            raise SwarmscopeError(f"--policies: each at most once, got {args.policies!r}")
         rows = measure(args, policies)
     except SwarmscopeError as exc:
         print(f"swarmscope bench serve: {exc}", file=sys.stderr)
@@ -149,15 +171,15 @@ def _system(choice: str) -> str | None:
 
 
 def _conversation(workload, category: str, turns: int, system: str | None,
-                  rng: random.Random) -> list[dict]:
+                  rng: random.Random) -> Conversation:
     """The user's side of one conversation: the system message and task, then tool outputs."""
     task = workload.new_task(category, rng)
     users = [task.text] + [workload.tool_output(task, rng) for _ in range(turns - 1)]
-    return [{"role": "system", "content": system or workload.system(category)}] + [
-        {"role": "user", "content": text} for text in users]
+    return Conversation([{"role": "system", "content": system or workload.system(category)}] + [
+        {"role": "user", "content": text} for text in users], task.fields.get("source"))
 
 
-def _serve(loaded, calibration, policy: str, clients: list[list[list[dict]]],
+def _serve(loaded, calibration, policy: str, clients: list[list[Conversation]],
            max_tokens: int, extra: dict) -> dict:
     """Every client's conversations through a server of its own, on an engine of `policy`'s;
     `extra`: more fields of every request."""
@@ -165,17 +187,17 @@ def _serve(loaded, calibration, policy: str, clients: list[list[list[dict]]],
     from engine.serve.http_api import ApiServer
     from engine.swarm.config import SwarmConfig
 
-    config = SwarmConfig(client_lanes=len(clients), share_prefixes=not policy.endswith(UNSHARED))
-    engine = Engine(loaded, config, Controls(policy=policy.removesuffix(UNSHARED), swarm_size=0),
-                    calibration=calibration)
+    name, variants = _variants(policy)
+    config = SwarmConfig(client_lanes=len(clients), share_prefixes="unshared" not in variants)
+    engine = Engine(loaded, config, Controls(policy=name, swarm_size=0), calibration=calibration)
     stop = threading.Event()
     stepping = threading.Thread(target=engine.run, kwargs={"stop": stop}, daemon=True)
     stepping.start()
     server = ApiServer(lambda: engine, "127.0.0.1", 0).start()
     results: list[dict] = [{} for _ in clients]
     failures: list[str] = []
-    threads = [threading.Thread(target=_client,
-                                args=(server.url, c, max_tokens, extra, r, failures))
+    threads = [threading.Thread(target=_client, args=(server.url, c, max_tokens, extra,
+                                                      "predicted" in variants, r, failures))
                for c, r in zip(clients, results)]
     start = time.perf_counter()
     try:
@@ -200,24 +222,28 @@ def _serve(loaded, calibration, policy: str, clients: list[list[list[dict]]],
             "drafted": sum(lane.k for lane in lanes), "accepted": sum(lane.acc for lane in lanes)}
 
 
-def _client(url: str, conversations: list[list[dict]], max_tokens: int, extra: dict,
-            result: dict, failures: list[str]) -> None:
-    """One agent: ask (streamed, as an agent that shows its progress does), take the answer into
-    the conversation, go on with the next message; then the next conversation."""
+def _client(url: str, conversations: list[Conversation], max_tokens: int, extra: dict,
+            predicts: bool, result: dict, failures: list[str]) -> None:
+    """One agent: ask (streamed, as an agent that shows its progress does; with `predicts`,
+    predicting the answer to be its last, or the task's file), take the answer into the
+    conversation, go on with the next message; then the next conversation."""
     address = urllib.parse.urlparse(url)
     connection = http.client.HTTPConnection(address.hostname, address.port, timeout=600)
     answer_s, first_s = [], []
     result.update(tokens=0, reused=0, prompt=0, answer_s=answer_s, first_s=first_s)
     try:
         for conversation in conversations:
-            messages = conversation[:2]
-            for user in [None] + conversation[2:]:
+            messages, predicted = conversation.messages[:2], conversation.source
+            for user in [None] + conversation.messages[2:]:
                 if user is not None:
                     messages.append(user)
+                prediction = {"prediction": {"type": "content", "content": predicted}} \
+                    if predicts and predicted else {}
                 asked = time.perf_counter()
                 connection.request("POST", f"{address.path}/chat/completions", json.dumps(
                     {"messages": messages, "temperature": 0, "max_tokens": max_tokens,
-                     "stream": True, "stream_options": {"include_usage": True}, **extra}))
+                     "stream": True, "stream_options": {"include_usage": True}, **prediction,
+                     **extra}))
                 text, usage = [], None
                 for chunk in _events(connection.getresponse()):
                     if "error" in chunk:
@@ -232,7 +258,8 @@ def _client(url: str, conversations: list[list[dict]], max_tokens: int, extra: d
                 result["tokens"] += usage["completion_tokens"]
                 result["prompt"] += usage["prompt_tokens"]
                 result["reused"] += usage["prompt_tokens_details"]["cached_tokens"]
-                messages.append({"role": "assistant", "content": "".join(text)})
+                predicted = "".join(text)
+                messages.append({"role": "assistant", "content": predicted})
     except (OSError, SwarmscopeError, ValueError, KeyError, TypeError) as exc:
         failures.append(f"{type(exc).__name__}: {exc}")
     finally:

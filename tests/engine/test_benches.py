@@ -162,6 +162,17 @@ def test_bench_serve_feeds_and_holds_once_a_system_prompt_new_conversations_shar
     assert rows[1]["kv_peak_bytes"] < 0.7 * rows[0]["kv_peak_bytes"]
 
 
+def test_bench_serve_clients_may_predict_their_answers(capsys):
+    """POLICY:predicted: each request predicts the file it edits (then the answer before), which
+    the lane drafts from; the tiny model writes newlines, which the file seldom predicts, where
+    its context alone (newlines too) predicts them well."""
+    rows = _json_out(capsys, ["bench", "serve", "--model", "tiny-test", "--dtype", "fp32",
+                              "--clients", "1", "--turns", "1", "--rounds", "1",
+                              "--policies", "fixed,fixed:predicted:unshared", "--json"])
+    assert [row["policy"] for row in rows] == ["fixed", "fixed:predicted:unshared"]
+    assert rows[1]["acceptance"] < rows[0]["acceptance"]
+
+
 def test_bench_serve_holds_every_answer_to_a_response_format(capsys, tmp_path):
     schema = tmp_path / "verdict.json"
     schema.write_text(json.dumps({"type": "object", "properties": {"ok": {"type": "boolean"}},
@@ -180,7 +191,9 @@ def test_bench_serve_holds_every_answer_to_a_response_format(capsys, tmp_path):
 @pytest.mark.parametrize("option, message", [(["--clients", "0"], "--clients must be >= 1"),
                                              (["--conversations", "0"],
                                               "--conversations must be >= 1"),
-                                             (["--policies", "off,off"], "--policies: each of"),
+                                             (["--policies", "off,off"], "--policies: each at"),
+                                             (["--policies", "off:predicted:predicted"],
+                                              "--policies: each of"),
                                              (["--policies", "off:shared"], "--policies: each of"),
                                              (["--system", "/no/such.md"],
                                               "--system: cannot read /no/such.md"),
