@@ -98,7 +98,7 @@ def run(args) -> int:
                                       args.presence_penalty, args.frequency_penalty,
                                       args.repetition_penalty)
         except ValueError as exc:
-            raise SwarmscopeError(f"--temperature, --top-k, --top-p, penalties: {exc}") from None
+            raise SwarmscopeError(f"--temperature, --top-k, --top-p, --*-penalty: {exc}") from None
         try:  # --spec and --ragged are argparse's choices: what is left to refuse is K
             controls = Controls(policy=args.spec, k=args.k, drafter=args.drafter,
                                 ragged=args.ragged)
