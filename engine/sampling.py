@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -64,7 +65,8 @@ def adjusted_logits(logits: torch.Tensor, params: SamplingParams, token_ids: lis
     seen = (token_ids[:prompt_len] if repeats else []) + answer
     if not (seen and (repeats or params.presence_penalty or params.frequency_penalty)):
         return adjusted
-    ids, where = torch.tensor(seen).unique(return_inverse=True)
+    # through numpy: torch.tensor of a list of 2,500 ints took 0.28 ms, this 0.04
+    ids, where = torch.from_numpy(np.asarray(seen, dtype=np.int64)).unique(return_inverse=True)
     in_prompt, written = where[:len(seen) - len(answer)], where[len(seen) - len(answer):]
     committed = len(token_ids) - prompt_len
     counts = torch.zeros(rows, len(ids))  # [row, seen token]: times the answer wrote it there
