@@ -159,7 +159,8 @@ class Engine:
             drafted = {lane.agent: lane.k for lane in rec.lanes}
             for seq_id, lane in outcome.lanes.items():
                 agent = self._agents[by_seq[seq_id].agent]
-                agent.on_tokens(lane.new_token_ids, sum(lane.accepted_flags), drafted[agent.id])
+                agent.on_tokens(lane.new_token_ids, sum(lane.accepted_flags), drafted[agent.id],
+                                lane.logprobs)
                 if lane.finished:
                     self._send_to_tool(agent, t_end)
             self.records.append(rec)

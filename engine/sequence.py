@@ -29,6 +29,8 @@ class Sequence:
     output_format: OutputFormat | None = None  # the grammar its output keeps to, if any
     prediction: list[int] | None = None  # what a client predicts the output will be (OpenAI's
                                          # Predicted Outputs): prompt lookup drafts from it
+    logprobs: int | None = None  # each output token's log-probability is wanted, with this many
+                                 # of the likeliest alternatives (None: not wanted)
 
     @property
     def pending(self) -> int:

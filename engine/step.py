@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from engine.controls import Controls
 from engine.errors import KVCacheFull
 from engine.forward_batch import LaneInput
-from engine.sampling import LaneSampler, adjusted_logits, greedy_tokens
+from engine.sampling import LaneSampler, adjusted_logits, greedy_tokens, token_logprobs
 from engine.sequence import Sequence
 from engine.spec.acceptance import AcceptanceStats
 from engine.spec.calibration import Calibration
@@ -31,6 +31,9 @@ class LaneResult:
     new_token_ids: list[int]   # committed this step, in order
     accepted_flags: list[bool]  # per new token: True if it was an accepted draft (else the bonus)
     finished: bool
+    # per new token, where the sequence asks for them: (token, its log-probability, the row's
+    # likeliest (token, log-probability) pairs), sampling.token_logprobs
+    logprobs: list | None = None
 
     @classmethod
     def make_dummy(cls, seq_id: int = 0, accepted: int = 2) -> "LaneResult":
@@ -142,6 +145,9 @@ class StepExecutor:
             result = self._commit(seq, n, draft, verdict)
             if seq.output_format is not None:
                 seq.output_format.advance(result.new_token_ids)
+            if seq.logprobs is not None and result.new_token_ids:
+                result.logprobs = token_logprobs(out.logits[index], result.new_token_ids,
+                                                 seq.logprobs)
             results[seq.seq_id] = result
             # A lane that ends inside its accepted drafts (a stop token, max_new_tokens) commits
             # no bonus: its last draft is the step's committed token, so that emitted = batch +

@@ -65,17 +65,17 @@ class ClientAgent(Agent):
     def _turn_tokens(self) -> int:
         return self.completion.request.max_tokens
 
-    def _turn_format(self):
-        return self.completion.request.output_format
+    def _turn_asks(self, seq: Sequence) -> None:
+        request = self.completion.request
+        seq.output_format, seq.prediction = request.output_format, request.prediction
+        seq.logprobs = request.logprobs
 
-    def _turn_prediction(self):
-        return self.completion.request.prediction
-
-    def on_tokens(self, new_ids: list[int], accepted: int, drafted: int) -> None:
+    def on_tokens(self, new_ids: list[int], accepted: int, drafted: int,
+                  logprobs: list | None = None) -> None:
         super().on_tokens(new_ids, accepted, drafted)
         self.completion.drafted += drafted
         self.completion.accepted += accepted
-        self.completion.add(new_ids)
+        self.completion.add(new_ids, logprobs)
 
     def call_tool(self, t: float, latency_s: float) -> None:
         """The turn ended (or its client cancelled it): answer, then wait for the client."""

@@ -19,11 +19,15 @@ class Completion:
         self.agent: int | None = None  # the agent that took it, set by the engine
         self.reused_tokens = 0         # of the prompt, tokens whose KV the agent already held
         self.drafted = self.accepted = 0  # draft tokens the answer was verified with, and kept
+        self.logprobs: list = []  # per answer token, where asked: sampling.token_logprobs's
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._cancelled = threading.Event()
 
     # -- the engine's side --
-    def add(self, ids: list[int]) -> None:
+    def add(self, ids: list[int], logprobs: list | None = None) -> None:
+        """The answer's next tokens, and their log-probabilities where it asked for them (read
+        once the tokens are: the queue orders them)."""
+        self.logprobs.extend(logprobs or ())
         self._events.put(("tokens", list(ids)))
 
     def finish(self, reason: str) -> None:

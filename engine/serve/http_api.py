@@ -20,6 +20,7 @@ from typing import Callable
 from engine.errors import SwarmscopeError
 from engine.serve.call_forms import CallStream, ToolCall, form_of
 from engine.serve.completion import AnswerText, Completion
+from engine.serve.logprobs import AnswerLogprobs
 from engine.serve.reasoning import ReasoningSplit
 from engine.serve.request import ApiRequest, RequestError
 from engine.thinking import thinks
@@ -115,20 +116,23 @@ class _Handler(BaseHTTPRequestHandler):
         # answer read for them keeps them
         answer = AnswerText(engine.loaded.tokenizer, request.stop,
                             keep_special=request.tool_form is not None or request.thinking)
+        logprobs = (AnswerLogprobs(completion, engine.loaded.tokenizer, request.chat)
+                    if request.logprobs is not None else None)
         head = {"id": f"{'chatcmpl' if request.chat else 'cmpl'}-{uuid.uuid4().hex[:24]}",
                 "created": int(time.time()), "model": engine.loaded.name}
         try:
             if request.stream:
-                self._stream(completion, answer, head)
+                self._stream(completion, answer, logprobs, head)
             else:
-                self._whole(completion, answer, head)
+                self._whole(completion, answer, logprobs, head)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client left
         finally:
             completion.cancel()  # ends the turn if the engine is still on it
 
     # -- answers --
-    def _whole(self, completion: Completion, answer: AnswerText, head: dict) -> None:
+    def _whole(self, completion: Completion, answer: AnswerText,
+               logprobs: AnswerLogprobs | None, head: dict) -> None:
         pieces = []
         for kind, value in _pieces(completion, answer):
             if kind == "text":
@@ -141,11 +145,14 @@ class _Handler(BaseHTTPRequestHandler):
                 text = "".join(pieces)
                 choice = (_message(request, text, value) if request.chat else
                           _choice(False, text, value))
+                if logprobs:
+                    choice["logprobs"] = logprobs.take(answer.tokens, always=True)
                 self._json(200, {**head, "choices": [choice], "usage": _usage(completion, answer),
                                  "object": "chat.completion" if request.chat else
                                  "text_completion"})
 
-    def _stream(self, completion: Completion, answer: AnswerText, head: dict) -> None:
+    def _stream(self, completion: Completion, answer: AnswerText,
+                logprobs: AnswerLogprobs | None, head: dict) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -160,14 +167,21 @@ class _Handler(BaseHTTPRequestHandler):
         split = ReasoningSplit(request.inside_reasoning) if request.thinking else None
         held = CallStream(request.tool_form) if request.tool_form else None
 
+        def emit(choice: dict) -> None:
+            """A chunk of one choice, with the log-probabilities of the tokens come since the
+            last, where they are asked for."""
+            if logprobs and (taken := logprobs.take(answer.tokens)):
+                choice = {**choice, "logprobs": taken}
+            self._event({**head, "choices": [choice]})
+
         def send(piece: str, last: bool = False) -> None:
             """A piece of the answer's text: its reasoning, then what is not a call."""
             reasoning, text = split.add(piece, last) if split else ("", piece)
             if reasoning:
-                self._event({**head, "choices": [{"index": 0, "finish_reason": None,
-                                                  "delta": {"reasoning_content": reasoning}}]})
+                emit({"index": 0, "finish_reason": None,
+                      "delta": {"reasoning_content": reasoning}})
             if text := held.add(text) if held else text:
-                self._event({**head, "choices": [_choice(chat, text, None)]})
+                emit(_choice(chat, text, None))
 
         for kind, value in _pieces(completion, answer):
             if kind == "text":
@@ -178,12 +192,12 @@ class _Handler(BaseHTTPRequestHandler):
                 send("", last=True)
                 rest, calls = held.end() if held else ("", [])
                 if rest:
-                    self._event({**head, "choices": [_choice(chat, rest, None)]})
+                    emit(_choice(chat, rest, None))
                 if calls := _kept(request, calls):
-                    self._event({**head, "choices": [{"index": 0, "finish_reason": None, "delta": {
-                        "tool_calls": [call.as_api(i) for i, call in enumerate(calls)]}}]})
+                    emit({"index": 0, "finish_reason": None, "delta": {
+                        "tool_calls": [call.as_api(i) for i, call in enumerate(calls)]}})
                     value = "tool_calls"
-                self._event({**head, "choices": [_choice(chat, None, value)]})
+                emit(_choice(chat, None, value))
                 if request.include_usage:
                     self._event({**head, "choices": [], "usage": _usage(completion, answer)})
         self.wfile.write(b"data: [DONE]\n\n")

@@ -20,10 +20,10 @@ MAX_STOPS = 4  # stop strings a request may give, as OpenAI's API allows
 # Fields that ask for what this server does not do; refused rather than ignored, so that a
 # client is not answered as if its format had been honoured. (`functions` and `function_call`
 # are OpenAI's old spelling of tools.)
-UNSUPPORTED = ("functions", "function_call", "logprobs", "top_logprobs", "audio", "echo",
-               "suffix", "best_of")
+UNSUPPORTED = ("functions", "function_call", "audio", "echo", "suffix", "best_of")
 FORMATS = ("text", "json_object", "json_schema")  # response_format's types
 LOGIT_BIAS = 100  # the most a token's logit may be moved either way, as OpenAI's API allows
+TOP_LOGPROBS = {True: 20, False: 5}  # the most alternatives a token may come with: chat, text
 TOOL_CHOICES = ("auto", "none", "required")  # or {"type": "function", "function": {"name"}}
 # A message's fields, beside role and content, that reach the template (for those that read them)
 PASSED_ON = {"tool": ("tool_call_id", "name"), "assistant": ("reasoning_content",)}
@@ -52,6 +52,8 @@ class ApiRequest:
     inside_reasoning: bool = False    # the prompt opened the reasoning (reasoning.py)
     output_format: OutputFormat | None = None  # the JSON response_format holds the answer to
     prediction: list[int] | None = None  # the answer's tokens as the client predicts them
+    logprobs: int | None = None  # each token's log-probability is wanted, with this many of the
+                                 # likeliest alternatives (None: not wanted)
 
     @classmethod
     def parse(cls, body, tokenizer, max_context: int, chat: bool = True) -> "ApiRequest":
@@ -103,7 +105,8 @@ class ApiRequest:
                    output_format=_output_format(_answer_schema(body.get("response_format")),
                                                 tokenizer, tools, tool_form, forced, parallel,
                                                 prompt if chat else None),
-                   prediction=_prediction(body.get("prediction"), tokenizer))
+                   prediction=_prediction(body.get("prediction"), tokenizer),
+                   logprobs=_logprobs(body, chat))
 
 
 def _answer_schema(asked) -> dict | None:
@@ -204,6 +207,20 @@ def _text(content, where: str) -> str:
     if not isinstance(content, str):
         raise RequestError(f"{where}: must be text")
     return content
+
+
+def _logprobs(body: dict, chat: bool) -> int | None:
+    """How many alternatives each token's log-probability comes with (None: not wanted): chat's
+    `logprobs` true and `top_logprobs`, or a text completion's `logprobs` count, as OpenAI's."""
+    most = TOP_LOGPROBS[chat]
+    if not chat:
+        return _number(body, ("logprobs",), int, 0, most)
+    top = _number(body, ("top_logprobs",), int, 0, most)
+    if not _flag(body, "logprobs"):
+        if top is not None:
+            raise RequestError("top_logprobs: needs logprobs true")
+        return None
+    return top or 0
 
 
 def _prediction(given, tokenizer) -> list[int] | None:

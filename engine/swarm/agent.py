@@ -15,7 +15,6 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from engine.output_format import OutputFormat
 from engine.sampling import SamplingParams
 from engine.sequence import Sequence
 from engine.swarm.workload import Task, Workload
@@ -123,30 +122,29 @@ class Agent:
         model with a short one still has room for the prompt."""
         return max(1, min(self.workload.max_new_tokens(self.cat), self.max_context // 2))
 
-    def _turn_format(self) -> OutputFormat | None:
-        """What this turn's answer keeps to: its category's schema, where it gives one (the
-        json agents' tool calls)."""
+    def _turn_asks(self, seq: Sequence) -> None:
+        """What this turn's answer keeps to and comes with: its category's schema, where it
+        gives one (the json agents' tool calls); no prediction, no log-probabilities (a
+        client's agent takes these from its request)."""
         held_to = self.workload.answer_format(self.cat, self.tokenizer)
-        return held_to and held_to.copy()
-
-    def _turn_prediction(self) -> list[int] | None:
-        """What this turn's answer is predicted to be (a client's; the swarm's agents say none)."""
-        return None
+        seq.output_format = held_to and held_to.copy()
+        seq.prediction = seq.logprobs = None
 
     def _begin_turn(self, t: float) -> None:
         seq = self.seq
         seq.prompt_len = len(seq.token_ids)  # the turn's output is what follows
         seq.max_new_tokens = self._turn_tokens()
-        seq.output_format = self._turn_format()
-        seq.prediction = self._turn_prediction()
+        self._turn_asks(seq)
         seq.finished = False
         self.state = "decode"
         self.turn_started = t
         self._settle_output()  # the last turn's output, decoded before its ids are dropped
         self._turn_ids, self._taken_ids, self._taken_chars = [], 0, 0
 
-    def on_tokens(self, new_ids: list[int], accepted: int, drafted: int) -> None:
-        """Tokens this step committed for the agent: the first `accepted` were drafts."""
+    def on_tokens(self, new_ids: list[int], accepted: int, drafted: int,
+                  logprobs: list | None = None) -> None:
+        """Tokens this step committed for the agent: the first `accepted` were drafts;
+        `logprobs`, where the turn asked for them (LaneResult.logprobs), are a client's."""
         self.tokens += len(new_ids)
         self.accepted += accepted
         self.drafted += drafted

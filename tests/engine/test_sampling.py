@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.sampling import LaneSampler, SamplingParams, adjusted_logits, greedy_tokens
+from engine.sampling import (LaneSampler, SamplingParams, adjusted_logits, greedy_tokens,
+                             token_logprobs)
 from engine.spec.verification import verify_sampled
 
 
@@ -127,3 +128,16 @@ def test_each_row_is_adjusted_for_the_answer_and_the_drafts_before_it(params):
     assert not torch.equal(adjusted, logits)  # a copy, adjusted; the step's logits as they were
     assert torch.equal(logits, _logits(rows=4, vocab=12))
     assert params.adjusts and not SamplingParams(temperature=0.5).adjusts
+
+
+def test_each_token_comes_with_its_log_probability_and_its_rows_likeliest():
+    logits = _logits(rows=3, vocab=10)
+    entries = token_logprobs(logits, [4, 7], top=3)  # a third row (an unused draft's) is left
+    logprobs = logits.log_softmax(-1)
+    assert [token for token, _, _ in entries] == [4, 7]
+    for row, (token, logprob, alternatives) in enumerate(entries):
+        assert logprob == pytest.approx(logprobs[row, token].item())
+        best = logprobs[row].topk(3)
+        assert alternatives == [(i, pytest.approx(v)) for i, v in zip(best.indices.tolist(),
+                                                                       best.values.tolist())]
+    assert token_logprobs(logits, [1], top=0) == [(1, pytest.approx(logprobs[0, 1].item()), [])]

@@ -86,6 +86,34 @@ def test_penalties_and_a_logit_bias_change_the_answer_and_speculation_keeps_it()
     assert all(17 not in answer for answer in plain)
 
 
+def _answer_logprobs(prompt: list[int], controls: Controls) -> tuple[list[int], list, int]:
+    """A greedy lane's answer, the log-probabilities its steps gave, and its drafts accepted."""
+    executor, entries = _executor(), []
+    seq = Sequence(0, list(prompt), len(prompt), max_new_tokens=20, stop_ids=(257,), logprobs=2)
+    step = executor.run
+
+    def kept(*args, **kwargs):
+        outcome = step(*args, **kwargs)
+        entries.extend(e for lane in outcome.lanes.values() for e in lane.logprobs or [])
+        return outcome
+    executor.run = kept
+    records = decode(executor, [seq], controls)
+    return seq.output_ids, entries, sum(record.accepted for record in records)
+
+
+def test_log_probabilities_are_each_tokens_own_row_whatever_was_drafted():
+    prompt = _copyish_prompt(6, 40)
+    answer, plain, _ = _answer_logprobs(prompt, Controls(policy="off"))
+    drafted_answer, drafted, accepted = _answer_logprobs(prompt, Controls(policy="fixed", k=6))
+    assert accepted > 0 and drafted_answer == answer == [token for token, _, _ in plain]
+    assert [token for token, _, _ in drafted] == answer
+    for (_, logprob, top), (_, drafted_logprob, drafted_top) in zip(plain, drafted):
+        assert drafted_logprob == pytest.approx(logprob) and len(top) == 2
+        assert [i for i, _ in drafted_top] == [i for i, _ in top]
+    # greedy: each token is its row's likeliest
+    assert all(top[0][0] == token and top[0][1] == logprob for token, logprob, top in plain)
+
+
 def test_records_follow_the_design_contract():
     prompts = [_copyish_prompt(4, 30), _copyish_prompt(5, 12)]
     _, records = _run(prompts, [8, 8], Controls(policy="goodput", k=4), chunk=20)

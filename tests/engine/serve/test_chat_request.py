@@ -60,7 +60,10 @@ def test_defaults_follow_openais_api_and_max_tokens_is_held_to_the_room_left():
     ({"stop": [""]}, "stop: must be"),
     ({"stream": "yes"}, "stream: must be true or false"),
     ({"n": 2}, "n: only one choice"),
-    ({"logprobs": True}, "logprobs: not supported"),
+    ({"top_logprobs": 2}, "top_logprobs: needs logprobs true"),
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs: must be an integer >= 0 and <= 20"),
+    ({"logprobs": 1}, "logprobs: must be true or false"),
+    ({"audio": {"voice": "x"}}, "audio: not supported"),
     ({"presence_penalty": 2.5}, "presence_penalty: must be a number >= -2 and <= 2, got 2.5"),
     ({"frequency_penalty": "high"}, "frequency_penalty: must be a number"),
     ({"repetition_penalty": 0}, "repetition_penalty: must be above 0"),
@@ -81,6 +84,15 @@ def test_penalties_and_a_logit_bias_reach_the_lanes_sampling():
     assert (sampling.presence_penalty, sampling.frequency_penalty, sampling.repetition_penalty,
             sampling.logit_bias) == (0.5, -1.0, 1.1, ((65, -100.0), (66, 2.5)))
     assert not parse(presence_penalty=0, frequency_penalty=0, logit_bias={}).sampling.adjusts
+
+
+def test_log_probabilities_are_asked_as_each_endpoint_asks_them():
+    assert parse().logprobs is None and parse(logprobs=False).logprobs is None
+    assert parse(logprobs=True).logprobs == 0 and parse(logprobs=True, top_logprobs=3).logprobs == 3
+    text = ApiRequest.parse({"prompt": "hi", "logprobs": 2}, TOK, 256, chat=False)
+    assert text.logprobs == 2
+    with pytest.raises(RequestError, match="logprobs: must be an integer >= 0 and <= 5, got 6"):
+        ApiRequest.parse({"prompt": "hi", "logprobs": 6}, TOK, 256, chat=False)
 
 
 def test_a_text_prompt_is_encoded_as_given_and_checked():

@@ -106,6 +106,38 @@ def test_a_predicted_answer_is_drafted_from_and_kept_as_the_model_writes_it(serv
     assert "completion_tokens_details" not in json.loads(text)["usage"]
 
 
+def test_log_probabilities_come_with_each_token_whole_streamed_and_as_text(served, tiny):
+    """The model's own, each token's text and bytes with its row's likeliest; a greedy
+    answer's tokens are their rows' likeliest. Streamed, they come with the chunks, in order."""
+    _, server = served
+    status, text = call(server, "POST", "/v1/chat/completions",
+                        chat(logprobs=True, top_logprobs=2))
+    reply = json.loads(text)
+    choice = reply["choices"][0]
+    entries = choice["logprobs"]["content"]
+    assert status == 200 and len(entries) == reply["usage"]["completion_tokens"] == 12
+    assert "".join(entry["token"] for entry in entries) == choice["message"]["content"]
+    for entry in entries:
+        assert bytes(entry["bytes"]).decode() == entry["token"] and entry["logprob"] <= 0
+        assert len(entry["top_logprobs"]) == 2
+        assert entry["top_logprobs"][0]["logprob"] == pytest.approx(entry["logprob"])
+    _, streamed = call(server, "POST", "/v1/chat/completions",
+                       chat(logprobs=True, top_logprobs=2, stream=True))
+    chunks = [json.loads(event.removeprefix("data: ")) for event in streamed.split("\n\n")
+              if event.startswith("data: {")]
+    assert [entry for chunk in chunks for entry in
+            (chunk["choices"][0].get("logprobs") or {}).get("content", [])] == entries
+    _, text = call(server, "POST", "/v1/completions", {"prompt": USER, "max_tokens": 5,
+                                                        "temperature": 0, "logprobs": 1})
+    legacy = json.loads(text)["choices"][0]
+    given = legacy["logprobs"]
+    assert "".join(given["tokens"]) == legacy["text"] and len(given["token_logprobs"]) == 5
+    assert given["text_offset"] == [sum(map(len, given["tokens"][:i])) for i in range(5)]
+    assert all(len(top) == 1 for top in given["top_logprobs"])
+    _, text = call(server, "POST", "/v1/chat/completions", chat())
+    assert "logprobs" not in json.loads(text)["choices"][0]
+
+
 def test_a_streamed_answer_comes_in_server_sent_events(served, tiny):
     _, server = served
     status, text = call(server, "POST", "/v1/chat/completions",

@@ -22,9 +22,9 @@ def _record_turns(monkeypatch):
         turns.setdefault(self.id, []).append([])
         begin(self, t)
 
-    def spy_tokens(self, new_ids, accepted, drafted):
+    def spy_tokens(self, new_ids, accepted, drafted, logprobs=None):
         turns[self.id][-1].extend(new_ids)
-        on_tokens(self, new_ids, accepted, drafted)
+        on_tokens(self, new_ids, accepted, drafted, logprobs)
 
     monkeypatch.setattr(Agent, "_begin_turn", spy_begin)
     monkeypatch.setattr(Agent, "on_tokens", spy_tokens)
