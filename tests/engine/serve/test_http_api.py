@@ -183,6 +183,12 @@ def test_openais_own_client_talks_to_it(served, tiny):
     assert "".join(chunk.choices[0].delta.content or "" for chunk in stream) == expected
     with pytest.raises(openai.BadRequestError, match="max_tokens: must be an integer"):
         client.chat.completions.create(model="any", **chat(max_tokens=-1))
+    # what it makes of the fields that come on request: log-probabilities and a prediction's use
+    asked = client.chat.completions.create(
+        model="any", logprobs=True, top_logprobs=1,
+        prediction={"type": "content", "content": expected}, **chat())
+    assert [entry.token for entry in asked.choices[0].logprobs.content] == list(expected)
+    assert asked.usage.completion_tokens_details.accepted_prediction_tokens >= 0
     assert [model.id for model in client.models.list()] == [tiny.name]
 
 
