@@ -15,6 +15,15 @@ if TYPE_CHECKING:
 
 
 @dataclass(slots=True)
+class Prediction:
+    """What a client predicts an answer will be (OpenAI's Predicted Outputs), which prompt lookup
+    drafts from, and how those drafts fared: kept (accepted) and refused (rejected)."""
+    tokens: list[int]
+    kept: int = 0
+    refused: int = 0
+
+
+@dataclass(slots=True)
 class Sequence:
     seq_id: int
     token_ids: list[int]               # prompt + committed output
@@ -27,8 +36,7 @@ class Sequence:
     num_cached: int = 0                # tokens whose KV is valid in the cache
     finished: bool = False
     output_format: OutputFormat | None = None  # the grammar its output keeps to, if any
-    prediction: list[int] | None = None  # what a client predicts the output will be (OpenAI's
-                                         # Predicted Outputs): prompt lookup drafts from it
+    prediction: Prediction | None = None  # what a client predicts the output will be
     logprobs: int | None = None  # each output token's log-probability is wanted, with this many
                                  # of the likeliest alternatives (None: not wanted)
 

@@ -73,8 +73,6 @@ class ClientAgent(Agent):
     def on_tokens(self, new_ids: list[int], accepted: int, drafted: int,
                   logprobs: list | None = None) -> None:
         super().on_tokens(new_ids, accepted, drafted)
-        self.completion.drafted += drafted
-        self.completion.accepted += accepted
         self.completion.add(new_ids, logprobs)
 
     def call_tool(self, t: float, latency_s: float) -> None:

@@ -18,7 +18,6 @@ class Completion:
         self.request = request
         self.agent: int | None = None  # the agent that took it, set by the engine
         self.reused_tokens = 0         # of the prompt, tokens whose KV the agent already held
-        self.drafted = self.accepted = 0  # draft tokens the answer was verified with, and kept
         self.logprobs: list = []  # per answer token, where asked: sampling.token_logprobs's
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._cancelled = threading.Event()

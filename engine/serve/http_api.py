@@ -280,15 +280,16 @@ def _kept(request: ApiRequest, calls: list[ToolCall]) -> list[ToolCall]:
 
 
 def _usage(completion: Completion, answer: AnswerText) -> dict:
-    """OpenAI's usage; where the request predicted its answer, the drafts it was verified with
-    (from the prediction, or from the context where the answer left it) as the prediction's
-    tokens accepted and rejected."""
-    prompt = len(completion.request.prompt_ids)
+    """OpenAI's usage; where the request predicted its answer, the drafts read from the
+    prediction that the answer kept and refused (read once the answer ended: the engine counts
+    them before it says so)."""
+    request = completion.request
+    prompt = len(request.prompt_ids)
     usage = {"prompt_tokens": prompt, "completion_tokens": answer.tokens,
              "total_tokens": prompt + answer.tokens,
              "prompt_tokens_details": {"cached_tokens": completion.reused_tokens}}
-    if completion.request.prediction is not None:
+    if request.prediction is not None:
         usage["completion_tokens_details"] = {
-            "accepted_prediction_tokens": completion.accepted,
-            "rejected_prediction_tokens": completion.drafted - completion.accepted}
+            "accepted_prediction_tokens": request.prediction.kept,
+            "rejected_prediction_tokens": request.prediction.refused}
     return usage

@@ -11,6 +11,7 @@ from engine.chat_template import ChatTemplateError
 from engine.errors import SwarmscopeError
 from engine.output_format import OutputFormat, json_rule, lark_tag
 from engine.sampling import SamplingParams
+from engine.sequence import Prediction
 from engine.serve.call_forms import CallForm, form_of
 from engine.serve.tool_calls import offered_tools, template_calls
 from engine.thinking import answer_format, json_answer, opened, reasons
@@ -51,7 +52,7 @@ class ApiRequest:
                                       # its reasoning goes apart
     inside_reasoning: bool = False    # the prompt opened the reasoning (reasoning.py)
     output_format: OutputFormat | None = None  # the JSON response_format holds the answer to
-    prediction: list[int] | None = None  # the answer's tokens as the client predicts them
+    prediction: Prediction | None = None  # the answer as the client predicts it
     logprobs: int | None = None  # each token's log-probability is wanted, with this many of the
                                  # likeliest alternatives (None: not wanted)
 
@@ -223,13 +224,13 @@ def _logprobs(body: dict, chat: bool) -> int | None:
     return top or 0
 
 
-def _prediction(given, tokenizer) -> list[int] | None:
-    """The answer's tokens as OpenAI's Predicted Outputs give them, {type: content, content}."""
+def _prediction(given, tokenizer) -> Prediction | None:
+    """The answer as OpenAI's Predicted Outputs give it, {type: content, content}."""
     if given is None:
         return None
     if not isinstance(given, dict) or given.get("type") != "content":
         raise RequestError(f"prediction: an object whose type is content, got {given!r}")
-    return tokenizer.encode(_text(given.get("content"), "prediction.content"))
+    return Prediction(tokenizer.encode(_text(given.get("content"), "prediction.content")))
 
 
 def _plain_prompt(body: dict, tokenizer) -> list[int]:

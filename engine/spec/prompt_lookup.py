@@ -171,7 +171,7 @@ class PromptLookupDrafter:
     def available(self, seq: Sequence, cap: int) -> int:
         limit = min(cap, self.max_k)
         tokens, match = (self._prediction(seq).continuation(seq.output_ids, limit), PREDICTED) \
-            if seq.prediction else ([], 0)
+            if seq.prediction and seq.prediction.tokens else ([], 0)
         index = self._index(seq)  # kept up with the context, predicted or not
         if not tokens:
             tokens, match = index.continuation(seq.token_ids, limit)
@@ -180,8 +180,8 @@ class PromptLookupDrafter:
 
     def _prediction(self, seq: Sequence) -> PredictedAnswer:
         predicted = self._predicted.get(seq.seq_id)
-        if predicted is None or predicted.tokens is not seq.prediction:  # a new turn's
-            predicted = self._predicted[seq.seq_id] = PredictedAnswer(seq.prediction,
+        if predicted is None or predicted.tokens is not seq.prediction.tokens:  # a new turn's
+            predicted = self._predicted[seq.seq_id] = PredictedAnswer(seq.prediction.tokens,
                                                                       self.ngram_sizes)
         return predicted
 

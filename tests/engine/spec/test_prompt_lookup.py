@@ -1,7 +1,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.sequence import Sequence
+from engine.sequence import Prediction, Sequence
 from engine.spec.prompt_lookup import PREDICTED, NgramIndex, PromptLookupDrafter
 
 
@@ -106,7 +106,7 @@ def test_a_predicted_answer_is_drafted_from_its_start_and_past_an_edit():
     mostly as it was); the context, ending in the turn's prompt, offers nothing yet."""
     drafter = PromptLookupDrafter(ngram_sizes=(3, 2))
     predicted = [10, 11, 12, 13, 14, 15, 16, 17, 12, 13, 18]
-    seq = Sequence(0, [1, 2, 3], 3, prediction=predicted)
+    seq = Sequence(0, [1, 2, 3], 3, prediction=Prediction(predicted))
     first = _answering(drafter, seq, [])
     assert (first.tokens, first.match) == ([10, 11, 12, 13], PREDICTED)
     assert _answering(drafter, seq, [10, 11]).tokens == [12, 13, 14, 15]  # reads on
@@ -120,7 +120,7 @@ def test_a_predicted_answer_is_drafted_from_its_start_and_past_an_edit():
 
 def test_a_new_turns_prediction_starts_afresh():
     drafter = PromptLookupDrafter(ngram_sizes=(2,))
-    seq = Sequence(0, [1, 2], 2, prediction=[10, 11, 12])
+    seq = Sequence(0, [1, 2], 2, prediction=Prediction([10, 11, 12]))
     _answering(drafter, seq, [10, 11])
-    seq.prompt_len, seq.prediction = len(seq.token_ids), [20, 21]
+    seq.prompt_len, seq.prediction = len(seq.token_ids), Prediction([20, 21])
     assert _answering(drafter, seq, []).tokens == [20, 21]
