@@ -91,9 +91,9 @@ def token_logprobs(logits: torch.Tensor, tokens: list[int],
     vLLM gives them) and the row's `top` likeliest tokens with theirs."""
     logprobs = logits[:len(tokens)].float().log_softmax(-1)
     chosen = logprobs.gather(1, torch.tensor(tokens)[:, None])[:, 0].tolist()
-    values, ids = logprobs.topk(top, dim=-1) if top else (logprobs[:, :0], logprobs[:, :0])
+    values, ids = logprobs.topk(top, dim=-1)
     alternatives = [list(zip(row_ids, row_values))
-                    for row_ids, row_values in zip(ids.long().tolist(), values.tolist())]
+                    for row_ids, row_values in zip(ids.tolist(), values.tolist())]
     return list(zip(tokens, chosen, alternatives))
 
 

@@ -20,7 +20,6 @@ from engine.spec.calibration import Calibration
 from engine.spec.drafters import Draft, Drafter, make_drafter
 from engine.spec.live_cost import LiveOverhead
 from engine.spec.policies import Decision, LaneView, SpeculationPolicy
-from engine.spec.prompt_lookup import PREDICTED
 from engine.spec.shadow import ShadowChecks
 from engine.spec.verification import Verdict, verify_greedy, verify_sampled
 from engine.telemetry.records import LaneRecord, StepRecord
@@ -268,9 +267,6 @@ class StepExecutor:
         self.stats.record(seq.seq_id, seq.cat, sent, verdict.accepted,
                           self.shadows.check(seq.seq_id, sent, verdict.accepted, verdict.bonus),
                           draft.match)
-        if draft.match == PREDICTED:  # read from the client's prediction: counted there
-            seq.prediction.kept += verdict.accepted
-            seq.prediction.refused += sent - verdict.accepted
         if sent:
             self._drafters_commit(seq, sent, verdict.accepted)
         return LaneResult(seq.seq_id, tokens, [j < kept_drafts for j in range(len(tokens))],

@@ -5,10 +5,17 @@ that let it, so that an answer held to a schema or to forced calls (output_forma
 first all the same. The server hands the reasoning back apart (serve/reasoning.py)."""
 from __future__ import annotations
 
+import re
+
 from engine.output_format import (WHITESPACE, OutputFormat, json_format, json_rule, lark_format,
                                   lark_tag)
 
 OPEN, CLOSE = "<think>", "</think>"
+
+
+def _as_regex(text: str) -> str:
+    """`text` as a Lark /regex/ matches it."""
+    return re.escape(text).replace("/", "\\/")
 
 
 def thinks(template: str | None) -> bool:
@@ -60,7 +67,7 @@ def _reasoning_rules(tokenizer, inside: bool) -> tuple[str, str]:
     if closing.startswith("<["):
         thought = f"reasoning_text: THOUGHT {closing}\nTHOUGHT: /(?s:.*)/"
     else:
-        thought = "reasoning_text[lazy]: /(?s:.*)<\\/think>/"
+        thought = f"reasoning_text[lazy]: /(?s:.*){_as_regex(CLOSE)}/"
     after = f"REASONED: /{WHITESPACE}/"  # Qwen3 leaves a blank line before the answer
     if inside:
         return "reasoning_text REASONED ", f"{thought}\n{after}"

@@ -14,7 +14,8 @@ class AnswerLogprobs:
     """The log-probabilities of an answer's tokens, handed out in order as its text goes out."""
 
     def __init__(self, completion: Completion, tokenizer, chat: bool) -> None:
-        self._completion, self._tokenizer, self._chat = completion, tokenizer, chat
+        self._completion, self._chat = completion, chat
+        self._words, self._named = vocabulary(tokenizer), tokenizer.vocab_size
         self._ends = set(tokenizer.eos_ids)
         self._given = 0      # of the completion's entries, those handed out or passed over
         self._offset = 0     # characters of the text completion's tokens handed out
@@ -32,20 +33,25 @@ class AnswerLogprobs:
                                  "top_logprobs": [{**self._token(other), "logprob": theirs}
                                                   for other, theirs in alternatives]}
                                 for token, logprob, alternatives in entries]}
-        texts = [self._token(token)["token"] for token, _, _ in entries]
+        texts = [self._text(token) for token, _, _ in entries]
         offsets = []
         for text in texts:
             offsets.append(self._offset)
             self._offset += len(text)
         return {"tokens": texts, "token_logprobs": [logprob for _, logprob, _ in entries],
-                "top_logprobs": [{self._token(other)["token"]: theirs
-                                  for other, theirs in alternatives}
+                "top_logprobs": [{self._text(other): theirs for other, theirs in alternatives}
                                  for _, _, alternatives in entries],
                 "text_offset": offsets}
 
     def _token(self, token: int) -> dict:
-        """A token's text and bytes (a character's bytes may span tokens; the model's ids past
-        the tokenizer's name none)."""
-        words = (vocabulary(self._tokenizer).decode_bytes([token])
-                 if token < self._tokenizer.vocab_size else b"")
+        """A token's text and bytes, as a chat entry gives them."""
+        words = self._bytes(token)
         return {"token": words.decode("utf-8", errors="replace"), "bytes": list(words)}
+
+    def _text(self, token: int) -> str:
+        return self._bytes(token).decode("utf-8", errors="replace")
+
+    def _bytes(self, token: int) -> bytes:
+        """A token's bytes (a character's may span tokens; the model's ids past the tokenizer's
+        name none)."""
+        return self._words.decode_bytes([token]) if token < self._named else b""

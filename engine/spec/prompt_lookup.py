@@ -114,22 +114,23 @@ class PredictedAnswer:
                 if end >= n:
                     self.ends.setdefault(tuple(self.tokens[end - n:end]), []).append(end)
 
-    def continuation(self, answer: list[int], limit: int) -> list[int]:
-        """Up to `limit` tokens of the prediction from where `answer` (all of it so far) is."""
-        written = answer[self.read:]
-        self.read = len(answer)
+    def continuation(self, tokens: list[int], start: int, limit: int) -> list[int]:
+        """Up to `limit` tokens of the prediction from where the answer, tokens[start:], is."""
+        written = tokens[start + self.read:]
+        self.read = len(tokens) - start
         if self.at is not None and self.tokens[self.at:self.at + len(written)] == written:
             self.at += len(written)
         else:
-            self.at = self._found(answer)
+            self.at = self._found(tokens, self.read)
         if self.at is None:
             return []
         self.left = self.at
         return self.tokens[self.at:self.at + limit]
 
-    def _found(self, answer: list[int]) -> int | None:
+    def _found(self, tokens: list[int], answered: int) -> int | None:
+        """Where the answer's (the last `answered` of `tokens`) latest n-gram is predicted."""
         for n in self.ngram_sizes:
-            ends = self.ends.get(tuple(answer[-n:])) if len(answer) >= n else None
+            ends = self.ends.get(tuple(tokens[-n:])) if answered >= n else None
             if ends:
                 return ends[min(bisect_left(ends, self.left), len(ends) - 1)]
         return None
@@ -159,6 +160,7 @@ class PromptLookupDrafter:
         self.max_k = max_k
         self._indexes: dict[int, NgramIndex] = {}
         self._predicted: dict[int, PredictedAnswer] = {}  # seq_id -> where its answer is
+        self._sent_predicted: set[int] = set()  # seq_ids whose drafts sent were predicted ones
         self._proposals: dict[int, Draft] = {}  # seq_id -> proposal made by available()
 
     def _index(self, seq: Sequence) -> NgramIndex:
@@ -170,8 +172,10 @@ class PromptLookupDrafter:
 
     def available(self, seq: Sequence, cap: int) -> int:
         limit = min(cap, self.max_k)
-        tokens, match = (self._prediction(seq).continuation(seq.output_ids, limit), PREDICTED) \
-            if seq.prediction and seq.prediction.tokens else ([], 0)
+        tokens, match = ([], 0)
+        if seq.prediction and seq.prediction.tokens:
+            predicted = self._prediction(seq)
+            tokens, match = predicted.continuation(seq.token_ids, seq.prompt_len, limit), PREDICTED
         index = self._index(seq)  # kept up with the context, predicted or not
         if not tokens:
             tokens, match = index.continuation(seq.token_ids, limit)
@@ -193,15 +197,24 @@ class PromptLookupDrafter:
                 self.available(seq, k)
                 proposal = self._proposals.pop(seq.seq_id)
             drafts.append(proposal.cut(k))
+            if proposal.match == PREDICTED:
+                self._sent_predicted.add(seq.seq_id)
+            else:
+                self._sent_predicted.discard(seq.seq_id)
         return drafts
 
     def cost_ms(self, ks: list[int]) -> float:
         return 0.0
 
     def commit(self, seq: Sequence, drafted: int, accepted: int) -> None:
-        """Nothing to do: the index catches up with committed tokens on the next call."""
+        """Drafts read from the lane's prediction are counted on it, kept and refused (the index
+        catches up with committed tokens on the next call)."""
+        if seq.seq_id in self._sent_predicted:
+            seq.prediction.kept += accepted
+            seq.prediction.refused += drafted - accepted
 
     def release(self, seq_id: int) -> None:
         self._indexes.pop(seq_id, None)
         self._predicted.pop(seq_id, None)
+        self._sent_predicted.discard(seq_id)
         self._proposals.pop(seq_id, None)
