@@ -10,31 +10,40 @@ from engine.serve.request import ApiRequest
 
 
 class Completion:
-    """One request in the engine. The engine calls `add`, then `finish` or `fail`; the answering
-    thread reads `next_event` and may `cancel` (its client left, or a stop string was met),
-    which the engine honours at its next step."""
+    """One answer a request asks for, in the engine. The engine calls `add`, then `finish` or
+    `fail`; the answering thread reads `next_event` and may `cancel` (its client left, or a stop
+    string was met), which the engine honours at its next step."""
 
-    def __init__(self, request: ApiRequest) -> None:
+    def __init__(self, request: ApiRequest, index: int = 0,
+                 events: queue.SimpleQueue | None = None) -> None:
         self.request = request
+        self.index = index  # among the request's choices
         self.agent: int | None = None  # the agent that took it, set by the engine
         self.reused_tokens = 0         # of the prompt, tokens whose KV the agent already held
         self.logprobs: list = []  # per answer token, where asked: sampling.token_logprobs's
-        self._events: queue.SimpleQueue = queue.SimpleQueue()
+        self._events = queue.SimpleQueue() if events is None else events
         self._cancelled = threading.Event()
+
+    @classmethod
+    def choices(cls, requests: list[ApiRequest]) -> list["Completion"]:
+        """A completion for each of a request's choices, answered through one queue: any of
+        them reads the events of all, in the order the engine made them."""
+        events = queue.SimpleQueue()
+        return [cls(request, index, events) for index, request in enumerate(requests)]
 
     # -- the engine's side --
     def add(self, ids: list[int], logprobs: list | None = None) -> None:
         """The answer's next tokens, and their log-probabilities where it asked for them (read
         once the tokens are: the queue orders them)."""
         self.logprobs.extend(logprobs or ())
-        self._events.put(("tokens", list(ids)))
+        self._events.put((self.index, "tokens", list(ids)))
 
     def finish(self, reason: str) -> None:
         """`reason`: stop (a stop token) or length (max_tokens or the context's end)."""
-        self._events.put(("finish", reason))
+        self._events.put((self.index, "finish", reason))
 
     def fail(self, message: str) -> None:
-        self._events.put(("error", message))
+        self._events.put((self.index, "error", message))
 
     @property
     def cancelled(self) -> bool:
@@ -44,10 +53,11 @@ class Completion:
     def cancel(self) -> None:
         self._cancelled.set()
 
-    def next_event(self, timeout_s: float | None = None) -> tuple[str, object] | None:
-        """("tokens", ids), ("finish", reason) or ("error", message), waiting for it (None
-        after `timeout_s` where given). The engine always ends with one of the last two, when
-        it closes too."""
+    def next_event(self, timeout_s: float | None = None) -> tuple[int, str, object] | None:
+        """(index, "tokens", ids), (index, "finish", reason) or (index, "error", message), of
+        this completion or one it shares its queue with (`choices`), waiting for it (None after
+        `timeout_s` where given). The engine always ends each with one of the last two, when it
+        closes too."""
         try:
             return self._events.get(timeout=timeout_s)
         except queue.Empty:

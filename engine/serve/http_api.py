@@ -5,8 +5,9 @@ rest.
 
 Endpoints: GET /v1/models, POST /v1/chat/completions (with tools where the model's template
 offers them: call_forms.py) and /v1/completions (streamed or not), GET /health. One thread a
-connection (the standard library's server); requests reach the engine through its `submit`, and
-the answer comes back token by token through a Completion."""
+connection (the standard library's server); requests reach the engine through its `submit`, a
+Completion for each answer asked (`n`, or a text completion's prompts), and each comes back token
+by token through it, read as a Choice (choice.py)."""
 from __future__ import annotations
 
 import json
@@ -18,11 +19,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
 from engine.errors import SwarmscopeError
-from engine.serve.call_forms import CallStream, ToolCall, form_of
-from engine.serve.completion import AnswerText, Completion
-from engine.serve.logprobs import AnswerLogprobs
-from engine.serve.reasoning import ReasoningSplit
-from engine.serve.request import ApiRequest, RequestError
+from engine.serve.call_forms import form_of
+from engine.serve.choice import Choice, usage
+from engine.serve.completion import Completion
+from engine.serve.request import RequestError, parse_choices
 from engine.thinking import thinks
 
 # This machine only, unless asked for: nothing beyond it reaches the engine by default
@@ -105,101 +105,61 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(503, "the model is still loading", "server_error")
             return
         try:
-            request = ApiRequest.parse(self._body(), engine.loaded.tokenizer, engine.max_context,
-                                       chat=COMPLETIONS[path])
+            requests = parse_choices(self._body(), engine.loaded.tokenizer, engine.max_context,
+                                     chat=COMPLETIONS[path])
         except RequestError as exc:
             self._error(400, str(exc), "invalid_request_error")
             return
-        completion = Completion(request)
-        engine.submit(completion)
-        # the tags of tool calls and reasoning may be special tokens (Hermes', Llama's): an
-        # answer read for them keeps them
-        answer = AnswerText(engine.loaded.tokenizer, request.stop,
-                            keep_special=request.tool_form is not None or request.thinking)
-        logprobs = (AnswerLogprobs(completion, engine.loaded.tokenizer, request.chat)
-                    if request.logprobs is not None else None)
-        head = {"id": f"{'chatcmpl' if request.chat else 'cmpl'}-{uuid.uuid4().hex[:24]}",
+        completions = Completion.choices(requests)
+        for completion in completions:
+            engine.submit(completion)
+        choices = [Choice(completion, engine.loaded.tokenizer) for completion in completions]
+        chat = requests[0].chat
+        head = {"id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}",
                 "created": int(time.time()), "model": engine.loaded.name}
         try:
-            if request.stream:
-                self._stream(completion, answer, logprobs, head)
+            if requests[0].stream:
+                self._stream(choices, head)
             else:
-                self._whole(completion, answer, logprobs, head)
+                self._whole(choices, head)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client left
         finally:
-            completion.cancel()  # ends the turn if the engine is still on it
+            for completion in completions:
+                completion.cancel()  # ends the turn if the engine is still on it
 
     # -- answers --
-    def _whole(self, completion: Completion, answer: AnswerText,
-               logprobs: AnswerLogprobs | None, head: dict) -> None:
-        pieces = []
-        for kind, value in _pieces(completion, answer):
-            if kind == "text":
-                pieces.append(value)
-            elif kind == "error":
-                self._error(503, value, "server_error")
-                return
-            else:
-                request = completion.request
-                text = "".join(pieces)
-                choice = (_message(request, text, value) if request.chat else
-                          _choice(False, text, value))
-                if logprobs:
-                    choice["logprobs"] = logprobs.take(answer.tokens, always=True)
-                self._json(200, {**head, "choices": [choice], "usage": _usage(completion, answer),
-                                 "object": "chat.completion" if request.chat else
-                                 "text_completion"})
+    def _whole(self, choices: list[Choice], head: dict) -> None:
+        try:
+            for _ in _answers(choices):
+                pass  # each choice keeps its text
+        except _EngineFailed as failed:
+            self._error(503, str(failed), "server_error")
+            return
+        chat = choices[0].request.chat
+        self._json(200, {**head, "choices": [choice.whole() for choice in choices],
+                         "usage": usage(choices),
+                         "object": "chat.completion" if chat else "text_completion"})
 
-    def _stream(self, completion: Completion, answer: AnswerText,
-                logprobs: AnswerLogprobs | None, head: dict) -> None:
+    def _stream(self, choices: list[Choice], head: dict) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.end_headers()
 
-        request = completion.request
-        chat = request.chat
-        head = {**head, "object": "chat.completion.chunk" if chat else "text_completion"}
-        if chat:  # a chat stream opens with the speaker
-            self._event({**head, "choices": [{"index": 0, "finish_reason": None,
-                                              "delta": {"role": "assistant", "content": ""}}]})
-        split = ReasoningSplit(request.inside_reasoning) if request.thinking else None
-        held = CallStream(request.tool_form) if request.tool_form else None
-
-        def emit(choice: dict) -> None:
-            """A chunk of one choice, with the log-probabilities of the tokens come since the
-            last, where they are asked for."""
-            if logprobs and (taken := logprobs.take(answer.tokens)):
-                choice = {**choice, "logprobs": taken}
-            self._event({**head, "choices": [choice]})
-
-        def send(piece: str, last: bool = False) -> None:
-            """A piece of the answer's text: its reasoning, then what is not a call."""
-            reasoning, text = split.add(piece, last) if split else ("", piece)
-            if reasoning:
-                emit({"index": 0, "finish_reason": None,
-                      "delta": {"reasoning_content": reasoning}})
-            if text := held.add(text) if held else text:
-                emit(_choice(chat, text, None))
-
-        for kind, value in _pieces(completion, answer):
-            if kind == "text":
-                send(value)
-            elif kind == "error":
-                self._event({"error": {"message": value, "type": "server_error"}})
-            else:
-                send("", last=True)
-                rest, calls = held.end() if held else ("", [])
-                if rest:
-                    emit(_choice(chat, rest, None))
-                if calls := _kept(request, calls):
-                    emit({"index": 0, "finish_reason": None, "delta": {
-                        "tool_calls": [call.as_api(i) for i, call in enumerate(calls)]}})
-                    value = "tool_calls"
-                emit(_choice(chat, None, value))
-                if request.include_usage:
-                    self._event({**head, "choices": [], "usage": _usage(completion, answer)})
+        request = choices[0].request
+        head = {**head, "object": "chat.completion.chunk" if request.chat else "text_completion"}
+        if request.chat:  # a chat stream opens with the speaker
+            for choice in choices:
+                self._event({**head, "choices": [choice.opening()]})
+        try:
+            for choice, piece, reason in _answers(choices):
+                for chunk in choice.chunks(piece, reason):
+                    self._event({**head, "choices": [chunk]})
+            if request.include_usage:
+                self._event({**head, "choices": [], "usage": usage(choices)})
+        except _EngineFailed as failed:
+            self._event({"error": {"message": str(failed), "type": "server_error"}})
         self.wfile.write(b"data: [DONE]\n\n")
 
     # -- plumbing --
@@ -231,65 +191,21 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(status, {"error": {"message": message, "type": kind, "code": None}})
 
 
-def _pieces(completion: Completion, answer: AnswerText):
-    """("text", piece) as the answer's text comes, then ("end", finish_reason) or ("error",
-    message). A stop string met cancels the completion, so the engine stops at its next step."""
-    while True:
-        kind, value = completion.next_event()
+class _EngineFailed(Exception):
+    """The engine could not answer (it stopped, or failed a step); the message says why."""
+
+
+def _answers(choices: list[Choice]):
+    """(choice, piece, finish reason or None) as the choices' answers come, until every one
+    ended; _EngineFailed where the engine fails one."""
+    ended = 0
+    while ended < len(choices):
+        index, kind, value = choices[0].completion.next_event()
+        choice = choices[index]
         if kind == "error":
-            yield "error", value
-            return
-        piece = answer.add(value) if kind == "tokens" else answer.add([], last=True)
-        if piece:
-            yield "text", piece
-        if answer.stopped or kind == "finish":
-            completion.cancel()
-            yield "end", "stop" if answer.stopped else value
-            return
-
-
-def _choice(chat: bool, text: str | None, reason: str | None) -> dict:
-    """A choice as each endpoint spells a piece of text: a chat stream's delta (none at the end),
-    or a text completion's text."""
-    if not chat:
-        return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": reason}
-    return {"index": 0, "delta": {} if text is None else {"content": text},
-            "finish_reason": reason}
-
-
-def _message(request: ApiRequest, text: str, reason: str) -> dict:
-    """A whole chat answer's choice: its message, with the reasoning and the tool calls it
-    makes where any."""
-    message = {"role": "assistant"}
-    if request.thinking:
-        reasoning, text = ReasoningSplit(request.inside_reasoning).add(text, last=True)
-        message["reasoning_content"] = reasoning.strip("\n") or None
-    content, calls = request.tool_form.split(text) if request.tool_form else (text, [])
-    if calls := _kept(request, calls):
-        message.update(content=content.strip() or None,
-                       tool_calls=[call.as_api() for call in calls])
-        reason = "tool_calls"
-    else:
-        message["content"] = content
-    return {"index": 0, "message": message, "finish_reason": reason}
-
-
-def _kept(request: ApiRequest, calls: list[ToolCall]) -> list[ToolCall]:
-    """The calls an answer makes: with parallel_tool_calls false, its first only."""
-    return calls if request.parallel_tool_calls else calls[:1]
-
-
-def _usage(completion: Completion, answer: AnswerText) -> dict:
-    """OpenAI's usage; where the request predicted its answer, the drafts read from the
-    prediction that the answer kept and refused (read once the answer ended: the engine counts
-    them before it says so)."""
-    request = completion.request
-    prompt = len(request.prompt_ids)
-    usage = {"prompt_tokens": prompt, "completion_tokens": answer.tokens,
-             "total_tokens": prompt + answer.tokens,
-             "prompt_tokens_details": {"cached_tokens": completion.reused_tokens}}
-    if request.prediction is not None:
-        usage["completion_tokens_details"] = {
-            "accepted_prediction_tokens": request.prediction.kept,
-            "rejected_prediction_tokens": request.prediction.refused}
-    return usage
+            raise _EngineFailed(value)
+        if choice.finish_reason:  # a stop string ended it, and the engine's end came after
+            continue
+        piece, reason = choice.take(kind, value)
+        ended += reason is not None
+        yield choice, piece, reason

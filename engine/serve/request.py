@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine.chat_template import ChatTemplateError
 from engine.errors import SwarmscopeError
@@ -23,6 +23,7 @@ MAX_STOPS = 4  # stop strings a request may give, as OpenAI's API allows
 # are OpenAI's old spelling of tools.)
 UNSUPPORTED = ("functions", "function_call", "audio", "echo", "suffix", "best_of")
 FORMATS = ("text", "json_object", "json_schema")  # response_format's types
+MAX_CHOICES = 64  # the most answers one request may ask for: its prompts times n
 LOGIT_BIAS = 100  # the most a token's logit may be moved either way, as OpenAI's API allows
 TOP_LOGPROBS = {True: 20, False: 5}  # the most alternatives a token may come with: chat, text
 TOOL_CHOICES = ("auto", "none", "required")  # or {"type": "function", "function": {"name"}}
@@ -55,23 +56,24 @@ class ApiRequest:
     prediction: Prediction | None = None  # the answer as the client predicts it
     logprobs: int | None = None  # each token's log-probability is wanted, with this many of the
                                  # likeliest alternatives (None: not wanted)
+    n: int = 1                   # answers asked for the prompt (choices), this one among them
 
     @classmethod
-    def parse(cls, body, tokenizer, max_context: int, chat: bool = True) -> "ApiRequest":
+    def parse(cls, body, tokenizer, max_context: int, chat: bool = True,
+              field: str | None = None) -> "ApiRequest":
         """`body`: the decoded JSON; `max_context`: the most tokens a lane may hold; `chat`:
-        `messages` in the chat template, else a plain `prompt` (as transformers' tokenizer(text)
-        encodes it, BOS and all)."""
+        `messages` in the chat template, else a plain `prompt` (text as transformers'
+        tokenizer(text) encodes it, BOS and all, or token ids) named `field` in errors."""
         if not isinstance(body, dict):
             raise RequestError("the request body must be a JSON object")
         asked = [name for name in UNSUPPORTED if body.get(name) not in (None, False, [], {})]
         if asked:
             raise RequestError(f"{', '.join(asked)}: not supported")
-        if body.get("n", 1) != 1:
-            raise RequestError(f"n: only one choice is generated, got {body['n']!r}")
-        field = "messages" if chat else "prompt"
+        field = field or ("messages" if chat else "prompt")
         tools, tool_form, forced = _tools(body, tokenizer) if chat else (None, None, None)
         prompt = _chat_prompt(body, tokenizer, tools) if chat else None
-        prompt_ids = tokenizer.encode(prompt) if chat else _plain_prompt(body, tokenizer)
+        prompt_ids = (tokenizer.encode(prompt) if chat else
+                      _plain_prompt(body.get("prompt"), tokenizer, field))
         room = max_context - len(prompt_ids)
         if room < 1:
             raise RequestError(f"{field}: the prompt is {len(prompt_ids)} tokens, which leaves "
@@ -107,7 +109,32 @@ class ApiRequest:
                                                 tokenizer, tools, tool_form, forced, parallel,
                                                 prompt if chat else None),
                    prediction=_prediction(body.get("prediction"), tokenizer),
-                   logprobs=_logprobs(body, chat))
+                   logprobs=_logprobs(body, chat),
+                   n=_number(body, ("n",), int, 1, MAX_CHOICES, default=1))
+
+    def choice(self, index: int) -> "ApiRequest":
+        """The request for the prompt's `index`-th answer: its own seed (the ones after the
+        request's, so that sampled answers differ), its own place in the grammar and its own
+        count of predicted drafts."""
+        return replace(
+            self, sampling=replace(self.sampling, seed=(self.sampling.seed + index) % 2 ** 31),
+            output_format=self.output_format and self.output_format.copy(),
+            prediction=self.prediction and Prediction(self.prediction.tokens))
+
+
+def parse_choices(body, tokenizer, max_context: int, chat: bool = True) -> list[ApiRequest]:
+    """The answers a request asks for, in the order of its choices (as OpenAI's API numbers
+    them): for each prompt (a text completion's `prompt` may be a list of them), its `n`."""
+    prompts = body.get("prompt") if not chat and isinstance(body, dict) else None
+    if isinstance(prompts, list) and prompts and all(isinstance(p, (str, list)) for p in prompts):
+        requests = [ApiRequest.parse({**body, "prompt": prompt}, tokenizer, max_context, False,
+                                     f"prompt[{i}]") for i, prompt in enumerate(prompts)]
+    else:  # one prompt: text, token ids, or a chat's messages
+        requests = [ApiRequest.parse(body, tokenizer, max_context, chat)]
+    if len(requests) * requests[0].n > MAX_CHOICES:
+        raise RequestError(f"n: {len(requests)} prompts times n={requests[0].n} asks for more "
+                           f"than the {MAX_CHOICES} answers a request may have")
+    return [request.choice(i) for request in requests for i in range(request.n)]
 
 
 def _answer_schema(asked) -> dict | None:
@@ -233,17 +260,23 @@ def _prediction(given, tokenizer) -> Prediction | None:
     return Prediction(tokenizer.encode(_text(given.get("content"), "prediction.content")))
 
 
-def _plain_prompt(body: dict, tokenizer) -> list[int]:
-    """A text prompt (or a list of one, as some clients send it); empty text is refused, since
-    the answer's first token needs a token before it."""
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1:
+def _plain_prompt(prompt, tokenizer, field: str) -> list[int]:
+    """A text prompt's token ids: text, or the ids themselves (a list of one of either, as some
+    clients send it). None is refused, since the answer's first token needs a token before it."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]
+    if isinstance(prompt, list) and prompt and all(
+            isinstance(token, int) and not isinstance(token, bool) for token in prompt):
+        if not all(0 <= token < tokenizer.vocab_size for token in prompt):
+            raise RequestError(f"{field}: token ids of this model's are 0 to "
+                               f"{tokenizer.vocab_size - 1}")
+        return list(prompt)
     if not isinstance(prompt, str) or not prompt:
-        raise RequestError("prompt: must be non-empty text (one prompt a request)")
+        raise RequestError(f"{field}: must be non-empty text or token ids (a list of prompts "
+                           "of either gives each its answers)")
     ids = tokenizer.encode_plain(prompt)
     if not ids:
-        raise RequestError("prompt: encodes to no tokens")
+        raise RequestError(f"{field}: encodes to no tokens")
     return ids
 
 

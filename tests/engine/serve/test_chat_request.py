@@ -1,7 +1,7 @@
 """A client's request becomes prompt ids and sampling, or an error that names the field."""
 import pytest
 
-from engine.serve.request import ApiRequest, RequestError
+from engine.serve.request import MAX_CHOICES, ApiRequest, RequestError, parse_choices
 from engine.tokenizer import ByteTokenizer
 
 TOK = ByteTokenizer()
@@ -59,7 +59,7 @@ def test_defaults_follow_openais_api_and_max_tokens_is_held_to_the_room_left():
      "stop: must be a non-empty string or a list of at most 4"),
     ({"stop": [""]}, "stop: must be"),
     ({"stream": "yes"}, "stream: must be true or false"),
-    ({"n": 2}, "n: only one choice"),
+    ({"n": 0}, "n: must be an integer >= 1 and <= 64, got 0"),
     ({"top_logprobs": 2}, "top_logprobs: needs logprobs true"),
     ({"logprobs": True, "top_logprobs": 21}, "top_logprobs: must be an integer >= 0 and <= 20"),
     ({"logprobs": 1}, "logprobs: must be true or false"),
@@ -99,12 +99,36 @@ def test_a_text_prompt_is_encoded_as_given_and_checked():
     request = ApiRequest.parse({"prompt": ["hello"]}, TOK, 256, chat=False)
     assert not request.chat and request.prompt_ids == TOK.encode_plain("hello")
     for prompt, says in ((None, "prompt: must be non-empty text"), (["a", "b"], "prompt: must"),
-                         ([1, 2], "prompt: must"), ("x" * 300, "prompt: the prompt is 300")):
+                         ([1, 2.5], "prompt: must"), ([260], "prompt: token ids of this model's are 0 to 259"),
+                         ("x" * 300, "prompt: the prompt is 300")):
         with pytest.raises(RequestError, match=None) as caught:
             ApiRequest.parse({"prompt": prompt}, TOK, 256, chat=False)
         assert says in str(caught.value)
     with pytest.raises(RequestError, match="echo: not supported"):
         ApiRequest.parse({"prompt": "hi", "echo": True}, TOK, 256, chat=False)
+
+
+def test_each_choice_is_a_request_of_its_own_in_openais_order():
+    """n answers a prompt, seeded one after another; a text completion's prompts each get
+    their n, prompt by prompt; each choice has its own place in a grammar and a prediction."""
+    chats = parse_choices({"messages": HELLO, "n": 3, "seed": 7, "temperature": 1,
+                           "response_format": {"type": "json_object"},
+                           "prediction": {"type": "content", "content": "{}"}}, TOK, 256)
+    assert [c.sampling.seed for c in chats] == [7, 8, 9] and {c.n for c in chats} == {3}
+    assert len({id(c.output_format) for c in chats}) == len({id(c.prediction) for c in chats}) == 3
+    assert all(c.prompt_ids == chats[0].prompt_ids and c.sampling.temperature == 1 for c in chats)
+    texts = parse_choices({"prompt": ["ab", [104, 105]], "n": 2, "seed": 0}, TOK, 256, chat=False)
+    assert [(c.prompt_ids, c.sampling.seed) for c in texts] == [
+        (TOK.encode_plain("ab"), 0), (TOK.encode_plain("ab"), 1), ([104, 105], 0), ([104, 105], 1)]
+    assert parse_choices({"prompt": [104, 105]}, TOK, 256, chat=False)[0].prompt_ids == [104, 105]
+    assert len(parse_choices({"prompt": ["a"] * MAX_CHOICES}, TOK, 256, chat=False)) == MAX_CHOICES
+    for body, says in (({"prompt": ["ab", ""]}, "prompt[1]: must be non-empty text or token ids"),
+                       ({"prompt": ["ab", "x" * 300]}, "prompt[1]: the prompt is 300 tokens"),
+                       ({"prompt": ["a", "b"], "n": 33}, "n: 2 prompts times n=33 asks for more "
+                                                         "than the 64 answers")):
+        with pytest.raises(RequestError, match=None) as caught:
+            parse_choices(body, TOK, 256, chat=False)
+        assert says in str(caught.value)
 
 
 def test_a_body_that_is_not_an_object_and_a_prompt_past_the_context_are_refused():

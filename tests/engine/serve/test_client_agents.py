@@ -37,9 +37,9 @@ def answer(engine, completion, steps=400):
     for _ in range(steps):
         engine.step()
         while (event := completion.next_event(0)) is not None:
-            if event[0] != "tokens":
-                return ids, event
-            ids += event[1]
+            if event[1] != "tokens":
+                return ids, event[1:]
+            ids += event[2]
     raise AssertionError("no answer")
 
 
@@ -168,5 +168,5 @@ def test_closing_the_engine_answers_every_open_request_with_an_error(tiny, calib
     for completion in (running, queued, late):
         events = []
         while (event := completion.next_event(0)) is not None:
-            events.append(event)
+            events.append(event[1:])
         assert events[-1] == ("error", "the engine stopped")

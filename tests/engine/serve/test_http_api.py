@@ -212,6 +212,69 @@ def test_a_text_completion_continues_the_prompt_as_given(served, tiny):
         client.completions.create(model="any", prompt="", max_tokens=2)
 
 
+def events_of(streamed: str) -> list[dict]:
+    return [json.loads(event.removeprefix("data: ")) for event in streamed.split("\n\n")
+            if event.startswith("data: {")]
+
+
+def test_n_answers_are_each_the_answer_its_seed_gives_alone(served, tiny):
+    """n choices, each its own lane (seeds one after another), whole or streamed (chunks told
+    apart by their index); usage counts the prompt once and every answer's tokens."""
+    engine, server = served
+    engine.mailbox.post(policy="off")  # a sampled answer is its seed's with the same drafts
+    sampled = chat(temperature=1, seed=7)
+    alone = [json.loads(call(server, "POST", "/v1/chat/completions", {**sampled, "seed": seed})[1])
+             ["choices"][0]["message"]["content"] for seed in (7, 8, 9)]
+    status, text = call(server, "POST", "/v1/chat/completions", {**sampled, "n": 3})
+    reply = json.loads(text)
+    assert status == 200 and [c["index"] for c in reply["choices"]] == [0, 1, 2]
+    assert [c["message"]["content"] for c in reply["choices"]] == alone
+    assert len(set(alone)) == 3  # different seeds, different answers
+    prompt = len(tiny.tokenizer.encode(tiny.tokenizer.chat_prompt(USER)))
+    assert reply["usage"]["prompt_tokens"] == prompt
+    assert reply["usage"]["completion_tokens"] == 36
+    _, streamed = call(server, "POST", "/v1/chat/completions",
+                       {**sampled, "n": 3, "stream": True,
+                        "stream_options": {"include_usage": True}})
+    chunks = events_of(streamed)
+    assert [c["choices"][0]["delta"]["role"] for c in chunks[:3]] == ["assistant"] * 3
+    texts, ends = ["", "", ""], {}
+    for chunk in chunks[3:-1]:
+        (choice,) = chunk["choices"]
+        texts[choice["index"]] += choice["delta"].get("content", "")
+        if choice["finish_reason"]:
+            ends[choice["index"]] = choice["finish_reason"]
+    assert texts == alone and ends == {0: "length", 1: "length", 2: "length"}
+    assert chunks[-1]["usage"] == reply["usage"]
+
+
+def test_a_text_completion_answers_each_prompt_given_as_text_or_ids(served, tiny):
+    """A list of prompts, text or token ids, gets its choices prompt by prompt (n each), each
+    what generate gives that prompt; OpenAI's client reads them."""
+    import openai
+    _, server = served
+    prompts = [USER, "Say hello."]
+    expected = [r.text for r in generate(tiny, prompts, Controls(policy="off"),
+                                         max_new_tokens=6, chat=False)]
+    ids = tiny.tokenizer.encode_plain(prompts[1])
+    body = {"prompt": [prompts[0], ids], "n": 2, "temperature": 0, "max_tokens": 6}
+    status, text = call(server, "POST", "/v1/completions", body)
+    reply = json.loads(text)
+    assert status == 200 and [c["text"] for c in reply["choices"]] == [
+        expected[0], expected[0], expected[1], expected[1]]
+    assert reply["usage"]["prompt_tokens"] == len(tiny.tokenizer.encode_plain(USER)) + len(ids)
+    _, text = call(server, "POST", "/v1/completions", {**body, "prompt": ids, "n": 1})
+    assert json.loads(text)["choices"][0]["text"] == expected[1]
+    client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
+    stream = client.completions.create(model="any", stream=True, **body)
+    texts = [""] * 4
+    for chunk in stream:
+        texts[chunk.choices[0].index] += chunk.choices[0].text
+    assert texts == [c["text"] for c in reply["choices"]]
+    answered = client.chat.completions.create(model="any", n=2, **chat())
+    assert [c.index for c in answered.choices] == [0, 1]
+
+
 def test_a_client_that_leaves_mid_stream_ends_its_turn(served):
     engine, server = served
     engine.mailbox.post(policy="off")  # one token a step: the answer would take a while
