@@ -39,6 +39,7 @@ class WindowActionsMixin:
         action(session, "Pause / resume  (replay: play / pause)", self.toggle_pause, "Space")
         action(session, "Speculation on / off", self.toggle_speculation, "S")
         action(session, "Load model…", self._load_model_dialog, "Ctrl+M")
+        action(session, "Load GGUF model file…", self._load_gguf_dialog, "Ctrl+Shift+M")
         action(session, "Re-run calibration", self._recalibrate)
         self.serve_action = action(session, "Serve OpenAI's API…", self._serve_dialog,
                                    checkable=True)
@@ -132,6 +133,12 @@ class WindowActionsMixin:
         folder = QFileDialog.getExistingDirectory(self, "Hugging Face model folder")
         if folder:
             self.load_model(folder)
+
+    def _load_gguf_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "GGUF model file (converted once)", "",
+                                              "GGUF models (*.gguf);;All files (*)")
+        if path:
+            self.load_model(path)
 
 
 def views_text() -> str:

@@ -67,7 +67,8 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object per prompt")
     p.add_argument("--spec", default="goodput", choices=("off", "fixed", "uniform", "goodput"))
     p.add_argument("--k", type=int, default=8, help="drafts per lane (fixed) / cap (others)")
-    p.add_argument("--drafter", default="lookup", help="lookup | self | a draft model folder")
+    p.add_argument("--drafter", default="lookup",
+                   help="lookup | self | a draft model folder or GGUF file")
     p.add_argument("--ragged", default="packed", choices=("packed", "padded"))
     p.add_argument("--response-format", metavar="json|FILE", help=RESPONSE_FORMAT_HELP)
     p.set_defaults(func=run)

@@ -14,7 +14,8 @@ from engine.errors import ModelLoadError, SwarmscopeError
 from engine.serve.http_api import DEFAULT_HOST, DEFAULT_PORT
 from engine.thread_tuner import AUTO, usable_cores
 
-MODEL_HELP = "default | tiny-test | a model folder | ORG/NAME in the Hugging Face cache"
+MODEL_HELP = ("default | tiny-test | a model folder | a GGUF file (converted once) | ORG/NAME in "
+              "the Hugging Face cache")
 DTYPE_HELP = "auto (bf16 on GPUs and on CPUs with bf16 dot instructions, else fp32) | bf16 | fp32 | fp16 (GPU)"
 DEVICE_HELP = "auto | cpu | cuda | rocm | cuda:N"
 

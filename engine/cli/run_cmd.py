@@ -53,7 +53,8 @@ def _add_session_options(p, serving: bool) -> None:
     p.add_argument("--k", type=int, default=None,
                    help=f"drafts per lane for --policy fixed (default {FIXED_K}); the cap for "
                         f"uniform and goodput (default {ADAPTIVE_CAP})")
-    p.add_argument("--drafter", default="lookup", help="lookup | self | a draft model folder")
+    p.add_argument("--drafter", default="lookup",
+                   help="lookup | self | a draft model folder or GGUF file")
     p.add_argument("--ragged", choices=LAYOUTS, default="packed")
     p.add_argument("--batch-ceiling", type=int, default=16,
                    help="most lanes decoding at once; the rest wait (default 16)")

@@ -14,7 +14,7 @@ from engine.config import PRESETS, ModelConfig
 from engine.devices import (dtype_name, free_memory_bytes, resolve_device, resolve_dtype,
                             set_cpu_threads)
 from engine.errors import ModelLoadError
-from engine.loading import default_model, hub_cache
+from engine.loading import default_model, gguf_file, hub_cache
 from engine.loading.hf_folder import Weights, read_config, read_tokenizer
 from engine.model import WARM_ROWS, LlamaModel, check_shapes, prepacks
 from engine.tokenizer import ByteTokenizer, Tokenizer
@@ -38,7 +38,8 @@ def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
                progress: Progress | None = None, thinking: bool | None = None,
                threads: int | None = None) -> LoadedModel:
     """spec: "default" (the embedded SmolLM2-135M-Instruct, fetched and converted on first use),
-    "tiny-test" (random weights, seed 0, byte tokenizer) or a Hugging Face folder.
+    "tiny-test" (random weights, seed 0, byte tokenizer), a Hugging Face folder (or a repo id
+    in its cache) or a GGUF file (converted on first use).
     progress(message, fraction 0..1) hears about fetching, converting and loading.
     thinking: the chat template's enable_thinking (Qwen3 thinks unless it is False; templates
     without the switch ignore it); None leaves the template's default.
@@ -57,8 +58,7 @@ def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
     if spec == "default":
         folder, name = default_model.ensure_default_model(progress), default_model.NAME
     else:
-        folder = _model_folder(spec)
-        name = hub_cache.model_name(folder)
+        folder, name = model_folder_of(spec, report)
     report(f"reading {folder / 'config.json'}", 0.0)
     with _damage_hint(spec == "default"):
         config = read_config(folder)
@@ -86,10 +86,17 @@ def check_model_folder(path: str, chats: bool = True) -> None:
     """What `load_model` checks of a folder before it reads any tensor (the folder, its config
     and tokenizer, the weight files' names and shapes against the config), and, for a model the
     swarm's agents talk to (`chats`; not a draft model), that its chat template renders a
-    conversation as they start one. Raises ModelLoadError naming the file at fault. A window
+    conversation as they start one (of a GGUF not yet converted, what conversion reads first).
+    Raises ModelLoadError naming the file at fault. A window
     asks first, so a folder that would not load, or whose agents could not start, does not stop
     the session it has."""
-    folder = _model_folder(path)
+    source = hub_cache.model_folder(path)
+    if source.is_file() and gguf_file.is_gguf(source):
+        folder = gguf_file.checked_folder(source)
+        if folder is None:  # its template and weights are read as it converts, when it loads
+            return
+    else:
+        folder, _ = model_folder_of(path)
     config = read_config(folder)
     tokenizer = read_tokenizer(folder, config)
     weights = Weights(folder)
@@ -105,18 +112,22 @@ def check_model_folder(path: str, chats: bool = True) -> None:
         raise ModelLoadError(folder, f"a swarm's agents could not start: {exc}") from None
 
 
-def _model_folder(path: str) -> Path:
+def model_folder_of(path: str, progress: Progress = lambda message, fraction: None
+                    ) -> tuple[Path, str]:
+    """The Hugging Face folder `path` names (a GGUF file's converted one, converted first where
+    it is not yet), and the model's name."""
     folder = hub_cache.model_folder(path)
+    if folder.is_file() and gguf_file.is_gguf(folder):
+        return gguf_file.converted_folder(folder, progress), folder.stem
     if folder.is_file():
         raise ModelLoadError(folder, "a file, not a model folder: give the Hugging Face "
-                                     "folder (config.json, *.safetensors, tokenizer.json)"
-                             + (" (GGUF files are read only for the embedded default "
-                                "model)" if folder.suffix.lower() == ".gguf" else ""))
+                                     "folder (config.json, *.safetensors, tokenizer.json) or a "
+                                     "GGUF file")
     if not folder.is_dir():
         raise ModelLoadError(folder, "no such model folder (expected 'default', 'tiny-test', a "
-                                     "Hugging Face model folder or a repo id downloaded to "
-                                     f"{hub_cache.cache_dir()})")
-    return folder
+                                     "Hugging Face model folder, a GGUF file or a repo id "
+                                     f"downloaded to {hub_cache.cache_dir()})")
+    return folder, hub_cache.model_name(folder)
 
 
 @contextlib.contextmanager

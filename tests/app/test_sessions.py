@@ -91,6 +91,30 @@ def test_loading_a_model_starts_a_session_of_its_own(window, qtbot, tmp_path, mo
     assert len(read_trace(str(first)).steps) >= steps  # the first one intact
 
 
+def test_a_gguf_file_is_read_before_the_session_stops_then_loaded(window, qtbot, tmp_path,
+                                                                  monkeypatch, fake_builds):
+    """Session -> Load GGUF model file: one that would not convert is refused, naming it, and
+    the session goes on; one that would is what the next session loads (converting it there,
+    on the worker, with progress)."""
+    from app import window_actions
+    from tests.engine.loading.conftest import hf_tiny, write_tiny_gguf
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "cache"))
+    window.start_session(EngineSpec("default", dtype="fp32", agents=2, trace_out=None))
+    qtbot.waitUntil(lambda: window.engine is not None, timeout=5000)
+    old_engine = window.engine
+    bad = write_tiny_gguf(hf_tiny("llama"), tmp_path / "odd.gguf", pre="falcon")
+    good = write_tiny_gguf(hf_tiny("llama"), tmp_path / "tiny.gguf")
+    for path in (bad, good):
+        monkeypatch.setattr(window_actions.QFileDialog, "getOpenFileName",
+                            lambda *args, path=path: (str(path), "GGUF models (*.gguf)"))
+        window._load_gguf_dialog()
+        if path is bad:
+            assert window.banner.isVisible() and "odd.gguf" in window.banner.text()
+            assert "pre-tokenizer 'falcon'" in window.banner.text()
+            assert window.engine is old_engine and not old_engine.closed
+    assert old_engine.closed and window._spec.model == str(good)
+
+
 def test_a_model_loaded_while_threads_are_tuned_is_tuned_too(window, qtbot, monkeypatch,
                                                              fake_builds):
     window.start_session(EngineSpec("default", dtype="fp32", agents=3, trace_out=None))

@@ -124,7 +124,8 @@ def test_every_pane_says_what_it_shows(window):
 def test_help_lists_every_shortcut_and_says_what_runs(window, qtbot):
     lines = window.shortcuts_text().splitlines()
     for key, name in (("Ctrl+O", "Open trace"), ("Ctrl+E", "Export"), ("Space", "Pause"),
-                      ("F", "Follow live"), ("F1", "Keyboard shortcuts"), ("Ctrl+M", "Load"),
+                      ("F", "Follow live"), ("F1", "Keyboard shortcuts"), ("Ctrl+M", "Load model"),
+                      ("Ctrl+Shift+M", "Load GGUF model file"),
                       ("S", "Speculation on / off"), ("C", "Controls panel")):
         assert any(line.startswith(key + "\t") and name in line for line in lines), lines
     assert "PyTorch" in window.about_text() and "T = " not in window.about_text()

@@ -130,12 +130,16 @@ def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
 _GGUF_LAYER = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
                "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
                "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
-               "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+               "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+               "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm"}
 
 
-def write_tiny_gguf(hf_model, path: Path, arch: str = "llama") -> Path:
-    """What llama.cpp's converter would write for hf_model: Q/K rows permuted, the token
-    embedding quantized to Q8_0 (so the reference must use its dequantized values)."""
+def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smollm",
+                    tokenizer=None, extra=None) -> Path:
+    """What llama.cpp's converter would write for hf_model: Q/K rows permuted for the llama
+    architecture, the token embedding quantized to Q8_0 (so the reference must use its
+    dequantized values). `tokenizer(writer)` writes a vocabulary of its own (else the byte-level
+    one of vocab_tokens, split as `pre`); `extra(writer)` adds metadata or tensors."""
     c = hf_model.config
     w = GGUFWriter(str(path), arch)
     w.add_block_count(c.num_hidden_layers)
@@ -146,18 +150,27 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama") -> Path:
     w.add_head_count_kv(c.num_key_value_heads)
     w.add_rope_freq_base(c.rope_parameters["rope_theta"])
     w.add_layer_norm_rms_eps(c.rms_norm_eps)
-    w.add_rope_dimension_count(c.hidden_size // c.num_attention_heads)
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    w.add_rope_dimension_count(head_dim)
+    if arch == "qwen3":
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
     w.add_vocab_size(c.vocab_size)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("smollm")
-    tokens = vocab_tokens()
-    w.add_token_list(tokens)
-    w.add_token_types([3 if t in SPECIALS else 1 for t in tokens])
-    w.add_token_merges([" ".join(m) for m in MERGES])
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
+    if tokenizer:
+        tokenizer(w)
+    else:
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre(pre)
+        tokens = vocab_tokens()
+        w.add_token_list(tokens)
+        w.add_token_types([3 if t in SPECIALS else 1 for t in tokens])
+        w.add_token_merges([" ".join(m) for m in MERGES])
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
     w.add_chat_template("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
                         "<|im_end|>\n{% endfor %}{{ '<|im_start|>assistant\\n' }}")
+    if extra:
+        extra(w)
     for name, t in hf_model.state_dict().items():
         a = t.float().numpy()
         if name == "model.embed_tokens.weight":
@@ -165,15 +178,17 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama") -> Path:
             w.add_tensor("token_embd.weight", q, raw_dtype=GGMLQuantizationType.Q8_0)
             continue
         if name == "lm_head.weight":
-            continue  # tied
+            if not c.tie_word_embeddings:
+                w.add_tensor("output.weight", a)
+            continue
         if name == "model.norm.weight":
             w.add_tensor("output_norm.weight", a)
             continue
         layer, rest = name.removeprefix("model.layers.").split(".", 1)
         module, kind = rest.rsplit(".", 1)
-        if module == "self_attn.q_proj":
+        if arch == "llama" and module == "self_attn.q_proj":
             a = llama_cpp_permute(a, c.num_attention_heads)
-        elif module == "self_attn.k_proj":
+        elif arch == "llama" and module == "self_attn.k_proj":
             a = llama_cpp_permute(a, c.num_key_value_heads)
         w.add_tensor(f"blk.{layer}.{_GGUF_LAYER[module]}.{kind}", np.ascontiguousarray(a))
     w.write_header_to_file()

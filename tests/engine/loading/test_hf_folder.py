@@ -221,9 +221,11 @@ def _raises(spec, file_name, *words):
 
 def test_missing_folder(tmp_path):
     _raises(tmp_path / "nope", "nope", "no such model folder")
+    (tmp_path / "weights.bin").write_bytes(b"\0")
+    _raises(tmp_path / "weights.bin", "weights.bin", "a file, not a model folder",
+            "or a GGUF file")
     (tmp_path / "own.gguf").write_bytes(b"GGUF")
-    _raises(tmp_path / "own.gguf", "own.gguf", "a file, not a model folder",
-            "GGUF files are read only for the embedded default model")
+    _raises(tmp_path / "own.gguf", "own.gguf", "not a readable GGUF file")
 
 
 def test_missing_files(tiny_llama_folder):

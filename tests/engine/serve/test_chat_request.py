@@ -99,7 +99,8 @@ def test_a_text_prompt_is_encoded_as_given_and_checked():
     request = ApiRequest.parse({"prompt": ["hello"]}, TOK, 256, chat=False)
     assert not request.chat and request.prompt_ids == TOK.encode_plain("hello")
     for prompt, says in ((None, "prompt: must be non-empty text"), (["a", "b"], "prompt: must"),
-                         ([1, 2.5], "prompt: must"), ([260], "prompt: token ids of this model's are 0 to 259"),
+                         ([1, 2.5], "prompt: must"),
+                         ([260], "prompt: token ids of this model's are 0 to 259"),
                          ("x" * 300, "prompt: the prompt is 300")):
         with pytest.raises(RequestError, match=None) as caught:
             ApiRequest.parse({"prompt": prompt}, TOK, 256, chat=False)

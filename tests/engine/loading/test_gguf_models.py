@@ -1,0 +1,173 @@
+"""A GGUF file given as the model: llama.cpp's llama, qwen2 and qwen3 architectures, their
+tokenizers (byte-level BPE split as the file names, SentencePiece), converted once into the user
+cache and loaded as a folder; what cannot be read is refused naming the file."""
+from __future__ import annotations
+
+import copy
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize, quantize
+from safetensors import safe_open
+
+from engine.errors import ModelLoadError
+from engine.loading import check_model_folder, load_model
+
+from .conftest import engine_logits, hf_tiny, reference_logits, write_tiny_gguf
+
+PROMPT = [1, 40, 77, 3, 200, 264, 10, 90, 90, 15]
+TEXTS = ["the theme in 2024, 12345 tins!", "I'm here; they'll\n\n  go\tnow", "Ünïcode ✓ 日本語 🙂",
+         "def f(x):\n    return x  # done", "<|im_start|>user\nthe<|im_end|>\n"]
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "cache"))
+
+
+def as_stored(hf):
+    """The model as the GGUF holds it: its embedding through Q8_0, kept as fp16."""
+    hf = copy.deepcopy(hf)
+    embed = hf.model.embed_tokens.weight
+    q8 = quantize(embed.detach().numpy(), GGMLQuantizationType.Q8_0)
+    with torch.no_grad():
+        embed.copy_(torch.from_numpy(dequantize(q8, GGMLQuantizationType.Q8_0).astype(np.float16)))
+    return hf
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+def test_a_gguf_loads_as_the_model_it_holds(arch, tmp_path):
+    """Logits as transformers' model with the same weights gives them, in fp32; the quantized
+    tensor stored fp16 in the cache, the float ones as they were."""
+    hf = hf_tiny(arch)
+    path = write_tiny_gguf(hf, tmp_path / f"tiny-{arch}.gguf", arch=arch)
+    messages = []
+    loaded = load_model(str(path), dtype="fp32", device="cpu",
+                        progress=lambda message, fraction: messages.append(message))
+    assert loaded.name == f"tiny-{arch}" and loaded.config.architecture == arch
+    assert any(m.startswith(f"converting tiny-{arch}.gguf") for m in messages)
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT),
+                               reference_logits(as_stored(hf), PROMPT), atol=1e-4, rtol=0)
+    with safe_open(os.path.join(loaded.source, "model.safetensors"), "pt") as weights:
+        assert weights.get_tensor("model.embed_tokens.weight").dtype == torch.float16
+        assert weights.get_tensor("lm_head.weight").dtype == torch.float32
+    assert loaded.tokenizer.chat_prompt("hi") == \
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_a_gguf_is_converted_once_and_again_when_it_changes(tmp_path):
+    path = write_tiny_gguf(hf_tiny("llama"), tmp_path / "tiny.gguf")
+    heard = []
+    progress = lambda message, fraction: heard.append(message)  # noqa: E731
+    first = load_model(str(path), dtype="fp32", device="cpu", progress=progress).source
+    converting = sum(m.startswith("converting") for m in heard)
+    second = load_model(str(path), dtype="fp32", device="cpu", progress=progress).source
+    assert first == second and converting == 1
+    assert sum(m.startswith("converting") for m in heard) == 1  # the second load converted nothing
+    os.utime(path, ns=(0, 0))
+    load_model(str(path), dtype="fp32", device="cpu", progress=progress)
+    assert sum(m.startswith("converting") for m in heard) == 2
+
+
+@pytest.mark.parametrize("pre", ["qwen2", "llama-bpe", "tekken", "gpt2"])
+def test_a_byte_level_vocabulary_is_split_as_the_file_names(pre, tmp_path):
+    """Encodings as transformers' GGUF reader makes them (the models' own tokenizer.json)."""
+    transformers = pytest.importorskip("transformers")
+    path = write_tiny_gguf(hf_tiny("qwen2"), tmp_path / "tiny.gguf", arch="qwen2", pre=pre)
+    ours = load_model(str(path), dtype="fp32", device="cpu").tokenizer
+    ref = transformers.AutoTokenizer.from_pretrained(str(tmp_path), gguf_file=path.name)
+    for text in TEXTS:
+        assert ours.encode(text) == ref.encode(text, add_special_tokens=False), (pre, text)
+        assert ours.decode(ours.encode(text)) == text
+    words = [word for word, _ in ours.inner.pre_tokenizer.pre_tokenize_str("12345 It's")]
+    assert words == {"qwen2": ["1", "2", "3", "4", "5", "ĠIt", "'s"],
+                     "llama-bpe": ["123", "45", "ĠIt", "'s"],
+                     "tekken": ["1", "2", "3", "4", "5", "ĠIt", "'s"],
+                     "gpt2": ["12345", "ĠIt", "'s"]}[pre]
+
+
+# "yz" scores above "xy": "xyz" is x, yz (merges best-scored first)
+PIECES = ["▁", *"abcdefghijklmnopqrstuvwxyz", "▁t", "he", "▁the", "▁c", "at", "▁cat", "in", "▁in",
+          "yz", "xy"]
+SPM_TOKENS = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256)), *PIECES, "<think>"]
+
+
+def sentencepiece(writer):
+    """Llama 2's kind of vocabulary: <unk> <s> </s>, byte tokens, pieces with scores (no
+    merges), and a token added as user-defined."""
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(SPM_TOKENS)
+    writer.add_token_scores([0.0] * 259 + [-float(i) for i in range(len(PIECES))] + [0.0])
+    writer.add_token_types([2, 3, 3, *[6] * 256, *[1] * len(PIECES), 4])
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_unk_token_id(0)
+
+
+def test_a_sentencepiece_vocabulary_encodes_as_transformers_reads_it(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    path = write_tiny_gguf(hf_tiny("llama", vocab_size=len(SPM_TOKENS)), tmp_path / "spm.gguf",
+                           tokenizer=sentencepiece)
+    loaded = load_model(str(path), dtype="fp32", device="cpu")
+    ours = loaded.tokenizer
+    ref = transformers.AutoTokenizer.from_pretrained(str(tmp_path), gguf_file=path.name)
+    for text in ["the cat in the hat", "thecat  in", "Zürich ✓", "a\nb", "so<think>in", "xyz"]:
+        assert ours.encode(text) == ref.encode(text, add_special_tokens=False), text
+        assert ours.decode(ours.encode(text)) == text
+    assert ours.encode("xyz")[-2:] == [SPM_TOKENS.index("x"), SPM_TOKENS.index("yz")]
+    assert ours.encode_plain("the cat")[0] == 1  # BOS, as llama.cpp adds it to SentencePiece
+    assert ours.encode("the cat<think>") == [SPM_TOKENS.index(t)
+                                             for t in ("▁the", "▁cat", "<think>")]
+    assert loaded.config.eos_token_ids == (2,)
+
+
+def test_end_of_turn_tokens_end_the_answer_too(tmp_path):
+    path = write_tiny_gguf(hf_tiny("llama"), tmp_path / "tiny.gguf",
+                           extra=lambda w: w.add_eot_token_id(0))
+    loaded = load_model(str(path), dtype="fp32", device="cpu")
+    assert loaded.config.eos_token_ids == (2, 0) and set(loaded.tokenizer.eos_ids) == {0, 2}
+
+
+@pytest.mark.parametrize("problem, says", [
+    ({"pre": "falcon"}, "GGUF pre-tokenizer 'falcon' is not supported"),
+    ({"arch": "gemma"}, "GGUF architecture 'gemma' is not supported"),
+    ({"extra": lambda w: w.add_tensor("rope_freqs.weight", np.ones(4, np.float32))},
+     "per-dimension RoPE factors"),
+])
+def test_a_gguf_that_cannot_be_read_is_refused_before_it_converts(problem, says, tmp_path):
+    path = write_tiny_gguf(hf_tiny("llama"), tmp_path / "bad.gguf", **problem)
+    for read in (check_model_folder, lambda spec: load_model(spec, dtype="fp32", device="cpu")):
+        with pytest.raises(ModelLoadError, match=says) as info:
+            read(str(path))
+        assert info.value.path == str(path)
+    assert not (tmp_path / "cache" / "models" / "gguf").exists() or not any(
+        (tmp_path / "cache" / "models" / "gguf").iterdir())
+
+
+def test_a_damaged_gguf_is_named_and_a_converted_one_is_checked_as_a_folder(tmp_path):
+    path = write_tiny_gguf(hf_tiny("llama"), tmp_path / "tiny.gguf")
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(path.read_bytes()[:3000])
+    with pytest.raises(ModelLoadError) as info:
+        check_model_folder(str(cut))
+    assert info.value.path == str(cut) and "not a readable GGUF" in str(info.value)
+    check_model_folder(str(path))  # reads the metadata only: nothing converted yet
+    assert not (tmp_path / "cache" / "models" / "gguf").exists()
+    folder = load_model(str(path), dtype="fp32", device="cpu").source
+    config = json.loads((tmp_path / folder / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"]
+    check_model_folder(str(path))  # the converted folder, checked as any
+
+
+def test_a_gguf_drafts_for_a_target_that_shares_its_tokenizer(tmp_path):
+    from engine.spec.draft_model import DraftModelDrafter, check_draft_folder
+    draft = write_tiny_gguf(hf_tiny("llama", num_hidden_layers=1), tmp_path / "draft.gguf")
+    target = load_model(str(write_tiny_gguf(hf_tiny("llama"), tmp_path / "target.gguf")),
+                        dtype="fp32", device="cpu")
+    check_draft_folder(str(draft), target)
+    drafter = DraftModelDrafter.from_path(str(draft), target)
+    assert drafter.name == "draft" and drafter.runner.model.config.num_layers == 1
