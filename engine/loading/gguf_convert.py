@@ -16,6 +16,7 @@ from gguf import GGUFReader, GGMLQuantizationType
 from gguf.quants import dequantize
 from safetensors.torch import save_file
 
+from engine import rope
 from engine.errors import ModelLoadError
 from engine.loading.gguf_tokenizer import gguf_tokenizer
 
@@ -86,10 +87,6 @@ def gguf_config(g: _Gguf) -> dict:
         raise ModelLoadError(g.path, f"GGUF architecture {arch!r} is not supported (only "
                                      f"{', '.join(ARCHITECTURES)})")
     names = {t.name for t in g.reader.tensors}
-    if "rope_freqs.weight" in names:
-        raise ModelLoadError(g.path, "per-dimension RoPE factors (rope_freqs, Llama 3.1's "
-                                     "scaling) are not read from a GGUF; load the model's "
-                                     "Hugging Face folder instead")
     heads = int(g.get(f"{arch}.attention.head_count"))
     hidden = int(g.get(f"{arch}.embedding_length"))
     vocab = len(g.get("tokenizer.ggml.tokens"))
@@ -97,6 +94,8 @@ def gguf_config(g: _Gguf) -> dict:
         f"{arch}.rope.dimension_count", hidden // heads)
     eos = [int(g.get("tokenizer.ggml.eos_token_id"))] + [
         int(g.get(f"tokenizer.ggml.{key}_token_id", -1)) for key in ("eot", "eom")]
+    theta = float(g.get(f"{arch}.rope.freq_base", 10000.0))
+    scaling = _llama3_scaling(g, int(head_dim), theta) if "rope_freqs.weight" in names else None
     return {
         "architectures": [ARCHITECTURES[arch][0]], "model_type": arch,
         "vocab_size": int(g.get(f"{arch}.vocab_size", vocab)), "hidden_size": hidden,
@@ -105,7 +104,7 @@ def gguf_config(g: _Gguf) -> dict:
         "num_attention_heads": heads,
         "num_key_value_heads": int(g.get(f"{arch}.attention.head_count_kv", heads)),
         "head_dim": int(head_dim),
-        "rope_theta": float(g.get(f"{arch}.rope.freq_base", 10000.0)),
+        "rope_theta": theta, **({"rope_scaling": scaling} if scaling else {}),
         "rms_norm_eps": float(g.get(f"{arch}.attention.layer_norm_rms_epsilon")),
         "max_position_embeddings": int(g.get(f"{arch}.context_length")),
         "tie_word_embeddings": "output.weight" not in names,
@@ -116,6 +115,23 @@ def gguf_config(g: _Gguf) -> dict:
     }
 
 
+def _llama3_scaling(g: _Gguf, head_dim: int, theta: float) -> dict:
+    """The llama3 RoPE scaling (Llama 3.1-3.3) whose per-dimension factors llama.cpp stored as
+    rope_freqs: its factor is the largest, its low and high frequency factors Meta's (1 and 4),
+    its original context the power of two that gives every factor stored."""
+    stored = next(t for t in g.reader.tensors if t.name == "rope_freqs.weight")
+    factors = torch.from_numpy(np.array(stored.data, dtype=np.float32))
+    plain = rope.frequencies(head_dim, theta)
+    for original in (2 ** n for n in range(4, 21)):
+        params = {"rope_type": "llama3", "factor": float(factors.max()), "low_freq_factor": 1.0,
+                  "high_freq_factor": 4.0, "original_max_position_embeddings": original}
+        scaled = rope.frequencies(head_dim, theta, rope.RopeScaling.from_params(params, 0))
+        if factors.shape == plain.shape and torch.allclose(plain / scaled, factors, rtol=1e-4):
+            return params
+    raise ModelLoadError(g.path, "its per-dimension RoPE factors (rope_freqs) are not Llama "
+                                 "3's scaling; load the model's Hugging Face folder instead")
+
+
 def _weights(g: _Gguf, config: dict, progress: Progress,
              dequantized: torch.dtype) -> dict[str, torch.Tensor]:
     """The tensors under their Hugging Face names: as stored where that is a float type, else
@@ -124,6 +140,8 @@ def _weights(g: _Gguf, config: dict, progress: Progress,
     permuted = ARCHITECTURES[g.get("general.architecture")][1]
     tensors = g.reader.tensors
     for n, t in enumerate(tensors):
+        if t.name == "rope_freqs.weight":  # read into the config
+            continue
         name = hf_name(t.name)
         if name is None:
             raise ModelLoadError(g.path, f"unexpected GGUF tensor {t.name!r}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 
 import numpy as np
@@ -132,11 +133,42 @@ def test_end_of_turn_tokens_end_the_answer_too(tmp_path):
     assert loaded.config.eos_token_ids == (2, 0) and set(loaded.tokenizer.eos_ids) == {0, 2}
 
 
+def llama_cpp_rope_factors(head_dim: int, theta: float, factor: float, original: int):
+    """llama.cpp convert_hf_to_gguf.py's rope_freqs for Llama 3's scaling, written out."""
+    factors = []
+    for i in range(0, head_dim, 2):
+        wavelen = 2 * math.pi * theta ** (i / head_dim)
+        if wavelen < original / 4:
+            factors.append(1.0)
+        elif wavelen > original / 1:
+            factors.append(factor)
+        else:
+            smooth = (original / wavelen - 1) / (4 - 1)
+            factors.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(factors, dtype=np.float32)
+
+
+def test_llama_3s_rope_factors_are_read_as_its_scaling(tmp_path):
+    """Llama 3.1-3.3's files keep their RoPE scaling as per-dimension factors: read back as the
+    scaling that gives them, the logits are the scaled model's."""
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+    hf = hf_tiny("llama", rope_parameters={"rope_theta": 5000.0, **scaling})
+    factors = llama_cpp_rope_factors(16, 5000.0, 8.0, 64)
+    assert 1.0 < factors[1] < factors[2] < 8.0  # blended dimensions among them
+    path = write_tiny_gguf(hf, tmp_path / "llama31.gguf",
+                           extra=lambda w: w.add_tensor("rope_freqs.weight", factors))
+    loaded = load_model(str(path), dtype="fp32", device="cpu")
+    assert loaded.config.rope_scaling.original_max_position == 64
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT),
+                               reference_logits(as_stored(hf), PROMPT), atol=1e-4, rtol=0)
+
+
 @pytest.mark.parametrize("problem, says", [
     ({"pre": "falcon"}, "GGUF pre-tokenizer 'falcon' is not supported"),
     ({"arch": "gemma"}, "GGUF architecture 'gemma' is not supported"),
-    ({"extra": lambda w: w.add_tensor("rope_freqs.weight", np.ones(4, np.float32))},
-     "per-dimension RoPE factors"),
+    ({"extra": lambda w: w.add_tensor("rope_freqs.weight", np.arange(1, 9, dtype=np.float32))},
+     "RoPE factors .rope_freqs. are not Llama 3's scaling"),
 ])
 def test_a_gguf_that_cannot_be_read_is_refused_before_it_converts(problem, says, tmp_path):
     path = write_tiny_gguf(hf_tiny("llama"), tmp_path / "bad.gguf", **problem)
