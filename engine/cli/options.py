@@ -15,7 +15,7 @@ from engine.serve.http_api import DEFAULT_HOST, DEFAULT_PORT
 from engine.thread_tuner import AUTO, usable_cores
 
 MODEL_HELP = ("default | tiny-test | a model folder | a GGUF file (converted once) | ORG/NAME in "
-              "the Hugging Face cache")
+              "the Hugging Face cache | ollama:NAME[:TAG] (a model Ollama has pulled)")
 DTYPE_HELP = "auto (bf16 on GPUs and on CPUs with bf16 dot instructions, else fp32) | bf16 | fp32 | fp16 (GPU)"
 DEVICE_HELP = "auto | cpu | cuda | rocm | cuda:N"
 
@@ -137,15 +137,15 @@ def check_drafter(option: str, drafter: str, target=None) -> None:
     weights' headers must read now, not when a step first drafts with it (in a short run, never);
     asked again once the target (its LoadedModel) is loaded, its tokenizer must be the target's.
     `option` names where the value came from, as typed."""
-    from engine.loading import MODEL_NAMES, check_model_folder
-    from engine.loading.hub_cache import cache_dir, model_folder
+    from engine.loading import MODEL_NAMES, check_model_folder, model_source
+    from engine.loading.hub_cache import cache_dir
     from engine.spec.draft_model import check_draft_folder
     from engine.spec.drafters import DRAFTER_NAMES
 
     if drafter in DRAFTER_NAMES or drafter in MODEL_NAMES:  # by name: read as they load
         return
     try:
-        if not model_folder(drafter).exists():
+        if not model_source(drafter)[0].exists():
             raise SwarmscopeError(f"{option} {drafter}: no such folder; a drafter is "
                                   f"{', '.join(DRAFTER_NAMES + MODEL_NAMES)}, a draft model "
                                   f"folder or a repo id downloaded to {cache_dir()}")

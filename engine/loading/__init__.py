@@ -14,7 +14,7 @@ from engine.config import PRESETS, ModelConfig
 from engine.devices import (dtype_name, free_memory_bytes, resolve_device, resolve_dtype,
                             set_cpu_threads)
 from engine.errors import ModelLoadError
-from engine.loading import default_model, gguf_file, hub_cache
+from engine.loading import default_model, gguf_file, hub_cache, ollama_store
 from engine.loading.hf_folder import Weights, read_config, read_tokenizer
 from engine.model import WARM_ROWS, LlamaModel, check_shapes, prepacks
 from engine.tokenizer import ByteTokenizer, Tokenizer
@@ -39,7 +39,8 @@ def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
                threads: int | None = None) -> LoadedModel:
     """spec: "default" (the embedded SmolLM2-135M-Instruct, fetched and converted on first use),
     "tiny-test" (random weights, seed 0, byte tokenizer), a Hugging Face folder (or a repo id
-    in its cache) or a GGUF file (converted on first use).
+    in its cache), a GGUF file (converted on first use) or ollama:NAME[:TAG] (the GGUF file of
+    a model Ollama has pulled).
     progress(message, fraction 0..1) hears about fetching, converting and loading.
     thinking: the chat template's enable_thinking (Qwen3 thinks unless it is False; templates
     without the switch ignore it); None leaves the template's default.
@@ -90,7 +91,7 @@ def check_model_folder(path: str, chats: bool = True) -> None:
     Raises ModelLoadError naming the file at fault. A window
     asks first, so a folder that would not load, or whose agents could not start, does not stop
     the session it has."""
-    source = hub_cache.model_folder(path)
+    source, _ = model_source(path)
     if source.is_file() and gguf_file.is_gguf(source):
         folder = gguf_file.checked_folder(source)
         if folder is None:  # its template and weights are read as it converts, when it loads
@@ -116,9 +117,9 @@ def model_folder_of(path: str, progress: Progress = lambda message, fraction: No
                     ) -> tuple[Path, str]:
     """The Hugging Face folder `path` names (a GGUF file's converted one, converted first where
     it is not yet), and the model's name."""
-    folder = hub_cache.model_folder(path)
+    folder, name = model_source(path)
     if folder.is_file() and gguf_file.is_gguf(folder):
-        return gguf_file.converted_folder(folder, progress), folder.stem
+        return gguf_file.converted_folder(folder, progress), name
     if folder.is_file():
         raise ModelLoadError(folder, "a file, not a model folder: give the Hugging Face "
                                      "folder (config.json, *.safetensors, tokenizer.json) or a "
@@ -127,7 +128,16 @@ def model_folder_of(path: str, progress: Progress = lambda message, fraction: No
         raise ModelLoadError(folder, "no such model folder (expected 'default', 'tiny-test', a "
                                      "Hugging Face model folder, a GGUF file or a repo id "
                                      f"downloaded to {hub_cache.cache_dir()})")
-    return folder, hub_cache.model_name(folder)
+    return folder, name
+
+
+def model_source(spec: str) -> tuple[Path, str]:
+    """The folder or file `spec` names, and the model's name: an Ollama model's GGUF file, a
+    Hugging Face cache repo's snapshot, or the path as given (missing, maybe)."""
+    if spec.startswith(ollama_store.PREFIX):
+        return ollama_store.model_file(spec)
+    source = hub_cache.model_folder(spec)
+    return source, source.stem if source.is_file() else hub_cache.model_name(source)
 
 
 @contextlib.contextmanager

@@ -17,8 +17,18 @@ from engine.user_cache import cache_root
 CONVERTER_VERSION = 1  # bump when the converted folder's contents change
 
 
+MAGIC = b"GGUF"  # a GGUF file's first bytes (Ollama's store names its files by digest alone)
+
+
 def is_gguf(path: Path) -> bool:
-    return path.suffix.lower() == ".gguf"
+    """A file named .gguf, or one that starts as a GGUF does."""
+    if path.suffix.lower() == ".gguf":
+        return True
+    try:
+        with path.open("rb") as file:
+            return file.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
 
 
 def converted_folder(path: Path, progress: Progress) -> Path:

@@ -203,3 +203,54 @@ def test_a_gguf_drafts_for_a_target_that_shares_its_tokenizer(tmp_path):
     check_draft_folder(str(draft), target)
     drafter = DraftModelDrafter.from_path(str(draft), target)
     assert drafter.name == "draft" and drafter.runner.model.config.num_layers == 1
+
+
+def ollama_store(tmp_path, monkeypatch, gguf, name="tiny", tag="0.5b", namespace="library"):
+    """Ollama's store as `ollama pull` leaves it: a manifest naming the GGUF by digest."""
+    store = tmp_path / "ollama"
+    monkeypatch.setenv("OLLAMA_MODELS", str(store))
+    digest = "sha256:" + "ab" * 32
+    (store / "blobs").mkdir(parents=True, exist_ok=True)
+    (store / "blobs" / digest.replace(":", "-")).write_bytes(gguf.read_bytes())
+    manifest = store / "manifests" / "registry.ollama.ai" / namespace / name / tag
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({"schemaVersion": 2, "layers": [
+        {"mediaType": "application/vnd.ollama.image.model", "digest": digest, "size": 1},
+        {"mediaType": "application/vnd.ollama.image.template", "digest": "sha256:00"}]}))
+    return store, manifest
+
+
+def test_a_model_ollama_pulled_loads_by_its_name(tmp_path, monkeypatch):
+    hf = hf_tiny("qwen2")
+    store, _ = ollama_store(tmp_path, monkeypatch,
+                            write_tiny_gguf(hf, tmp_path / "x.gguf", arch="qwen2"))
+    check_model_folder("ollama:tiny:0.5b")
+    loaded = load_model("ollama:tiny:0.5b", dtype="fp32", device="cpu")
+    assert loaded.name == "tiny:0.5b"
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT),
+                               reference_logits(as_stored(hf), PROMPT), atol=1e-4, rtol=0)
+    # its file, named by digest alone, is known for a GGUF by its first bytes
+    assert load_model(str(next((store / "blobs").iterdir())), dtype="fp32",
+                      device="cpu").config.architecture == "qwen2"
+
+
+def test_an_ollama_name_that_does_not_load_says_why(tmp_path, monkeypatch):
+    store, manifest = ollama_store(tmp_path, monkeypatch,
+                                   write_tiny_gguf(hf_tiny("llama"), tmp_path / "x.gguf"))
+    for spec, path, says in (
+            ("ollama:other", manifest.parent.parent / "other" / "latest",
+             r"Ollama has not pulled other \(in .*: tiny:0.5b\)"),
+            ("ollama:", "ollama:", "an Ollama model is ollama:MODEL"),
+            ("ollama:a/b/c/d", "ollama:a/b/c/d", "an Ollama model is ollama:MODEL")):
+        with pytest.raises(ModelLoadError, match=says) as info:
+            load_model(spec, dtype="fp32", device="cpu")
+        assert info.value.path == str(path)
+    manifest.write_text("{}")
+    with pytest.raises(ModelLoadError, match="not an Ollama manifest with a model layer"):
+        check_model_folder("ollama:tiny:0.5b")
+    for blob in (store / "blobs").iterdir():
+        blob.unlink()
+    manifest.write_text(json.dumps({"layers": [{"mediaType": "application/vnd.ollama.image.model",
+                                                "digest": "sha256:" + "ab" * 32}]}))
+    with pytest.raises(ModelLoadError, match="missing from Ollama's store"):
+        load_model("ollama:tiny:0.5b", dtype="fp32", device="cpu")
