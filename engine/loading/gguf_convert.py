@@ -36,6 +36,7 @@ _LAYER_NAMES = {
 }
 _GLOBAL_NAMES = {"token_embd.weight": "model.embed_tokens.weight",
                  "output_norm.weight": "model.norm.weight", "output.weight": "lm_head.weight"}
+SHARD_BYTES = 2 * 2 ** 30  # the most a converted weights file holds (and converting holds at once)
 # Tensor types stored as they are (the rest are dequantized)
 _STORED = {GGMLQuantizationType.F32: torch.float32, GGMLQuantizationType.F16: torch.float16,
            GGMLQuantizationType.BF16: torch.bfloat16}
@@ -132,53 +133,80 @@ def _llama3_scaling(g: _Gguf, head_dim: int, theta: float) -> dict:
                                  "3's scaling; load the model's Hugging Face folder instead")
 
 
-def _weights(g: _Gguf, config: dict, progress: Progress,
-             dequantized: torch.dtype) -> dict[str, torch.Tensor]:
-    """The tensors under their Hugging Face names: as stored where that is a float type, else
-    dequantized and kept as `dequantized`."""
-    out: dict[str, torch.Tensor] = {}
-    permuted = ARCHITECTURES[g.get("general.architecture")][1]
-    tensors = g.reader.tensors
-    for n, t in enumerate(tensors):
-        if t.name == "rope_freqs.weight":  # read into the config
-            continue
-        name = hf_name(t.name)
-        if name is None:
-            raise ModelLoadError(g.path, f"unexpected GGUF tensor {t.name!r}")
-        try:
-            kind = GGMLQuantizationType(t.tensor_type)
-            w = np.asarray(dequantize(t.data, kind), dtype=np.float32)
-        except (NotImplementedError, ValueError) as exc:
-            raise ModelLoadError(g.path, f"cannot dequantize {t.name} ({exc})") from None
-        # GGUF lists dims fastest-first; torch wants [out_features, in_features].
-        w = w.reshape([int(d) for d in reversed(t.shape)])
-        if permuted and re.search(r"[qk]_proj\.(weight|bias)$", name):
-            w = unpermute_rope(w, config["num_attention_heads" if "q_proj" in name
-                                         else "num_key_value_heads"])
-        # a copy: GGUF data is a read-only mmap
-        out[name] = torch.from_numpy(np.array(w, order="C")).to(_STORED.get(kind, dequantized))
-        if n % 16 == 0 or n == len(tensors) - 1:
-            progress(f"dequantizing {t.name}", (n + 1) / len(tensors))
-    return out
+def _tensor(g: _Gguf, t, config: dict, dequantized: torch.dtype) -> tuple[str, torch.Tensor]:
+    """A GGUF tensor under its Hugging Face name: as stored where that is a float type, else
+    dequantized and kept as `dequantized`; Q/K rows back in rotate-half order."""
+    name = hf_name(t.name)
+    if name is None:
+        raise ModelLoadError(g.path, f"unexpected GGUF tensor {t.name!r}")
+    try:
+        kind = GGMLQuantizationType(t.tensor_type)
+        w = np.asarray(dequantize(t.data, kind), dtype=np.float32)
+    except (NotImplementedError, ValueError) as exc:
+        raise ModelLoadError(g.path, f"cannot dequantize {t.name} ({exc})") from None
+    # GGUF lists dims fastest-first; torch wants [out_features, in_features].
+    w = w.reshape([int(d) for d in reversed(t.shape)])
+    if ARCHITECTURES[g.get("general.architecture")][1] and \
+            re.search(r"[qk]_proj\.(weight|bias)$", name):
+        w = unpermute_rope(w, config["num_attention_heads" if "q_proj" in name
+                                     else "num_key_value_heads"])
+    # a copy: GGUF data is a read-only mmap
+    return name, torch.from_numpy(np.array(w, order="C")).to(_STORED.get(kind, dequantized))
+
+
+def _write_weights(g: _Gguf, config: dict, out: Path, progress: Progress,
+                   dequantized: torch.dtype) -> list[Path]:
+    """The tensors written as safetensors, a shard of at most SHARD_BYTES at a time (so that
+    converting holds no more than that), with the index that names them where there are
+    several; the files written."""
+    tensors = [t for t in g.reader.tensors if t.name != "rope_freqs.weight"]  # in the config
+    sizes = [int(np.prod(t.shape)) * _STORED.get(GGMLQuantizationType(t.tensor_type),
+                                                 dequantized).itemsize for t in tensors]
+    shards, room = [], 0
+    for t, size in zip(tensors, sizes):
+        if not shards or room + size > SHARD_BYTES:
+            shards.append([])
+            room = 0
+        shards[-1].append(t)
+        room += size
+    names = (["model.safetensors"] if len(shards) == 1 else
+             [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))])
+    weight_map, done = {}, 0
+    for shard, file in zip(shards, names):
+        weights = {}
+        for t in shard:
+            name, weights[name] = _tensor(g, t, config, dequantized)
+            weight_map[name] = file
+            done += 1
+            if done % 16 == 0 or done == len(tensors):
+                progress(f"dequantizing {t.name}", done / len(tensors))
+        save_file(weights, str(out / file), metadata={"format": "pt"})
+    written = [out / file for file in names]
+    if len(shards) > 1:
+        index = out / "model.safetensors.index.json"
+        index.write_text(json.dumps({"metadata": {"total_size": sum(sizes)},
+                                     "weight_map": weight_map}, indent=2))
+    return written
 
 
 def convert_gguf(gguf_path: str | Path, out_dir: str | Path,
                  progress: Progress = lambda message, fraction: None,
                  dequantized: torch.dtype = torch.float32) -> None:
-    """Write config.json, model.safetensors, tokenizer.json, tokenizer_config.json and
-    generation_config.json for the GGUF at gguf_path into out_dir (created). Float tensors keep
-    their type; quantized ones are stored `dequantized`: fp32 keeps their values exactly (Q4_1's
-    scales are fp16, not bf16-representable), fp16 within a part in 2,000 at half the size."""
+    """Write config.json, model.safetensors (or its shards), tokenizer.json,
+    tokenizer_config.json and generation_config.json for the GGUF at gguf_path into out_dir
+    (created). Float tensors keep their type; quantized ones are stored `dequantized`: fp32
+    keeps their values exactly (Q4_1's scales are fp16, not bf16-representable), fp16 within a
+    part in 2,000 at half the size."""
     g = _Gguf(Path(gguf_path))
     out = Path(out_dir)
     config = gguf_config(g)
     tok, add_bos = gguf_tokenizer(g.path, g.get)
-    weights = _weights(g, config, progress, dequantized)
     out.mkdir(parents=True, exist_ok=True)
-    save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+    weights = _write_weights(g, config, out, progress, dequantized)
     tok.save(str(out / "tokenizer.json"))
     # safetensors writes 0600: as readable as the files written beside it, as the umask makes them
-    os.chmod(out / "model.safetensors", (out / "tokenizer.json").stat().st_mode & 0o777)
+    for file in weights:
+        os.chmod(file, (out / "tokenizer.json").stat().st_mode & 0o777)
     tokens = g.get("tokenizer.ggml.tokens")
     eos_id = config["eos_token_id"][0]
     tokenizer_config = {

@@ -60,6 +60,21 @@ def test_a_gguf_loads_as_the_model_it_holds(arch, tmp_path):
         "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
 
 
+def test_a_large_gguf_is_written_in_shards_and_loads_the_same(tmp_path, monkeypatch):
+    """Converting holds one shard's tensors at a time; the folder's index names them all."""
+    from engine.loading import gguf_convert
+    hf = hf_tiny("llama")
+    path = write_tiny_gguf(hf, tmp_path / "big.gguf")
+    monkeypatch.setattr(gguf_convert, "SHARD_BYTES", 40_000)  # a layer or so each
+    loaded = load_model(str(path), dtype="fp32", device="cpu")
+    index = json.loads((tmp_path / loaded.source / "model.safetensors.index.json").read_text())
+    shards = sorted(set(index["weight_map"].values()))
+    assert len(shards) > 3 and shards[0].startswith("model-00001-of-")
+    assert not (tmp_path / loaded.source / "model.safetensors").exists()
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT),
+                               reference_logits(as_stored(hf), PROMPT), atol=1e-4, rtol=0)
+
+
 def test_a_gguf_is_converted_once_and_again_when_it_changes(tmp_path):
     path = write_tiny_gguf(hf_tiny("llama"), tmp_path / "tiny.gguf")
     heard = []
