@@ -96,13 +96,25 @@ class AnswerText:
         if len(after) > len(before) and (last or not after.endswith("\ufffd")):
             self._text += after[len(before):]
             self._prefix, self._read = self._read, len(self._ids)
-        cut = min((at for at in (self._text.find(s, max(0, self._sent - len(s) + 1))
-                                 for s in self._stops) if at >= 0), default=None)
-        if cut is not None:
+        met = min(((at, at + len(s)) for at, s in ((self._text.find(s, max(
+            0, self._sent - len(s) + 1)), s) for s in self._stops) if at >= 0), default=None)
+        if met is not None:
             self.stopped = True
-            return self._take(cut)
+            self._count_to(met[1], ids)
+            return self._take(met[0])
         held = 0 if last else max((tag_start(self._text, s) for s in self._stops), default=0)
         return self._take(len(self._text) - held)
+
+    def _count_to(self, end: int, new_ids: list[int]) -> None:
+        """The answer's tokens are those up to the one whose text reached `end` (a stop string's
+        end), not the rest of the `new_ids` that came with it: as many whether its tokens came
+        one a step or several (speculation)."""
+        kept_new = sum(i not in self._stop_ids for i in new_ids)
+        first = len(self._ids) - kept_new
+        for needed in range(1, kept_new + 1):
+            if len(self._decode(self._ids[:first + needed])) >= end:
+                self.tokens += needed - len(new_ids)
+                return
 
     def _take(self, end: int) -> str:
         piece = self._text[self._sent:max(end, self._sent)]

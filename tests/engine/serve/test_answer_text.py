@@ -31,6 +31,16 @@ def test_the_answer_ends_before_a_stop_string_split_across_tokens():
     assert answer.tokens == len("first line\nEND")  # tokens past the stop are not taken
 
 
+def test_tokens_that_came_with_a_stop_string_but_after_it_are_not_the_answers():
+    """Speculation hands several tokens a step: the answer's count (usage, log-probabilities)
+    stops at the token that ended the stop string, as it does one token a step."""
+    text = "first line\nEND of it"
+    for step in (1, 4, 7, len(text) + 1):
+        out, answer = pieces(TOK.encode(text) + [ByteTokenizer.IM_END], stops=("\nEND",),
+                             step=step)
+        assert "".join(out) == "first line" and answer.tokens == len("first line\nEND"), step
+
+
 def test_text_that_might_start_a_stop_string_waits_and_is_sent_when_it_does_not():
     out, answer = pieces("a\nEN b", stops=("\nEND",))
     assert "".join(out) == "a\nEN b" and not answer.stopped
