@@ -16,6 +16,8 @@ from app.dashboard import VIEW_HELP
 from app.exporting import FILTERS, export
 from engine.cli.options import parse_address
 from engine.errors import SwarmscopeError
+from engine.loading import hub_cache, ollama_store
+from engine.loading.default_model import NAME as DEFAULT_NAME
 from engine.serve.http_api import DEFAULT_HOST, DEFAULT_PORT
 
 
@@ -38,8 +40,10 @@ class WindowActionsMixin:
         session = self.menuBar().addMenu("&Session")
         action(session, "Pause / resume  (replay: play / pause)", self.toggle_pause, "Space")
         action(session, "Speculation on / off", self.toggle_speculation, "S")
-        action(session, "Load model…", self._load_model_dialog, "Ctrl+M")
+        action(session, "Load model folder…", self._load_model_dialog, "Ctrl+M")
         action(session, "Load GGUF model file…", self._load_gguf_dialog, "Ctrl+Shift+M")
+        known = session.addMenu("Load a model you have")
+        known.aboutToShow.connect(lambda: self._list_known_models(known))
         action(session, "Re-run calibration", self._recalibrate)
         self.serve_action = action(session, "Serve OpenAI's API…", self._serve_dialog,
                                    checkable=True)
@@ -134,11 +138,30 @@ class WindowActionsMixin:
         if folder:
             self.load_model(folder)
 
+    def _list_known_models(self, menu) -> None:
+        """The menu's entries, as it opens: the default model, and those the Hugging Face
+        cache and Ollama's store hold."""
+        menu.clear()
+        for text, spec in known_models():
+            menu.addAction(text).triggered.connect(lambda _=False, spec=spec:
+                                                   self.load_model(spec))
+        if len(menu.actions()) == 1:
+            menu.addAction(f"(none in {hub_cache.cache_dir()} or {ollama_store.models_dir()})"
+                           ).setEnabled(False)
+
     def _load_gguf_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "GGUF model file (converted once)", "",
                                               "GGUF models (*.gguf);;All files (*)")
         if path:
             self.load_model(path)
+
+
+def known_models() -> list[tuple[str, str]]:
+    """(menu text, what load_model takes) for each model this machine has at hand."""
+    return ([(f"{DEFAULT_NAME} (default)", "default")] +
+            [(f"{repo} (Hugging Face cache)", repo) for repo in hub_cache.cached_models()] +
+            [(f"{name} (Ollama)", f"{ollama_store.PREFIX}{name}")
+             for name in ollama_store.pulled()])
 
 
 def views_text() -> str:

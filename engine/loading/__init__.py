@@ -91,6 +91,8 @@ def check_model_folder(path: str, chats: bool = True) -> None:
     Raises ModelLoadError naming the file at fault. A window
     asks first, so a folder that would not load, or whose agents could not start, does not stop
     the session it has."""
+    if path in MODEL_NAMES:  # built in
+        return
     source, _ = model_source(path)
     if source.is_file() and gguf_file.is_gguf(source):
         folder = gguf_file.checked_folder(source)

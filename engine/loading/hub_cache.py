@@ -57,3 +57,17 @@ def _main_snapshot(repo: Path) -> Path:
     raise ModelLoadError(repo, f"a Hugging Face cache folder with {len(snapshots)} snapshots "
                                f"and no refs/main naming one: give the snapshot folder to load "
                                f"(in {repo / 'snapshots'})")
+
+
+def cached_models() -> list[str]:
+    """The repo ids of the models in the cache that would load: a main snapshot with a
+    config.json."""
+    found = []
+    for repo in sorted(cache_dir().glob("models--*--*")):
+        try:
+            snapshot = _main_snapshot(repo)
+        except (ModelLoadError, OSError):
+            continue
+        if (snapshot / "config.json").is_file():
+            found.append(repo.name.removeprefix("models--").replace("--", "/", 1))
+    return found

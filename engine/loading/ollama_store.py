@@ -38,9 +38,8 @@ def model_file(spec: str) -> tuple[Path, str]:
     store = models_dir()
     manifest = store / "manifests" / host / namespace / parts[-1] / (tag or DEFAULT_TAG)
     if not manifest.is_file():
-        pulled = sorted(f"{m.parent.name}:{m.name}" for m in (store / "manifests").glob("*/*/*/*"))
         raise ModelLoadError(manifest, f"Ollama has not pulled {spec.removeprefix(PREFIX)} "
-                                       f"(in {store}: {', '.join(pulled) or 'none'})")
+                                       f"(in {store}: {', '.join(pulled()) or 'none'})")
     try:
         layers = json.loads(manifest.read_text())["layers"]
         digest = next(layer["digest"] for layer in layers
@@ -51,3 +50,18 @@ def model_file(spec: str) -> tuple[Path, str]:
     if not blob.is_file():
         raise ModelLoadError(blob, "the model's file is missing from Ollama's store")
     return blob, f"{parts[-1]}:{tag or DEFAULT_TAG}"
+
+
+def pulled() -> list[str]:
+    """The models Ollama has pulled, as `ollama list` names them (the default host's and
+    namespace's by model and tag alone)."""
+    names = []
+    for manifest in sorted((models_dir() / "manifests").glob("*/*/*/*")):
+        if not manifest.is_file():
+            continue
+        tag, model = manifest.name, manifest.parent.name
+        namespace, host = manifest.parent.parent.name, manifest.parent.parent.parent.name
+        where = ("" if (host, namespace) == (DEFAULT_HOST, DEFAULT_NAMESPACE) else
+                 f"{namespace}/" if host == DEFAULT_HOST else f"{host}/{namespace}/")
+        names.append(f"{where}{model}:{tag}")
+    return names

@@ -115,6 +115,36 @@ def test_a_gguf_file_is_read_before_the_session_stops_then_loaded(window, qtbot,
     assert old_engine.closed and window._spec.model == str(good)
 
 
+def test_the_models_at_hand_are_listed_to_load(window, qtbot, tmp_path, monkeypatch,
+                                               fake_builds):
+    """Session -> Load a model you have: the default, the Hugging Face cache's models and
+    Ollama's, each loading as its name on the command line would."""
+    from PySide6.QtWidgets import QMenu
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    snapshot = tmp_path / "hub" / "models--org--tiny" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (tmp_path / "hub" / "models--org--empty" / "snapshots" / "abc").mkdir(parents=True)
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "ollama"))
+    for manifest in ("registry.ollama.ai/library/qwen2.5/0.5b", "hf.co/org/repo/Q4_K_M"):
+        (tmp_path / "ollama" / "manifests" / manifest).parent.mkdir(parents=True)
+        (tmp_path / "ollama" / "manifests" / manifest).write_text("{}")
+    menu = QMenu(window)
+    window._list_known_models(menu)
+    texts = [action.text() for action in menu.actions()]
+    assert texts == ["SmolLM2-135M-Instruct (default)", "org/tiny (Hugging Face cache)",
+                     "hf.co/org/repo:Q4_K_M (Ollama)", "qwen2.5:0.5b (Ollama)"]
+    window.start_session(EngineSpec("default", dtype="fp32", agents=2, trace_out=None))
+    qtbot.waitUntil(lambda: window.engine is not None, timeout=5000)
+    monkeypatch.setattr(live_session, "check_model_folder", lambda folder: None)
+    menu.actions()[3].trigger()
+    assert window._spec.model == "ollama:qwen2.5:0.5b"
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "none"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "none"))
+    window._list_known_models(menu)
+    assert len(menu.actions()) == 2 and not menu.actions()[1].isEnabled()
+
+
 def test_a_model_loaded_while_threads_are_tuned_is_tuned_too(window, qtbot, monkeypatch,
                                                              fake_builds):
     window.start_session(EngineSpec("default", dtype="fp32", agents=3, trace_out=None))
