@@ -45,11 +45,10 @@ def gguf_tokenizer(path: Path, get) -> tuple[Tokenizer, bool]:
     else:
         raise ModelLoadError(path, f"GGUF tokenizer {kind!r} is not supported (gpt2-style "
                                    "byte-level BPE, or llama-style SentencePiece)")
-    alphabet = set(_byte_alphabet()) if kind == "gpt2" else None
-    # A control token outside the byte alphabet is a mislabelled byte-level token: left as it is
+    # Added tokens are kept as written (DeepSeek's <｜begin▁of▁sentence｜> is no byte-level
+    # spelling), and so are in the vocabulary as they are: each is matched whole, as its own id
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                            for t, kind_ in zip(tokens, types) if kind_ == CONTROL and
-                            (alphabet is None or set(t) <= alphabet)])
+                            for t, kind_ in zip(tokens, types) if kind_ == CONTROL])
     tok.add_tokens([AddedToken(t, special=False, normalized=False)
                     for t, kind_ in zip(tokens, types) if kind_ == USER_DEFINED])
     add_bos = bool(get("tokenizer.ggml.add_bos_token", bos_default))
@@ -113,10 +112,3 @@ def _merges(tokens: list[str], scores: list[float], vocab: dict[str, int]) -> li
         found += [(score, len(left), len(right), left, right) for left, right in pairs]
     found.sort(key=lambda merge: merge[:3], reverse=True)
     return [(left, right) for _, _, _, left, right in found]
-
-
-def _byte_alphabet() -> list[str]:
-    """GPT-2's printable stand-ins for the 256 bytes."""
-    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
-    others = [b for b in range(256) if b not in printable]
-    return [chr(b) for b in printable] + [chr(256 + n) for n in range(len(others))]

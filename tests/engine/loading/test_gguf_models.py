@@ -18,7 +18,8 @@ from safetensors import safe_open
 from engine.errors import ModelLoadError
 from engine.loading import check_model_folder, load_model
 
-from .conftest import engine_logits, hf_tiny, reference_logits, write_tiny_gguf
+from .conftest import (MERGES, SPECIALS, engine_logits, hf_tiny, reference_logits,
+                       vocab_tokens, write_tiny_gguf)
 
 PROMPT = [1, 40, 77, 3, 200, 264, 10, 90, 90, 15]
 TEXTS = ["the theme in 2024, 12345 tins!", "I'm here; they'll\n\n  go\tnow", "Ünïcode ✓ 日本語 🙂",
@@ -104,6 +105,28 @@ def test_a_byte_level_vocabulary_is_split_as_the_file_names(pre, tmp_path):
                      "llama-bpe": ["123", "45", "ĠIt", "'s"],
                      "tekken": ["1", "2", "3", "4", "5", "ĠIt", "'s"],
                      "gpt2": ["12345", "ĠIt", "'s"]}[pre]
+
+
+def test_added_tokens_outside_the_byte_alphabet_are_matched_whole(tmp_path):
+    """DeepSeek-R1's distills write their BOS as <｜begin▁of▁sentence｜>, no byte-level spelling:
+    matched whole, as its own id, the vocabulary no larger."""
+    bos = "<｜begin▁of▁sentence｜>"
+    tokens = [*vocab_tokens(), bos]
+
+    def deepseek(writer):
+        writer.add_tokenizer_model("gpt2")
+        writer.add_tokenizer_pre("deepseek-r1-qwen")
+        writer.add_token_list(tokens)
+        writer.add_token_types([3 if t in (*SPECIALS, bos) else 1 for t in tokens])
+        writer.add_token_merges([" ".join(m) for m in MERGES])
+        writer.add_bos_token_id(len(tokens) - 1)
+        writer.add_eos_token_id(2)
+
+    path = write_tiny_gguf(hf_tiny("qwen2", vocab_size=len(tokens)), tmp_path / "r1.gguf",
+                           arch="qwen2", tokenizer=deepseek)
+    tok = load_model(str(path), dtype="fp32", device="cpu").tokenizer
+    assert tok.vocab_size == len(tokens) and tok.bos_token == bos
+    assert tok.encode(f"{bos}the")[0] == len(tokens) - 1
 
 
 # "yz" scores above "xy": "xyz" is x, yz (merges best-scored first)
