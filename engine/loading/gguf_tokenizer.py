@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers,
-                        processors)
+from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers,
+                        pre_tokenizers, processors)
 
 from engine.errors import ModelLoadError
 
@@ -29,6 +29,7 @@ SPLITS = {"llama-bpe": _LLAMA3, "llama3": _LLAMA3, "llama-v3": _LLAMA3, "smaug-b
           "falcon3": _LLAMA3, "pixtral": _LLAMA3, "qwen2": _QWEN2, "deepseek-r1-qwen": _QWEN2,
           "tekken": _TEKKEN}
 GPT2_SPLITS = ("gpt2", "gpt-2", "default")  # GPT-2's own regex (ByteLevel's)
+NFC_SPLITS = ("qwen2", "deepseek-r1-qwen")  # Qwen's tokenizer.json composes characters first
 
 
 def gguf_tokenizer(path: Path, get) -> tuple[Tokenizer, bool]:
@@ -73,6 +74,8 @@ def _byte_level(path: Path, get, tokens: list[str]) -> Tokenizer:
     elif pre in GPT2_SPLITS:
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     elif pre in SPLITS:
+        if pre in NFC_SPLITS:
+            tok.normalizer = normalizers.NFC()
         tok.pre_tokenizer = pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(SPLITS[pre]), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
