@@ -345,15 +345,31 @@ def test_a_headless_session_serves_until_interrupted_and_summarises_its_clients(
     simulated agents by default, the address on stderr, requests answered, Ctrl+C ends it with
     a summary and a trace."""
     trace = tmp_path / "served.jsonl"
+    # -X faulthandler: a process that does not end is made to say where it waits (SIGABRT)
     process = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from engine.cli.main import main; "
-         "sys.exit(main(sys.argv[1:]))", *command, "--model", "tiny-test",
+        [sys.executable, "-X", "faulthandler", "-c", "import sys; from engine.cli.main import "
+         "main; sys.exit(main(sys.argv[1:]))", *command, "--model", "tiny-test",
          "--dtype", "fp32", "--json", "--trace", str(trace)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    try:
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        # as a terminal starts it, Ctrl+C heard: a test run started in the background of a
+        # script ignores SIGINT, and Python then leaves it ignored in its children
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    lines, out = [], []  # stderr and stdout, read as they come: a full pipe holds nothing up
+    address = threading.Event()
+
+    def read_stderr():
         for line in process.stderr:
+            lines.append(line)
             if "serving OpenAI's chat completions API at" in line:
-                break
+                address.set()
+
+    readers = [threading.Thread(target=read_stderr, daemon=True),
+               threading.Thread(target=lambda: out.append(process.stdout.read()), daemon=True)]
+    for reader in readers:
+        reader.start()
+    try:
+        assert address.wait(60), "".join(lines)
+        line = next(line for line in lines if "serving OpenAI's" in line)
         url = urllib.parse.urlparse(line.split(" at ")[1].split()[0])
         connection = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
         for _ in range(600):  # 503 while the model loads
@@ -365,9 +381,18 @@ def test_a_headless_session_serves_until_interrupted_and_summarises_its_clients(
         assert json.loads(connection.getresponse().read())["usage"]["completion_tokens"] == 12
     finally:
         process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=60)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGABRT)  # its threads' stacks to stderr, then gone
+            process.wait(timeout=30)
+            readers[0].join(10)
+            raise AssertionError("no end after Ctrl+C:\n" + "".join(lines[-60:])) from None
+    for reader in readers:
+        reader.join(10)
+    err = "".join(lines)
     assert process.returncode == 0, err
-    summary = json.loads(out)
+    summary = json.loads(out[0])
     assert summary["tokens_by_agent"] == {"0": 12} and summary["engine_error"] is None
     assert "0 agents" in err and "ready at http://127.0.0.1:" in err
     assert "tiny-test, no tools (its chat template asks for tool calls in no form" in err
