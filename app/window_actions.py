@@ -16,8 +16,7 @@ from app.dashboard import VIEW_HELP
 from app.exporting import FILTERS, export
 from engine.cli.options import parse_address
 from engine.errors import SwarmscopeError
-from engine.loading import hub_cache, ollama_store
-from engine.loading.default_model import NAME as DEFAULT_NAME
+from engine.loading import hub_cache, known_models, ollama_store
 from engine.serve.http_api import DEFAULT_HOST, DEFAULT_PORT
 
 
@@ -142,9 +141,9 @@ class WindowActionsMixin:
         """The menu's entries, as it opens: the default model, and those the Hugging Face
         cache and Ollama's store hold."""
         menu.clear()
-        for text, spec in known_models():
-            menu.addAction(text).triggered.connect(lambda _=False, spec=spec:
-                                                   self.load_model(spec))
+        for spec, where in known_models():
+            menu.addAction(f"{spec.removeprefix(ollama_store.PREFIX)} ({where})").triggered.connect(
+                lambda _=False, spec=spec: self.load_model(spec))
         if len(menu.actions()) == 1:
             menu.addAction(f"(none in {hub_cache.cache_dir()} or {ollama_store.models_dir()})"
                            ).setEnabled(False)
@@ -154,14 +153,6 @@ class WindowActionsMixin:
                                               "GGUF models (*.gguf);;All files (*)")
         if path:
             self.load_model(path)
-
-
-def known_models() -> list[tuple[str, str]]:
-    """(menu text, what load_model takes) for each model this machine has at hand."""
-    return ([(f"{DEFAULT_NAME} (default)", "default")] +
-            [(f"{repo} (Hugging Face cache)", repo) for repo in hub_cache.cached_models()] +
-            [(f"{name} (Ollama)", f"{ollama_store.PREFIX}{name}")
-             for name in ollama_store.pulled()])
 
 
 def views_text() -> str:

@@ -16,6 +16,7 @@ from engine.errors import SwarmscopeError
 COMMANDS = (
     "generate_cmd",
     "fetch_model_cmd",
+    "models_cmd",
     "run_cmd",
     "trace_cmd",
     "calibrate_cmd",

@@ -190,3 +190,11 @@ def _mismatch(folder: Path, weights: Weights, exc: ValueError) -> ModelLoadError
     files = sorted({str(p) for p in weights.files.values()})
     where = index if index.is_file() else files[0] if len(files) == 1 else folder
     return ModelLoadError(where, f"weights do not match config.json: {exc}")
+
+
+def known_models() -> list[tuple[str, str]]:
+    """(what load_model takes, where it is) for each model this machine has at hand: the
+    default, the Hugging Face cache's and Ollama's."""
+    return ([("default", f"{default_model.NAME}, embedded")] +
+            [(repo, "Hugging Face cache") for repo in hub_cache.cached_models()] +
+            [(f"{ollama_store.PREFIX}{name}", "Ollama") for name in ollama_store.pulled()])

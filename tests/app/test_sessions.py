@@ -132,7 +132,7 @@ def test_the_models_at_hand_are_listed_to_load(window, qtbot, tmp_path, monkeypa
     menu = QMenu(window)
     window._list_known_models(menu)
     texts = [action.text() for action in menu.actions()]
-    assert texts == ["SmolLM2-135M-Instruct (default)", "org/tiny (Hugging Face cache)",
+    assert texts == ["default (SmolLM2-135M-Instruct, embedded)", "org/tiny (Hugging Face cache)",
                      "hf.co/org/repo:Q4_K_M (Ollama)", "qwen2.5:0.5b (Ollama)"]
     window.start_session(EngineSpec("default", dtype="fp32", agents=2, trace_out=None))
     qtbot.waitUntil(lambda: window.engine is not None, timeout=5000)

@@ -11,12 +11,29 @@ from engine.thread_tuner import usable_cores
 def test_help_lists_the_commands_and_the_windows_options(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
-    for command in ("generate", "run", "serve", "trace", "calibrate", "bench", "fetch-model"):
+    for command in ("generate", "run", "serve", "trace", "calibrate", "bench", "fetch-model",
+                    "models"):
         assert f"    {command}" in out
     window = out[out.index("With no COMMAND, the window:"):]
     for option in ("--model", "--trace-out", "--replay", "--screenshot", "--quit-after",
                    "--theme", "--size", "--agents"):
         assert option in window
+
+
+def test_models_lists_what_model_takes_on_this_machine(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    snapshot = tmp_path / "hub" / "models--Org--Tiny-1B" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "ollama"))
+    manifest = tmp_path / "ollama" / "manifests" / "registry.ollama.ai" / "library" / "qwen3" / "4b"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text("{}")
+    assert main(["models"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines[:3]] == ["default", "Org/Tiny-1B", "ollama:qwen3:4b"]
+    assert lines[1].endswith("Hugging Face cache") and lines[2].endswith("Ollama")
+    assert str(tmp_path / "hub") in lines[-1] and str(tmp_path / "ollama") in lines[-1]
 
 
 def test_serve_answers_on_port_8000_of_this_machine_unless_told_otherwise():
