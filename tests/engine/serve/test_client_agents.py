@@ -9,7 +9,7 @@ from engine.generate import generate
 from engine.serve.client_agent import CATEGORY
 from engine.serve.completion import Completion
 from engine.sampling import SamplingParams
-from engine.serve.request import ApiRequest
+from engine.serve.request import ApiRequest, parse_choices
 from engine.sequence import common_prefix
 from engine.swarm.config import SwarmConfig
 
@@ -121,6 +121,39 @@ def test_a_conversation_that_rewrites_its_last_answer_reuses_what_came_before(ti
     assert system >= whole  # the three share a block at least
     fresh = make_engine(tiny, calibration, policy="off")
     assert answer(fresh, submit(fresh, another, temperature=1, seed=5))[0] == answers[2]
+
+
+def test_n_answers_of_one_request_are_lanes_of_their_own_that_share_its_prefill(tiny,
+                                                                               calibration):
+    """A request for n answers: n client agents, the later ones starting from the first's KV
+    blocks of the prompt (fed once), each answering as its seed does alone."""
+    engine = make_engine(tiny, calibration, policy="off")
+    messages = [{"role": "user", "content": USER * 3}]
+    body = {"messages": messages, "temperature": 1, "seed": 11, "max_tokens": 12, "n": 3}
+    completions = Completion.choices(parse_choices(body, engine.loaded.tokenizer,
+                                                   engine.max_context))
+    for completion in completions:
+        engine.submit(completion)
+    answers, ended = [[], [], []], set()
+    for _ in range(400):
+        engine.step()
+        while (event := completions[0].next_event(0)) is not None:
+            index, kind, value = event
+            if kind == "tokens":
+                answers[index] += value
+            else:
+                ended.add(index)
+        if len(ended) == 3:
+            break
+    assert sorted(c.agent for c in completions) == [0, 1, 2]
+    prompt = len(completions[0].request.prompt_ids)
+    whole = engine.scheduler.blocks.block_size
+    assert [c.reused_tokens for c in completions] == [0] + [(prompt - 1) // whole * whole] * 2
+    for seed, ids in zip((11, 12, 13), answers):
+        fresh = make_engine(tiny, calibration, policy="off")
+        assert answer(fresh, submit(fresh, messages, temperature=1, seed=seed, max_tokens=12)
+                      )[0] == ids
+    assert len({tuple(ids) for ids in answers}) == 3
 
 
 def test_a_cancelled_answer_ends_its_turn_and_the_agent_waits(tiny, calibration):
