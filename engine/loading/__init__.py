@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -15,6 +16,7 @@ from engine.devices import (dtype_name, free_memory_bytes, resolve_device, resol
                             set_cpu_threads)
 from engine.errors import ModelLoadError
 from engine.loading import default_model, gguf_file, hub_cache, ollama_store
+from engine.loading.gguf_convert import check_gguf
 from engine.loading.hf_folder import Weights, read_config, read_tokenizer
 from engine.model import WARM_ROWS, LlamaModel, check_shapes, prepacks
 from engine.tokenizer import ByteTokenizer, Tokenizer
@@ -87,26 +89,34 @@ def check_model_folder(path: str, chats: bool = True) -> None:
     """What `load_model` checks of a folder before it reads any tensor (the folder, its config
     and tokenizer, the weight files' names and shapes against the config), and, for a model the
     swarm's agents talk to (`chats`; not a draft model), that its chat template renders a
-    conversation as they start one (of a GGUF not yet converted, what conversion reads first).
+    conversation as they start one (of a GGUF not yet converted, all but the weights).
     Raises ModelLoadError naming the file at fault. A window
     asks first, so a folder that would not load, or whose agents could not start, does not stop
     the session it has."""
     if path in MODEL_NAMES:  # built in
         return
     source, _ = model_source(path)
-    if source.is_file() and gguf_file.is_gguf(source):
-        folder = gguf_file.checked_folder(source)
-        if folder is None:  # its template and weights are read as it converts, when it loads
-            return
-    else:
-        folder, _ = model_folder_of(path)
+    if source.is_file() and gguf_file.is_gguf(source) and \
+            gguf_file.converted_already(source) is None:
+        with tempfile.TemporaryDirectory() as scratch:  # converted only as it loads
+            try:
+                check_gguf(source, Path(scratch))
+                _check_folder(Path(scratch), chats, weights=False)
+            except ModelLoadError as exc:  # the file's fault, whatever it was read into
+                raise ModelLoadError(source, exc.problem) from None
+        return
+    _check_folder(model_folder_of(path)[0], chats)
+
+
+def _check_folder(folder: Path, chats: bool, weights: bool = True) -> None:
     config = read_config(folder)
     tokenizer = read_tokenizer(folder, config)
-    weights = Weights(folder)
-    try:
-        check_shapes(config, weights.shapes)
-    except ValueError as exc:
-        raise _mismatch(folder, weights, exc) from None
+    if weights:
+        files = Weights(folder)
+        try:
+            check_shapes(config, files.shapes)
+        except ValueError as exc:
+            raise _mismatch(folder, files, exc) from None
     if not chats:
         return
     try:

@@ -199,14 +199,27 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path,
     part in 2,000 at half the size."""
     g = _Gguf(Path(gguf_path))
     out = Path(out_dir)
-    config = gguf_config(g)
-    tok, add_bos = gguf_tokenizer(g.path, g.get)
     out.mkdir(parents=True, exist_ok=True)
+    config = _write_metadata(g, out)
     weights = _write_weights(g, config, out, progress, dequantized)
-    tok.save(str(out / "tokenizer.json"))
     # safetensors writes 0600: as readable as the files written beside it, as the umask makes them
     for file in weights:
         os.chmod(file, (out / "tokenizer.json").stat().st_mode & 0o777)
+    progress("converted", 1.0)
+
+
+def check_gguf(gguf_path: str | Path, out_dir: Path) -> None:
+    """What convert_gguf reads before the weights (the architecture, config and tokenizer),
+    written into `out_dir` as it writes them: a ModelLoadError where it would not convert."""
+    _write_metadata(_Gguf(Path(gguf_path)), out_dir)
+
+
+def _write_metadata(g: _Gguf, out: Path) -> dict:
+    """config.json, tokenizer.json, tokenizer_config.json and generation_config.json; the
+    config."""
+    config = gguf_config(g)
+    tok, add_bos = gguf_tokenizer(g.path, g.get)
+    tok.save(str(out / "tokenizer.json"))
     tokens = g.get("tokenizer.ggml.tokens")
     eos_id = config["eos_token_id"][0]
     tokenizer_config = {
@@ -220,15 +233,7 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path,
     (out / "config.json").write_text(json.dumps(config, indent=2))
     (out / "generation_config.json").write_text(json.dumps(
         {"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"]}, indent=2))
-    progress("converted", 1.0)
-
-
-def check_gguf(gguf_path: str | Path) -> None:
-    """What convert_gguf reads before the weights (the architecture, config and tokenizer),
-    read: a ModelLoadError where it would not convert."""
-    g = _Gguf(Path(gguf_path))
-    gguf_config(g)
-    gguf_tokenizer(g.path, g.get)
+    return config
 
 
 def _templates(g: _Gguf) -> str | list[dict]:

@@ -5,6 +5,7 @@ part in 2,000 of the dequantized one): this engine computes in bf16 or fp32, not
 from __future__ import annotations
 
 import hashlib
+import tempfile
 from pathlib import Path
 
 import torch
@@ -35,7 +36,8 @@ def converted_folder(path: Path, progress: Progress) -> Path:
     """The folder the GGUF at `path` converts to, converting it first where needed."""
     folder, stamp = _place(path)
     if not converted.is_cached(folder, stamp):
-        check_gguf(path)  # a file that would not convert leaves nothing in the cache
+        with tempfile.TemporaryDirectory() as scratch:  # a file that would not convert
+            check_gguf(path, Path(scratch))            # leaves nothing in the cache
         progress(f"converting {path.name} into {folder} (once)", 0.0)
         converted.convert_into(folder, stamp, lambda scratch, staged: convert_gguf(
             path, staged, lambda message, fraction: progress(message, 0.9 * fraction),
@@ -43,15 +45,10 @@ def converted_folder(path: Path, progress: Progress) -> Path:
     return folder
 
 
-def checked_folder(path: Path) -> Path | None:
-    """The GGUF's converted folder where it has one (to be checked as any folder); else None,
-    once what the conversion reads first is read (its config and tokenizer), in a moment, so
-    that a file that would not convert says so before a window's session stops."""
+def converted_already(path: Path) -> Path | None:
+    """The GGUF's converted folder where it has one, up to date; else None."""
     folder, stamp = _place(path)
-    if converted.is_cached(folder, stamp):
-        return folder
-    check_gguf(path)
-    return None
+    return folder if converted.is_cached(folder, stamp) else None
 
 
 def _place(path: Path) -> tuple[Path, dict]:

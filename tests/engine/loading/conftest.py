@@ -134,8 +134,12 @@ _GGUF_LAYER = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_
                "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm"}
 
 
+GGUF_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+                 "<|im_end|>\n{% endfor %}{{ '<|im_start|>assistant\\n' }}")
+
+
 def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smollm",
-                    tokenizer=None, extra=None) -> Path:
+                    tokenizer=None, extra=None, template: str = GGUF_TEMPLATE) -> Path:
     """What llama.cpp's converter would write for hf_model: Q/K rows permuted for the llama
     architecture, the token embedding quantized to Q8_0 (so the reference must use its
     dequantized values). `tokenizer(writer)` writes a vocabulary of its own (else the byte-level
@@ -167,8 +171,7 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
         w.add_token_merges([" ".join(m) for m in MERGES])
         w.add_bos_token_id(1)
         w.add_eos_token_id(2)
-    w.add_chat_template("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
-                        "<|im_end|>\n{% endfor %}{{ '<|im_start|>assistant\\n' }}")
+    w.add_chat_template(template)
     if extra:
         extra(w)
     for name, t in hf_model.state_dict().items():

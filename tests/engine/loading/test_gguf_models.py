@@ -221,6 +221,20 @@ def test_a_gguf_that_cannot_be_read_is_refused_before_it_converts(problem, says,
         (tmp_path / "cache" / "models" / "gguf").iterdir())
 
 
+def test_a_gguf_whose_chat_template_fails_is_refused_before_it_converts(tmp_path):
+    """A window's Ctrl+Shift+M asks first: the file's template renders the agents' first
+    conversation, or the file is refused, naming it, before anything is converted."""
+    path = write_tiny_gguf(hf_tiny("llama"), tmp_path / "odd.gguf", extra=lambda w: w.add_string(
+        "tokenizer.chat_template.tool_use", "{{ raise_exception('no') }}"))
+    check_model_folder(str(path))  # the default template renders; the tool one is not asked
+    broken = write_tiny_gguf(hf_tiny("llama"), tmp_path / "broken.gguf",
+                             template="{{ raise_exception('system messages are not taken') }}")
+    with pytest.raises(ModelLoadError, match="chat template") as info:
+        check_model_folder(str(broken))
+    assert info.value.path == str(broken)
+    assert not (tmp_path / "cache" / "models" / "gguf").exists()
+
+
 def test_a_damaged_gguf_is_named_and_a_converted_one_is_checked_as_a_folder(tmp_path):
     path = write_tiny_gguf(hf_tiny("llama"), tmp_path / "tiny.gguf")
     cut = tmp_path / "cut.gguf"
