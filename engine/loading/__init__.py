@@ -16,7 +16,7 @@ from engine.devices import (dtype_name, free_memory_bytes, resolve_device, resol
                             set_cpu_threads)
 from engine.errors import ModelLoadError
 from engine.loading import default_model, gguf_file, hub_cache, ollama_store
-from engine.loading.gguf_convert import check_gguf
+from engine.loading.gguf_convert import check_gguf, gguf_shapes
 from engine.loading.hf_folder import Weights, read_config, read_tokenizer
 from engine.model import WARM_ROWS, LlamaModel, check_shapes, prepacks
 from engine.tokenizer import ByteTokenizer, Tokenizer
@@ -61,6 +61,10 @@ def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
     if spec == "default":
         folder, name = default_model.ensure_default_model(progress), default_model.NAME
     else:
+        with _unconverted_gguf(spec) as metadata:  # one that cannot fit is not converted
+            if metadata is not None:
+                _check_room(metadata, read_config(metadata), gguf_shapes(model_source(spec)[0]),
+                            torch_dtype, torch_device)
         folder, name = model_folder_of(spec, report)
     report(f"reading {folder / 'config.json'}", 0.0)
     with _damage_hint(spec == "default"):
@@ -95,17 +99,28 @@ def check_model_folder(path: str, chats: bool = True) -> None:
     the session it has."""
     if path in MODEL_NAMES:  # built in
         return
-    source, _ = model_source(path)
-    if source.is_file() and gguf_file.is_gguf(source) and \
-            gguf_file.converted_already(source) is None:
-        with tempfile.TemporaryDirectory() as scratch:  # converted only as it loads
-            try:
-                check_gguf(source, Path(scratch))
-                _check_folder(Path(scratch), chats, weights=False)
-            except ModelLoadError as exc:  # the file's fault, whatever it was read into
-                raise ModelLoadError(source, exc.problem) from None
-        return
+    with _unconverted_gguf(path) as metadata:
+        if metadata is not None:  # converted only as it loads
+            _check_folder(metadata, chats, weights=False)
+            return
     _check_folder(model_folder_of(path)[0], chats)
+
+
+@contextlib.contextmanager
+def _unconverted_gguf(spec: str):
+    """Where `spec` names a GGUF not converted yet, a scratch folder holding its config and
+    tokenizer files as conversion writes them (else None), errors met with it naming the file."""
+    source, _ = model_source(spec)
+    if not (source.is_file() and gguf_file.is_gguf(source)) or \
+            gguf_file.converted_already(source) is not None:
+        yield None
+        return
+    with tempfile.TemporaryDirectory() as scratch:
+        try:
+            check_gguf(source, Path(scratch))
+            yield Path(scratch)
+        except ModelLoadError as exc:  # the file's fault, whatever it was read into
+            raise ModelLoadError(source, exc.problem) from None
 
 
 def _check_folder(folder: Path, chats: bool, weights: bool = True) -> None:

@@ -214,6 +214,12 @@ def check_gguf(gguf_path: str | Path, out_dir: Path) -> None:
     _write_metadata(_Gguf(Path(gguf_path)), out_dir)
 
 
+def gguf_shapes(gguf_path: str | Path) -> dict[str, tuple[int, ...]]:
+    """Each tensor's shape, as torch has it, by its GGUF name (read from the header alone)."""
+    return {t.name: tuple(int(d) for d in reversed(t.shape))
+            for t in _Gguf(Path(gguf_path)).reader.tensors}
+
+
 def _write_metadata(g: _Gguf, out: Path) -> dict:
     """config.json, tokenizer.json, tokenizer_config.json and generation_config.json; the
     config."""

@@ -221,6 +221,18 @@ def test_a_gguf_that_cannot_be_read_is_refused_before_it_converts(problem, says,
         (tmp_path / "cache" / "models" / "gguf").iterdir())
 
 
+def test_a_gguf_too_large_for_the_free_memory_is_refused_before_it_converts(tmp_path,
+                                                                            monkeypatch):
+    """Minutes of conversion and gigabytes of cache are not spent on a model that cannot load."""
+    from engine import loading
+    path = write_tiny_gguf(hf_tiny("llama"), tmp_path / "big.gguf")
+    monkeypatch.setattr(loading, "free_memory_bytes", lambda device: 1000)
+    with pytest.raises(ModelLoadError, match="its weights need .* and 0.0 MB of cpu memory") as info:
+        load_model(str(path), dtype="fp32", device="cpu")
+    assert info.value.path == str(path)
+    assert not (tmp_path / "cache" / "models" / "gguf").exists()
+
+
 def test_a_gguf_whose_chat_template_fails_is_refused_before_it_converts(tmp_path):
     """A window's Ctrl+Shift+M asks first: the file's template renders the agents' first
     conversation, or the file is refused, naming it, before anything is converted."""
