@@ -16,8 +16,6 @@ from engine.loading.gguf_convert import Progress, check_gguf, convert_gguf
 from engine.user_cache import cache_root
 
 CONVERTER_VERSION = 1  # bump when the converted folder's contents change
-
-
 MAGIC = b"GGUF"  # a GGUF file's first bytes (Ollama's store names its files by digest alone)
 
 
