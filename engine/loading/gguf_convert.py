@@ -97,6 +97,7 @@ def gguf_config(g: _Gguf) -> dict:
         int(g.get(f"tokenizer.ggml.{key}_token_id", -1)) for key in ("eot", "eom")]
     theta = float(g.get(f"{arch}.rope.freq_base", 10000.0))
     scaling = _llama3_scaling(g, int(head_dim), theta) if "rope_freqs.weight" in names else None
+    window = int(g.get(f"{arch}.attention.sliding_window", 0))  # the context is held within it
     return {
         "architectures": [ARCHITECTURES[arch][0]], "model_type": arch,
         "vocab_size": int(g.get(f"{arch}.vocab_size", vocab)), "hidden_size": hidden,
@@ -109,6 +110,7 @@ def gguf_config(g: _Gguf) -> dict:
         "rms_norm_eps": float(g.get(f"{arch}.attention.layer_norm_rms_epsilon")),
         "max_position_embeddings": int(g.get(f"{arch}.context_length")),
         "tie_word_embeddings": "output.weight" not in names,
+        **({"use_sliding_window": True, "sliding_window": window} if window else {}),
         "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
         "bos_token_id": int(g.get("tokenizer.ggml.bos_token_id")),
         "eos_token_id": list(dict.fromkeys(i for i in eos if i >= 0)),
