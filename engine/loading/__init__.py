@@ -61,10 +61,11 @@ def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
     if spec == "default":
         folder, name = default_model.ensure_default_model(progress), default_model.NAME
     else:
-        with _unconverted_gguf(spec) as metadata:  # one that cannot fit is not converted
-            if metadata is not None:
-                _check_room(metadata, read_config(metadata), gguf_shapes(model_source(spec)[0]),
-                            torch_dtype, torch_device)
+        with _unconverted_gguf(spec) as found:  # one that cannot fit is not converted
+            if found is not None:
+                metadata, gguf = found
+                _check_room(metadata, read_config(metadata), gguf_shapes(gguf), torch_dtype,
+                            torch_device)
         folder, name = model_folder_of(spec, report)
     report(f"reading {folder / 'config.json'}", 0.0)
     with _damage_hint(spec == "default"):
@@ -99,9 +100,9 @@ def check_model_folder(path: str, chats: bool = True) -> None:
     the session it has."""
     if path in MODEL_NAMES:  # built in
         return
-    with _unconverted_gguf(path) as metadata:
-        if metadata is not None:  # converted only as it loads
-            _check_folder(metadata, chats, weights=False)
+    with _unconverted_gguf(path) as found:
+        if found is not None:  # converted only as it loads
+            _check_folder(found[0], chats, weights=False)
             return
     _check_folder(model_folder_of(path)[0], chats)
 
@@ -109,7 +110,8 @@ def check_model_folder(path: str, chats: bool = True) -> None:
 @contextlib.contextmanager
 def _unconverted_gguf(spec: str):
     """Where `spec` names a GGUF not converted yet, a scratch folder holding its config and
-    tokenizer files as conversion writes them (else None), errors met with it naming the file."""
+    tokenizer files as conversion writes them, and the file (else None); errors met with them
+    name the file. What would not convert is refused so, before anything is converted."""
     source, _ = model_source(spec)
     if not (source.is_file() and gguf_file.is_gguf(source)) or \
             gguf_file.converted_already(source) is not None:
@@ -118,7 +120,7 @@ def _unconverted_gguf(spec: str):
     with tempfile.TemporaryDirectory() as scratch:
         try:
             check_gguf(source, Path(scratch))
-            yield Path(scratch)
+            yield Path(scratch), source
         except ModelLoadError as exc:  # the file's fault, whatever it was read into
             raise ModelLoadError(source, exc.problem) from None
 

@@ -135,9 +135,11 @@ def _llama3_scaling(g: _Gguf, head_dim: int, theta: float) -> dict:
                                  "3's scaling; load the model's Hugging Face folder instead")
 
 
-def _tensor(g: _Gguf, t, config: dict, dequantized: torch.dtype) -> tuple[str, torch.Tensor]:
+def _tensor(g: _Gguf, t, config: dict, dequantized: torch.dtype,
+            permuted: bool) -> tuple[str, torch.Tensor]:
     """A GGUF tensor under its Hugging Face name: as stored where that is a float type, else
-    dequantized and kept as `dequantized`; Q/K rows back in rotate-half order."""
+    dequantized and kept as `dequantized`; Q/K rows back in rotate-half order where llama.cpp
+    `permuted` them."""
     name = hf_name(t.name)
     if name is None:
         raise ModelLoadError(g.path, f"unexpected GGUF tensor {t.name!r}")
@@ -148,8 +150,7 @@ def _tensor(g: _Gguf, t, config: dict, dequantized: torch.dtype) -> tuple[str, t
         raise ModelLoadError(g.path, f"cannot dequantize {t.name} ({exc})") from None
     # GGUF lists dims fastest-first; torch wants [out_features, in_features].
     w = w.reshape([int(d) for d in reversed(t.shape)])
-    if ARCHITECTURES[g.get("general.architecture")][1] and \
-            re.search(r"[qk]_proj\.(weight|bias)$", name):
+    if permuted and re.search(r"[qk]_proj\.(weight|bias)$", name):
         w = unpermute_rope(w, config["num_attention_heads" if "q_proj" in name
                                      else "num_key_value_heads"])
     # a copy: GGUF data is a read-only mmap
@@ -173,11 +174,12 @@ def _write_weights(g: _Gguf, config: dict, out: Path, progress: Progress,
         room += size
     names = (["model.safetensors"] if len(shards) == 1 else
              [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))])
+    permuted = ARCHITECTURES[g.get("general.architecture")][1]
     weight_map, done = {}, 0
     for shard, file in zip(shards, names):
         weights = {}
         for t in shard:
-            name, weights[name] = _tensor(g, t, config, dequantized)
+            name, weights[name] = _tensor(g, t, config, dequantized, permuted)
             weight_map[name] = file
             done += 1
             if done % 16 == 0 or done == len(tensors):

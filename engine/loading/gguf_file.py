@@ -5,14 +5,13 @@ part in 2,000 of the dequantized one): this engine computes in bf16 or fp32, not
 from __future__ import annotations
 
 import hashlib
-import tempfile
 from pathlib import Path
 
 import torch
 
 from engine.errors import ModelLoadError
 from engine.loading import converted
-from engine.loading.gguf_convert import Progress, check_gguf, convert_gguf
+from engine.loading.gguf_convert import Progress, convert_gguf
 from engine.user_cache import cache_root
 
 CONVERTER_VERSION = 1  # bump when the converted folder's contents change
@@ -34,8 +33,6 @@ def converted_folder(path: Path, progress: Progress) -> Path:
     """The folder the GGUF at `path` converts to, converting it first where needed."""
     folder, stamp = _place(path)
     if not converted.is_cached(folder, stamp):
-        with tempfile.TemporaryDirectory() as scratch:  # a file that would not convert
-            check_gguf(path, Path(scratch))            # leaves nothing in the cache
         progress(f"converting {path.name} into {folder} (once)", 0.0)
         converted.convert_into(folder, stamp, lambda scratch, staged: convert_gguf(
             path, staged, lambda message, fraction: progress(message, 0.9 * fraction),
