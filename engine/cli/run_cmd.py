@@ -28,8 +28,9 @@ def register(subparsers) -> None:
     p.add_argument("--headless", action="store_true",
                    help="run without a window (required; the window is `swarmscope`)")
     _add_session_options(p, serving=False)
-    p = subparsers.add_parser("serve", help="serve OpenAI's chat completions API headless until "
-                                            "Ctrl+C, then summarise (run --headless --serve)")
+    p = subparsers.add_parser("serve", help="serve OpenAI's chat completions API (and /metrics "
+                                            "for Prometheus) headless until Ctrl+C, then "
+                                            "summarise (run --headless --serve)")
     add_serve_address(p)
     p.set_defaults(headless=True)
     _add_session_options(p, serving=True)
@@ -135,8 +136,8 @@ def _run(args) -> int:
         return _session(args, controls, changes)
     live = []  # the engine once it steps: until then the API answers 503, loading
     server = ApiServer(lambda: live[0] if live else None, *args.serve).start()
-    print(f"serving OpenAI's chat completions API at {server.url} once the model is ready "
-          "(Ctrl+C ends the session)", file=sys.stderr)
+    print(f"serving OpenAI's chat completions API at {server.url} once the model is ready, "
+          f"Prometheus metrics at {server.metrics_url} (Ctrl+C ends the session)", file=sys.stderr)
 
     def ready(engine) -> None:
         live.append(engine)

@@ -4,7 +4,8 @@ client agent of the engine (engine/serve/client_agent.py), batched and speculate
 rest.
 
 Endpoints: GET /v1/models, POST /v1/chat/completions (with tools where the model's template
-offers them: call_forms.py) and /v1/completions (streamed or not), GET /health. One thread a
+offers them: call_forms.py) and /v1/completions (streamed or not), GET /health and GET /metrics
+(the engine's numbers for Prometheus: metrics.py). One thread a
 connection (the standard library's server); requests reach the engine through its `submit`, a
 Completion for each answer asked (`n`, or a text completion's prompts), and each comes back token
 by token through it, read as a Choice (choice.py)."""
@@ -19,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
 from engine.errors import SwarmscopeError
+from engine.serve import metrics
 from engine.serve.call_forms import form_of
 from engine.serve.choice import Choice, usage
 from engine.serve.completion import Completion
@@ -52,8 +54,17 @@ class ApiServer:
 
     @property
     def url(self) -> str:
+        """The API's base URL, as OpenAI's clients take it."""
+        return f"{self._root}/v1"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"{self._root}/metrics"
+
+    @property
+    def _root(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}"
 
     def describe(self, engine) -> str:
         """What this server offers with `engine`'s model: its address, tools and reasoning."""
@@ -86,6 +97,8 @@ class _Handler(BaseHTTPRequestHandler):
         engine = self.engine_of()
         if path == "/health":
             self._json(200 if engine else 503, {"status": "ok" if engine else "loading"})
+        elif path == "/metrics":
+            self._send(200, metrics.render(engine).encode(), metrics.CONTENT_TYPE)
         elif path == "/v1/models":
             names = [engine.loaded.name] if engine else []
             self._json(200, {"object": "list", "data": [
@@ -180,9 +193,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def _json(self, status: int, payload: dict) -> None:
-        body = json.dumps(payload).encode()
+        self._send(status, json.dumps(payload).encode(), "application/json")
+
+    def _send(self, status: int, body: bytes, content_type: str) -> None:
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)

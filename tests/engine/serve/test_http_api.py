@@ -342,8 +342,8 @@ def test_a_port_in_use_is_a_clear_error_and_addresses_parse():
 def test_a_headless_session_serves_until_interrupted_and_summarises_its_clients(tmp_path,
                                                                                command):
     """`swarmscope run --headless --serve 127.0.0.1:0`, or `swarmscope serve 127.0.0.1:0`: no
-    simulated agents by default, the address on stderr, requests answered, Ctrl+C ends it with
-    a summary and a trace."""
+    simulated agents by default, the addresses on stderr, requests answered and counted in the
+    metrics, Ctrl+C ends it with a summary and a trace."""
     trace = tmp_path / "served.jsonl"
     # -X faulthandler: a process that does not end is made to say where it waits (SIGABRT)
     process = subprocess.Popen(
@@ -379,6 +379,9 @@ def test_a_headless_session_serves_until_interrupted_and_summarises_its_clients(
             threading.Event().wait(0.05)
         connection.request("POST", url.path + "/chat/completions", json.dumps(chat()))
         assert json.loads(connection.getresponse().read())["usage"]["completion_tokens"] == 12
+        metrics_at = urllib.parse.urlparse(line.split("Prometheus metrics at ")[1].split()[0])
+        connection.request("GET", metrics_at.path)
+        scraped = connection.getresponse().read().decode()
     finally:
         process.send_signal(signal.SIGINT)
         try:
@@ -394,6 +397,7 @@ def test_a_headless_session_serves_until_interrupted_and_summarises_its_clients(
     assert process.returncode == 0, err
     summary = json.loads(out[0])
     assert summary["tokens_by_agent"] == {"0": 12} and summary["engine_error"] is None
+    assert 'swarmscope_emitted_tokens_total{category="api"} 12\n' in scraped
     assert "0 agents" in err and "ready at http://127.0.0.1:" in err
     assert "tiny-test, no tools (its chat template asks for tool calls in no form" in err
     assert read_trace(trace).steps  # the session was recorded
