@@ -35,7 +35,7 @@ from engine.swarm.config import SwarmConfig
 from engine.swarm.scheduler import Scheduler, SchedulerConfig
 from engine.swarm.workload import Workload, WORKLOAD_DIR, pick_category, tool_latency_s
 from engine.telemetry.records import StepRecord
-from engine.telemetry.totals import RunningTotals
+from engine.telemetry.totals import Guarded, Totals
 from engine.telemetry.ring_buffer import RingBuffer
 from engine.telemetry.trace_writer import TraceWriter
 from engine.thread_tuner import ThreadTuner, default_counts, physical_cores
@@ -64,7 +64,7 @@ class Engine:
         self.mailbox = ControlMailbox()
         self.records = RingBuffer(config.record_capacity)
         self.events = RingBuffer(config.record_capacity)
-        self.totals = RunningTotals()  # every step's, however many the ring buffer still holds
+        self.totals = Guarded(Totals())  # every step's, however many the ring buffer still holds
         max_context = min(config.max_context, loaded.config.max_position)
         kv = PagedKVCache(loaded.config, self._kv_blocks(loaded, config, max_context),
                           config.block_size, loaded.dtype, loaded.device)

@@ -3,6 +3,8 @@ they come (AnswerText), its reasoning apart, its tool calls read, its log-probab
 as a whole answer's choice or a stream's chunks; and the usage of a request's answers together."""
 from __future__ import annotations
 
+import time
+
 from engine.serve.call_forms import CallStream, ToolCall
 from engine.serve.completion import AnswerText, Completion
 from engine.serve.logprobs import AnswerLogprobs
@@ -24,11 +26,14 @@ class Choice:
         self._split = ReasoningSplit(request.inside_reasoning) if request.thinking else None
         self._held = CallStream(request.tool_form) if request.tool_form else None
         self.finish_reason: str | None = None  # once the answer ended
+        self.first_token_at: float | None = None  # perf_counter() as its first tokens came
 
     def take(self, kind: str, value) -> tuple[str, str | None]:
         """A "tokens" or "finish" event of the completion's: the text that may go out now, and
         where the answer ended, its finish reason. A stop string met cancels the completion, so
         the engine stops at its next step."""
+        if kind == "tokens" and self.first_token_at is None:
+            self.first_token_at = time.perf_counter()
         piece = self.answer.add(value) if kind == "tokens" else self.answer.add([], last=True)
         self._text.append(piece)
         if not (self.answer.stopped or kind == "finish"):
@@ -53,7 +58,7 @@ class Choice:
             if calls := _kept(request, calls):
                 message.update(content=content.strip() or None,
                                tool_calls=[call.as_api() for call in calls])
-                reason = "tool_calls"
+                reason = self.finish_reason = "tool_calls"
             else:
                 message["content"] = content
             choice = {"index": self.index, "message": message, "finish_reason": reason}
@@ -92,7 +97,7 @@ class Choice:
             if calls := _kept(self.request, calls):
                 emit({"index": self.index, "finish_reason": None, "delta": {
                     "tool_calls": [call.as_api(i) for i, call in enumerate(calls)]}})
-                reason = "tool_calls"
+                reason = self.finish_reason = "tool_calls"
             emit(self._piece(None, reason))
         return out
 

@@ -25,6 +25,7 @@ from engine.serve.call_forms import form_of
 from engine.serve.choice import Choice, usage
 from engine.serve.completion import Completion
 from engine.serve.request import RequestError, parse_choices
+from engine.telemetry.totals import Guarded
 from engine.thinking import thinks
 
 # This machine only, unless asked for: nothing beyond it reaches the engine by default
@@ -40,7 +41,9 @@ class ApiServer:
 
     def __init__(self, engine_of: Callable[[], object | None], host: str = DEFAULT_HOST,
                  port: int = DEFAULT_PORT) -> None:
-        handler = type("Handler", (_Handler,), {"engine_of": staticmethod(engine_of)})
+        self.served = Guarded(metrics.ServedTotals())
+        handler = type("Handler", (_Handler,), {"engine_of": staticmethod(engine_of),
+                                                "served": self.served})
         server = type("Server", (ThreadingHTTPServer,), {  # an IPv6 host needs its family
             "address_family": socket.AF_INET6 if ":" in host else socket.AF_INET})
         try:
@@ -87,6 +90,7 @@ class ApiServer:
 
 class _Handler(BaseHTTPRequestHandler):
     engine_of: Callable[[], object | None]
+    served: Guarded[metrics.ServedTotals]
     server_version = "swarmscope"
 
     def log_message(self, format, *args) -> None:  # the engine's records say what ran
@@ -98,7 +102,8 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/health":
             self._json(200 if engine else 503, {"status": "ok" if engine else "loading"})
         elif path == "/metrics":
-            self._send(200, metrics.render(engine).encode(), metrics.CONTENT_TYPE)
+            self._send(200, metrics.render(engine, self.served.snapshot()).encode(),
+                       metrics.CONTENT_TYPE)
         elif path == "/v1/models":
             names = [engine.loaded.name] if engine else []
             self._json(200, {"object": "list", "data": [
@@ -108,6 +113,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(404, f"no such endpoint: GET {path}", "not_found_error")
 
     def do_POST(self) -> None:
+        arrived = time.perf_counter()
         path = self.path.split("?")[0].rstrip("/")
         if path not in COMPLETIONS:
             self._error(404, f"no such endpoint: POST {path} (this server answers "
@@ -140,6 +146,10 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             for completion in completions:
                 completion.cancel()  # ends the turn if the engine is still on it
+            firsts = [choice.first_token_at for choice in choices if choice.first_token_at]
+            self.served.add([choice.finish_reason for choice in choices], usage(choices),
+                            min(firsts) - arrived if firsts else None,
+                            time.perf_counter() - arrived)
 
     # -- answers --
     def _whole(self, choices: list[Choice], head: dict) -> None:

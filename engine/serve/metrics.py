@@ -6,18 +6,48 @@ Token names as the step record's (DESIGN.md §3): emitted = committed + accepted
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass, field
 
-from engine.telemetry.totals import STEP_BUCKETS_S
+from engine.telemetry.totals import Histogram
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 PREFIX = "swarmscope_"
+# Upper bounds (seconds) of the API's latency histograms: a first token at one lane to a long
+# answer in a full batch
+LATENCY_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
-def render(engine) -> str:
-    """The exposition of `engine` (None while a model loads: not ready, and nothing else)."""
+@dataclass(slots=True)
+class ServedTotals:
+    """The requests the API answered over the server's life (models loaded in the window
+    included): added to from the HTTP threads, through a Guarded."""
+    answers: Counter = field(default_factory=Counter)  # by finish reason, "unfinished" where
+    # the client left or the engine stopped first
+    prompt_tokens: int = 0       # usage's: a prompt once however many answers it has
+    cached_tokens: int = 0       # of which the KV was held already
+    completion_tokens: int = 0
+    first_token_s: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS_S))
+    request_s: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS_S))
+
+    def add(self, reasons: list[str | None], usage: dict, first_token_s: float | None,
+            request_s: float) -> None:
+        self.answers.update(reason or "unfinished" for reason in reasons)
+        self.prompt_tokens += usage["prompt_tokens"]
+        self.cached_tokens += usage["prompt_tokens_details"]["cached_tokens"]
+        self.completion_tokens += usage["completion_tokens"]
+        if first_token_s is not None:
+            self.first_token_s.add(first_token_s)
+        self.request_s.add(request_s)
+
+
+def render(engine, served: ServedTotals | None = None) -> str:
+    """The exposition of `engine` (None while a model loads: not ready) and of the requests
+    `served`."""
     out = _Exposition()
     out.one("ready", "gauge", "1 once a model is loaded and the engine steps",
             0 if engine is None else 1)
+    if served is not None:
+        _requests(out, served)
     if engine is None:
         return out.text()
     loaded, controls, totals = engine.loaded, engine.controls, engine.totals.snapshot()
@@ -52,12 +82,8 @@ def render(engine) -> str:
             totals.padding)
     out.one("pass_tokens_total", "counter", "tokens the forward passes computed, padding "
             "included", totals.pass_tokens)
-    cumulative, buckets = 0, []
-    for bound, count in zip(STEP_BUCKETS_S, totals.step_buckets):
-        cumulative += count
-        buckets.append(({"le": f"{bound:g}"}, cumulative))
     out.histogram("step_duration_seconds", "wall time of an engine step (drafting, forward pass "
-                  "and verification)", buckets, totals.step_s, totals.steps)
+                  "and verification)", totals.step_s)
 
     kv = engine.kv_usage()
     out.one("kv_cache_held_bytes", "gauge", "KV cache the sequences hold (a shared block once)",
@@ -69,6 +95,22 @@ def render(engine) -> str:
     out.one("preemptions_total", "counter", "times a sequence lost its KV for want of room",
             kv.preemptions)
     return out.text()
+
+
+def _requests(out: "_Exposition", served: ServedTotals) -> None:
+    out.family("api_answers_total", "counter", "answers the API gave (a request's choices), by "
+               "finish reason", [({"finish_reason": reason}, n)
+                                 for reason, n in sorted(served.answers.items())])
+    out.one("api_prompt_tokens_total", "counter", "prompt tokens of the API's requests",
+            served.prompt_tokens)
+    out.one("api_cached_prompt_tokens_total", "counter", "of those, the ones whose KV was held "
+            "already", served.cached_tokens)
+    out.one("api_completion_tokens_total", "counter", "tokens of the API's answers",
+            served.completion_tokens)
+    out.histogram("api_time_to_first_token_seconds", "from a request's arrival to its first "
+                  "answer tokens", served.first_token_s)
+    out.histogram("api_request_duration_seconds", "from a request's arrival to its last answer's "
+                  "end", served.request_s)
 
 
 class _Exposition:
@@ -85,12 +127,13 @@ class _Exposition:
         """A family of one sample, unlabelled."""
         self.family(name, kind, help_text, [({}, value)])
 
-    def histogram(self, name: str, help_text: str, buckets: list[tuple[dict[str, str], int]],
-                  total: float, count: int) -> None:
+    def histogram(self, name: str, help_text: str, histogram: Histogram) -> None:
         self._head(name, "histogram", help_text)
-        self._lines += [f"{PREFIX}{name}_bucket{_labels(labels)} {n}" for labels, n in buckets]
-        self._lines += [f'{PREFIX}{name}_bucket{{le="+Inf"}} {count}',
-                        f"{PREFIX}{name}_sum {total!r}", f"{PREFIX}{name}_count {count}"]
+        self._lines += [f'{PREFIX}{name}_bucket{{le="{bound:g}"}} {n}'
+                        for bound, n in histogram.cumulative()]
+        self._lines += [f'{PREFIX}{name}_bucket{{le="+Inf"}} {histogram.count}',
+                        f"{PREFIX}{name}_sum {histogram.total!r}",
+                        f"{PREFIX}{name}_count {histogram.count}"]
 
     def _head(self, name: str, kind: str, help_text: str) -> None:
         self._lines += [f"# HELP {PREFIX}{name} {help_text}", f"# TYPE {PREFIX}{name} {kind}"]

@@ -1,36 +1,60 @@
-"""Running totals of a session's step records, kept as the engine steps, for readers that ask at
-any time and must not miss a step the bounded ring buffer has already let go: the API's
-`/metrics` (engine/serve/metrics.py)."""
+"""Running totals, kept as things happen, for readers that ask at any time (the API's `/metrics`,
+engine/serve/metrics.py): a session's step records, every one of them (the ring buffer lets old
+ones go), and histograms as Prometheus counts them. Guarded hands them from the thread that adds
+to the threads that read."""
 from __future__ import annotations
 
 import bisect
 import copy
+import itertools
 import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from engine.telemetry.records import StepRecord
+
+T = TypeVar("T")
 
 # Upper bounds (seconds) of the step-time histogram's buckets: a one-lane CPU step to a long prefill
 STEP_BUCKETS_S = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
 
 @dataclass(slots=True)
+class Histogram:
+    """Values counted in buckets of upper bounds `bounds`, as Prometheus has a histogram."""
+    bounds: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)  # per bucket, not cumulative; then past all
+    total: float = 0.0
+    count: int = 0
+
+    def __post_init__(self) -> None:
+        self.counts = self.counts or [0] * (len(self.bounds) + 1)
+
+    def add(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+        self.count += 1
+
+    def cumulative(self) -> list[tuple[float, int]]:
+        """(bound, values at most it) for each bound, as Prometheus' buckets count them."""
+        return list(zip(self.bounds, itertools.accumulate(self.counts)))
+
+
+@dataclass(slots=True)
 class Totals:
     steps: int = 0
-    step_s: float = 0.0             # time inside steps
     prefill: int = 0
     padding: int = 0
     pass_tokens: int = 0            # every token a forward pass computed
     emitted: dict[str, int] = field(default_factory=lambda: defaultdict(int))   # by category
     drafted: dict[str, int] = field(default_factory=lambda: defaultdict(int))   # by category
     accepted: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # by category
-    step_buckets: list[int] = field(default_factory=lambda: [0] * len(STEP_BUCKETS_S))
+    step_s: Histogram = field(default_factory=lambda: Histogram(STEP_BUCKETS_S))  # time in steps
     last: StepRecord | None = None  # the newest step
 
     def add(self, rec: StepRecord) -> None:
         self.steps += 1
-        self.step_s += rec.dt_ms / 1000
         self.prefill += rec.prefill
         self.padding += rec.padding
         self.pass_tokens += rec.pass_tokens
@@ -38,24 +62,21 @@ class Totals:
             self.emitted[lane.cat] += 1 + lane.acc
             self.drafted[lane.cat] += lane.k
             self.accepted[lane.cat] += lane.acc
-        # Not cumulative here (one increment a step); the reader sums them as Prometheus wants
-        bucket = bisect.bisect_left(STEP_BUCKETS_S, rec.dt_ms / 1000)
-        if bucket < len(STEP_BUCKETS_S):
-            self.step_buckets[bucket] += 1
+        self.step_s.add(rec.dt_ms / 1000)
         self.last = rec
 
 
-class RunningTotals:
-    """Totals added to from the engine's thread and read, copied, from any other."""
+class Guarded(Generic[T]):
+    """Totals added to from one thread and read, copied, from any other."""
 
-    def __init__(self) -> None:
-        self._totals = Totals()
+    def __init__(self, totals: T) -> None:
+        self._totals = totals
         self._lock = threading.Lock()
 
-    def add(self, rec: StepRecord) -> None:
+    def add(self, *args) -> None:
         with self._lock:
-            self._totals.add(rec)
+            self._totals.add(*args)
 
-    def snapshot(self) -> Totals:
+    def snapshot(self) -> T:
         with self._lock:
             return copy.deepcopy(self._totals)

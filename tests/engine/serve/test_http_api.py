@@ -287,11 +287,13 @@ def test_a_client_that_leaves_mid_stream_ends_its_turn(served):
     connection.close()
     response.close()
     for _ in range(200):
-        if [agent.state for agent in engine.agents()] == ["tool"]:
+        if [agent.state for agent in engine.agents()] == ["tool"] and server.served.snapshot(
+                ).answers:
             break
         threading.Event().wait(0.05)
     assert [agent.state for agent in engine.agents()] == ["tool"]
     assert engine.agents()[0].tokens < 400
+    assert server.served.snapshot().answers == {"unfinished": 1}  # as /metrics counts it
 
 
 def test_models_health_and_errors_are_json(served):

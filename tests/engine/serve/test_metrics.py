@@ -14,7 +14,8 @@ from engine.serve.http_api import ApiServer
 from engine.swarm.config import SwarmConfig
 from engine.telemetry.summary import summarize
 from engine.telemetry.totals import STEP_BUCKETS_S
-from tests.engine.serve.serving import serving
+from tests.engine.serve.serving import (ASK, CALL_TEXT, HERMES, TOOLS, ScriptedEngine,
+                                        call_tokenizer, serving)
 
 
 def scrape(server) -> tuple[int, str, dict]:
@@ -43,7 +44,9 @@ def test_metrics_total_the_step_records_of_an_answer(tiny, calibration):
         connection.request("POST", "/v1/chat/completions", body=json.dumps({
             "messages": [{"role": "user", "content": "def f(x):\n    return x\n\nRepeat it."}],
             "temperature": 0, "max_tokens": 24}), headers={"Content-Type": "application/json"})
-        assert connection.getresponse().status == 200
+        response = connection.getresponse()
+        assert response.status == 200
+        usage = json.loads(response.read())["usage"]
         status, content_type, scraped = scrape(server)  # the engine idles: no client is waiting
         records = engine.records.snapshot()
 
@@ -65,6 +68,17 @@ def test_metrics_total_the_step_records_of_an_answer(tiny, calibration):
     for bound in STEP_BUCKETS_S:  # cumulative, as Prometheus reads a histogram
         assert buckets[f"{bound:g}"] == sum(r.dt_ms / 1000 <= bound for r in records)
 
+    # the request's own numbers, as its usage gave them
+    assert by_label(scraped, "swarmscope_api_answers_total", "finish_reason") == {"length": 1}
+    assert scraped[("swarmscope_api_prompt_tokens_total", ())] == usage["prompt_tokens"] > 0
+    assert scraped[("swarmscope_api_completion_tokens_total", ())] == 24
+    assert scraped[("swarmscope_api_cached_prompt_tokens_total", ())] == 0
+    first = scraped[("swarmscope_api_time_to_first_token_seconds_sum", ())]
+    whole = scraped[("swarmscope_api_request_duration_seconds_sum", ())]
+    assert scraped[("swarmscope_api_time_to_first_token_seconds_count", ())] == scraped[
+        ("swarmscope_api_request_duration_seconds_count", ())] == 1
+    assert 0 < first < whole < 60
+
     assert scraped[("swarmscope_ready", ())] == 1
     assert scraped[("swarmscope_model_info", (("device", "cpu"), ("dtype", "float32"),
                                               ("model", "tiny-test")))] == 1
@@ -80,13 +94,29 @@ def test_metrics_total_the_step_records_of_an_answer(tiny, calibration):
         ("swarmscope_kv_cache_peak_bytes", ())]
 
 
+def test_an_answer_that_calls_a_tool_is_counted_so_whole_and_streamed(tmp_path):
+    engine = ScriptedEngine(call_tokenizer(tmp_path, HERMES), "Let me look." + CALL_TEXT)
+    server = ApiServer(lambda: engine, "127.0.0.1", 0).start()
+    try:
+        for stream in (False, True):
+            host, port = server._server.server_address[:2]
+            connection = http.client.HTTPConnection(host, port, timeout=60)
+            connection.request("POST", "/v1/chat/completions", body=json.dumps(
+                {"messages": ASK, "tools": TOOLS, "stream": stream}))
+            assert '"tool_calls"' in connection.getresponse().read().decode()
+        assert server.served.snapshot().answers == {"tool_calls": 2}
+    finally:
+        server.close()
+
+
 def test_totals_keep_counting_past_the_records_the_engine_holds(tiny, calibration):
     engine = Engine(tiny, SwarmConfig(max_context=256, clock="virtual", record_capacity=3),
                     Controls(swarm_size=2, tool_latency_s=0.0), calibration=calibration)
     try:
         engine.run(steps=12)
         totals = engine.totals.snapshot()
-        assert len(engine.records) == 3 and engine.records.total == totals.steps == 12
+        assert len(engine.records) == 3
+        assert engine.records.total == totals.steps == totals.step_s.count == 12
         assert totals.last == engine.records.snapshot()[-1]
         emitted = samples(metrics.render(engine))
         assert sum(by_label(emitted, "swarmscope_emitted_tokens_total", "category").values()) \
@@ -107,10 +137,13 @@ def test_label_values_are_escaped_so_any_model_name_reads_back(tiny, calibration
     assert scraped[("swarmscope_step_duration_seconds_count", ())] == 0
 
 
-def test_while_a_model_loads_metrics_say_only_that_it_is_not_ready():
+def test_while_a_model_loads_metrics_say_that_it_is_not_ready_and_no_request_was_answered():
     server = ApiServer(lambda: None, "127.0.0.1", 0).start()
     try:
         status, _, scraped = scrape(server)
     finally:
         server.close()
-    assert status == 200 and scraped == {("swarmscope_ready", ()): 0}
+    assert status == 200 and scraped[("swarmscope_ready", ())] == 0
+    assert {name for name, _ in scraped if not name.startswith("swarmscope_api_")} == {
+        "swarmscope_ready"}
+    assert scraped[("swarmscope_api_request_duration_seconds_count", ())] == 0
