@@ -52,21 +52,22 @@ def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
     torch_device = resolve_device(device)
     set_cpu_threads(threads)  # before the warm-up's first passes
     torch_dtype = resolve_dtype(dtype, torch_device)
-    report = progress or (lambda message, fraction: None)
+    report, preparing = _one_bar(progress or (lambda message, fraction: None))
     if spec == "tiny-test":
         config = PRESETS["tiny-test"]
         model = LlamaModel.random(config, seed=0, dtype=torch_dtype, device=torch_device)
         return LoadedModel("tiny-test", "preset:tiny-test", config, model, ByteTokenizer(),
                            torch_dtype, torch_device)
     if spec == "default":
-        folder, name = default_model.ensure_default_model(progress), default_model.NAME
+        folder = default_model.ensure_default_model(preparing if progress else None)
+        name = default_model.NAME
     else:
         with _unconverted_gguf(spec) as found:  # one that cannot fit is not converted
             if found is not None:
                 metadata, gguf = found
                 _check_room(metadata, read_config(metadata), gguf_shapes(gguf), torch_dtype,
                             torch_device)
-        folder, name = model_folder_of(spec, report)
+        folder, name = model_folder_of(spec, preparing)
     report(f"reading {folder / 'config.json'}", 0.0)
     with _damage_hint(spec == "default"):
         config = read_config(folder)
@@ -88,6 +89,21 @@ def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
         model.warm_up(done=warmed)
     report(f"loaded {name}", 1.0)
     return LoadedModel(name, str(folder), config, model, tokenizer, torch_dtype, torch_device)
+
+
+def _one_bar(progress: Progress) -> tuple[Progress, Progress]:
+    """(loading's progress, fetching's or converting's): one bar from 0 to 1, its first half
+    the model's fetch or conversion where one comes first, loading the rest (or all of it)."""
+    prepared = []
+
+    def preparing(message: str, fraction: float) -> None:
+        prepared.append(True)
+        progress(message, fraction / 2)
+
+    def loading(message: str, fraction: float) -> None:
+        progress(message, (1 + fraction) / 2 if prepared else fraction)
+
+    return loading, preparing
 
 
 def check_model_folder(path: str, chats: bool = True) -> None:

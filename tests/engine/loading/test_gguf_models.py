@@ -78,10 +78,17 @@ def test_a_large_gguf_is_written_in_shards_and_loads_the_same(tmp_path, monkeypa
 
 def test_a_gguf_is_converted_once_and_again_when_it_changes(tmp_path):
     path = write_tiny_gguf(hf_tiny("llama"), tmp_path / "tiny.gguf")
-    heard = []
-    progress = lambda message, fraction: heard.append(message)  # noqa: E731
+    heard, fractions = [], []
+
+    def progress(message, fraction):
+        heard.append(message)
+        fractions.append(fraction)
+
     first = load_model(str(path), dtype="fp32", device="cpu", progress=progress).source
     converting = sum(m.startswith("converting") for m in heard)
+    # one bar: converting its first half, loading the rest
+    assert fractions == sorted(fractions) and fractions[0] == 0 and fractions[-1] == 1
+    assert max(f for m, f in zip(heard, fractions) if "config.json" in m) == 0.5
     second = load_model(str(path), dtype="fp32", device="cpu", progress=progress).source
     assert first == second and converting == 1
     assert sum(m.startswith("converting") for m in heard) == 1  # the second load converted nothing
