@@ -377,9 +377,11 @@ class Engine:
             completion = self._requests.popleft()
             if completion.cancelled:
                 continue
-            prompt = completion.request.prompt_ids
+            request = completion.request
             waiting = self._clients("tool")
-            held = {agent: agent.held(prompt) for agent in waiting}
+            # a prompt whose log-probabilities are asked for is fed whole, by a new agent
+            held = {agent: agent.held(request.prompt_ids) for agent in waiting
+                    if not request.prompt_logprobs}
             agent = max(held, key=held.get, default=None)
             if agent is not None and held[agent]:
                 self.executor.restart(agent.seq, held[agent])

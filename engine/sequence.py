@@ -39,6 +39,10 @@ class Sequence:
     prediction: Prediction | None = None  # what a client predicts the output will be
     logprobs: int | None = None  # each output token's log-probability is wanted, with this many
                                  # of the likeliest alternatives (None: not wanted)
+    # The prompt's tokens' log-probabilities as its rows are fed (entry j: token j + 1's, in
+    # row j), where a client asks for them (echo); None: not wanted. Its rows are fed, never
+    # taken from a shared prefix or an earlier turn.
+    prompt_logprobs: list | None = None
 
     @property
     def pending(self) -> int:

@@ -135,19 +135,23 @@ class StepExecutor:
         lanes, results = [], {}
         greedy = out.greedy() if any(seq.sampling.greedy for seq in decode_seqs) else None
         for index, ((seq, n), dec) in enumerate(zip(scheduled, decoding)):
+            if rows := _prompt_rows(seq, n):
+                seq.prompt_logprobs += token_logprobs(
+                    out.logits[index], seq.token_ids[rows.start + 1:rows.stop + 1], seq.logprobs)
             if not dec:
                 seq.num_cached += n
                 continue
             draft = by_seq[seq.seq_id]
-            verdict = self._verify(seq, draft, out.logits[index],
-                                   greedy[index] if seq.sampling.greedy else None)
+            verified = 1 + len(draft.tokens)  # the lane's last rows: its last token's and drafts'
+            verdict = self._verify(seq, draft, out.logits[index][-verified:],
+                                   greedy[index][-verified:] if seq.sampling.greedy else None)
             ctx = len(seq.token_ids)
             result = self._commit(seq, n, draft, verdict)
             if seq.output_format is not None:
                 seq.output_format.advance(result.new_token_ids)
             if seq.logprobs is not None and result.new_token_ids:
-                result.logprobs = token_logprobs(out.logits[index], result.new_token_ids,
-                                                 seq.logprobs)
+                result.logprobs = token_logprobs(out.logits[index][-verified:],
+                                                 result.new_token_ids, seq.logprobs)
             results[seq.seq_id] = result
             # A lane that ends inside its accepted drafts (a stop token, max_new_tokens) commits
             # no bonus: its last draft is the step's committed token, so that emitted = batch +
@@ -224,8 +228,10 @@ class StepExecutor:
         lanes = []
         for (seq, _), tokens, dec in zip(scheduled, fed, decoding):
             extra = drafts[seq.seq_id].tokens if dec else []
-            lanes.append(LaneInput(seq.seq_id, tokens + extra, seq.num_cached,
-                                   1 + len(extra) if dec else 0))
+            rows = 1 + len(extra) if dec else 0
+            if prompt := _prompt_rows(seq, len(tokens)):  # and the rows after them: trailing
+                rows = seq.num_cached + len(tokens) - prompt.start + len(extra)
+            lanes.append(LaneInput(seq.seq_id, tokens + extra, seq.num_cached, rows))
         return lanes
 
     def _verify(self, seq: Sequence, draft: Draft, logits, top: list[int] | None) -> Verdict:
@@ -275,3 +281,12 @@ class StepExecutor:
     def _drafters_commit(self, seq: Sequence, drafted: int, accepted: int) -> None:
         for drafter in self._drafters.values():
             drafter.commit(seq, drafted, accepted)
+
+
+def _prompt_rows(seq: Sequence, n: int) -> range:
+    """The positions, among the `n` a step feeds `seq`, whose rows give the log-probabilities
+    of prompt tokens still wanted (row p: token p + 1's); first of the lane's logits rows."""
+    if seq.prompt_logprobs is None:
+        return range(0)
+    return range(max(seq.num_cached, len(seq.prompt_logprobs)),
+                 min(seq.num_cached + n, seq.prompt_len - 1))

@@ -27,6 +27,7 @@ class Choice:
         self._held = CallStream(request.tool_form) if request.tool_form else None
         self.finish_reason: str | None = None  # once the answer ended
         self.first_token_at: float | None = None  # perf_counter() as its first tokens came
+        self._echo = request.echo  # the prompt, till it goes out before the answer's first text
 
     def take(self, kind: str, value) -> tuple[str, str | None]:
         """A "tokens" or "finish" event of the completion's: the text that may go out now, and
@@ -35,6 +36,8 @@ class Choice:
         if kind == "tokens" and self.first_token_at is None:
             self.first_token_at = time.perf_counter()
         piece = self.answer.add(value) if kind == "tokens" else self.answer.add([], last=True)
+        if self._echo is not None:
+            piece, self._echo = self._echo + piece, None
         self._text.append(piece)
         if not (self.answer.stopped or kind == "finish"):
             return piece, None

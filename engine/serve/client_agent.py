@@ -69,10 +69,13 @@ class ClientAgent(Agent):
         request = self.completion.request
         seq.output_format, seq.prediction = request.output_format, request.prediction
         seq.logprobs = request.logprobs
+        seq.prompt_logprobs = [] if request.prompt_logprobs else None
 
     def on_tokens(self, new_ids: list[int], accepted: int, drafted: int,
                   logprobs: list | None = None) -> None:
         super().on_tokens(new_ids, accepted, drafted)
+        if self.seq.prompt_logprobs is not None and self.completion.prompt_logprobs is None:
+            self.completion.prompt_logprobs = self.seq.prompt_logprobs  # whole once it decodes
         self.completion.add(new_ids, logprobs)
 
     def call_tool(self, t: float, latency_s: float) -> None:

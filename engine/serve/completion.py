@@ -21,6 +21,8 @@ class Completion:
         self.agent: int | None = None  # the agent that took it, set by the engine
         self.reused_tokens = 0         # of the prompt, tokens whose KV the agent already held
         self.logprobs: list = []  # per answer token, where asked: sampling.token_logprobs's
+        self.prompt_logprobs: list | None = None  # the prompt's (Sequence's), where asked: set
+                                                  # before its first tokens are added
         self._events = queue.SimpleQueue() if events is None else events
         self._cancelled = threading.Event()
 

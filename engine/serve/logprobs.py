@@ -3,7 +3,7 @@
 completion's `tokens` / `token_logprobs` / `top_logprobs` / `text_offset`. The engine computes them
 (sampling.token_logprobs) for a lane that asks; they are read here as the answer's tokens are, up to
 the tokens its text took (a stop string's end), the turn's end tokens left out as its text leaves
-them out."""
+them out. An echoed prompt's come first (its first token's log-probability null, as OpenAI's)."""
 from __future__ import annotations
 
 from engine.output_format import vocabulary
@@ -19,6 +19,8 @@ class AnswerLogprobs:
         self._ends = set(tokenizer.eos_ids)
         self._given = 0      # of the completion's entries, those handed out or passed over
         self._offset = 0     # characters of the text completion's tokens handed out
+        request = completion.request
+        self._prompt = request.prompt_ids if request.prompt_logprobs else None  # till handed out
 
     def take(self, tokens: int, always: bool = False) -> dict | None:
         """The entries of the answer's first `tokens` tokens not yet handed out, as the choice's
@@ -26,6 +28,9 @@ class AnswerLogprobs:
         entries = [entry for entry in self._completion.logprobs[self._given:tokens]
                    if entry[0] not in self._ends]
         self._given = max(self._given, tokens)
+        if self._prompt is not None and self._completion.prompt_logprobs is not None:
+            entries = [(self._prompt[0], None, None), *self._completion.prompt_logprobs, *entries]
+            self._prompt = None
         if not entries and not always:
             return None
         if self._chat:
@@ -39,7 +44,8 @@ class AnswerLogprobs:
             offsets.append(self._offset)
             self._offset += len(text)
         return {"tokens": texts, "token_logprobs": [logprob for _, logprob, _ in entries],
-                "top_logprobs": [{self._text(other): theirs for other, theirs in alternatives}
+                "top_logprobs": [None if alternatives is None else
+                                 {self._text(other): theirs for other, theirs in alternatives}
                                  for _, _, alternatives in entries],
                 "text_offset": offsets}
 

@@ -21,7 +21,7 @@ MAX_STOPS = 4  # stop strings a request may give, as OpenAI's API allows
 # Fields that ask for what this server does not do; refused rather than ignored, so that a
 # client is not answered as if its format had been honoured. (`functions` and `function_call`
 # are OpenAI's old spelling of tools.)
-UNSUPPORTED = ("functions", "function_call", "audio", "echo", "suffix", "best_of")
+UNSUPPORTED = ("functions", "function_call", "audio", "suffix", "best_of")
 FORMATS = ("text", "json_object", "json_schema")  # response_format's types
 MAX_CHOICES = 64  # the most answers one request may ask for: its prompts times n
 LOGIT_BIAS = 100  # the most a token's logit may be moved either way, as OpenAI's API allows
@@ -57,6 +57,13 @@ class ApiRequest:
     logprobs: int | None = None  # each token's log-probability is wanted, with this many of the
                                  # likeliest alternatives (None: not wanted)
     n: int = 1                   # answers asked for the prompt (choices), this one among them
+    echo: str | None = None      # a text completion's prompt, which its text starts with (echo)
+
+    @property
+    def prompt_logprobs(self) -> bool:
+        """Whether the prompt's tokens come with their log-probabilities (echo and logprobs):
+        then its rows are all fed, none taken from KV held already."""
+        return self.echo is not None and self.logprobs is not None
 
     @classmethod
     def parse(cls, body, tokenizer, max_context: int, chat: bool = True,
@@ -110,7 +117,8 @@ class ApiRequest:
                                                 prompt if chat else None),
                    prediction=_prediction(body.get("prediction"), tokenizer),
                    logprobs=_logprobs(body, chat),
-                   n=_number(body, ("n",), int, 1, MAX_CHOICES, default=1))
+                   n=_number(body, ("n",), int, 1, MAX_CHOICES, default=1),
+                   echo=_echo(body, chat, prompt_ids, tokenizer))
 
     def choice(self, index: int) -> "ApiRequest":
         """The request for the prompt's `index`-th answer: its own seed (the ones after the
@@ -263,8 +271,7 @@ def _prediction(given, tokenizer) -> Prediction | None:
 def _plain_prompt(prompt, tokenizer, field: str) -> list[int]:
     """A text prompt's token ids: text, or the ids themselves (a list of one of either, as some
     clients send it). None is refused, since the answer's first token needs a token before it."""
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-        prompt = prompt[0]
+    prompt = _one_prompt(prompt)
     if isinstance(prompt, list) and prompt and all(
             isinstance(token, int) and not isinstance(token, bool) for token in prompt):
         if not all(0 <= token < tokenizer.vocab_size for token in prompt):
@@ -278,6 +285,24 @@ def _plain_prompt(prompt, tokenizer, field: str) -> list[int]:
     if not ids:
         raise RequestError(f"{field}: encodes to no tokens")
     return ids
+
+
+def _one_prompt(prompt):
+    """A text completion's prompt, out of the list of one that some clients send."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        return prompt[0]
+    return prompt
+
+
+def _echo(body: dict, chat: bool, prompt_ids: list[int], tokenizer) -> str | None:
+    """The prompt a text completion's answer is to start with (`echo`): its text as given, or
+    its token ids' text."""
+    if not _flag(body, "echo"):
+        return None
+    if chat:
+        raise RequestError("echo: only /v1/completions echoes its prompt")
+    prompt = _one_prompt(body.get("prompt"))
+    return prompt if isinstance(prompt, str) else tokenizer.decode(prompt_ids)
 
 
 def _messages(messages) -> list[dict]:

@@ -163,7 +163,7 @@ class Scheduler:
         """The sequence (id) whose KV `seq` is best started from and the tokens of the whole
         blocks they share (None, 0: none), or (None, None) where a running sequence is feeding a
         block more of `seq`'s prefix than that: `seq` had better wait for it."""
-        if not self.share_prefixes or seq.num_cached:
+        if not self.share_prefixes or seq.num_cached or seq.prompt_logprobs is not None:
             return None, 0
         source, cached = longest_held_prefix(seq.token_ids, (
             (other.seq_id, other.token_ids, other.num_cached)

@@ -105,8 +105,14 @@ def test_a_text_prompt_is_encoded_as_given_and_checked():
         with pytest.raises(RequestError, match=None) as caught:
             ApiRequest.parse({"prompt": prompt}, TOK, 256, chat=False)
         assert says in str(caught.value)
-    with pytest.raises(RequestError, match="echo: not supported"):
-        ApiRequest.parse({"prompt": "hi", "echo": True}, TOK, 256, chat=False)
+    with pytest.raises(RequestError, match="suffix: not supported"):
+        ApiRequest.parse({"prompt": "hi", "suffix": "there"}, TOK, 256, chat=False)
+    # echo: the prompt as given, or its token ids' text; its log-probabilities where asked
+    assert ApiRequest.parse({"prompt": ["hi"], "echo": True}, TOK, 256, chat=False).echo == "hi"
+    ids = ApiRequest.parse({"prompt": [104, 105], "echo": True, "logprobs": 1}, TOK, 256,
+                           chat=False)
+    assert ids.echo == "hi" and ids.prompt_logprobs
+    assert not ApiRequest.parse({"prompt": "hi", "logprobs": 1}, TOK, 256, chat=False).echo
 
 
 def test_each_choice_is_a_request_of_its_own_in_openais_order():

@@ -11,10 +11,14 @@ import threading
 import urllib.parse
 
 import pytest
+import torch
 
 from engine.controls import Controls
 from engine.errors import SwarmscopeError
+from engine.forward_batch import LaneInput
 from engine.generate import generate
+from engine.kv_cache import PagedKVCache
+from engine.runner import ModelRunner
 from engine.sampling import SamplingParams
 from engine.cli.options import parse_address
 from engine.serve.http_api import ApiServer
@@ -210,6 +214,77 @@ def test_a_text_completion_continues_the_prompt_as_given(served, tiny):
     assert "".join(chunk.choices[0].text for chunk in stream) == expected
     with pytest.raises(openai.BadRequestError, match="prompt: must be non-empty text"):
         client.completions.create(model="any", prompt="", max_tokens=2)
+
+
+def prompt_logprobs(model, ids: list[int]) -> list[float]:
+    """Each prompt token's log-probability after those before it, from one forward pass over
+    the whole prompt (a fresh KV cache of its own)."""
+    kv = PagedKVCache(model.config, -(-len(ids) // 16), 16, model.dtype, model.device)
+    rows = ModelRunner(model, kv).forward([LaneInput(0, ids, 0, len(ids))]).logits[0]
+    return rows[:-1].log_softmax(-1).gather(1, torch.tensor(ids[1:])[:, None])[:, 0].tolist()
+
+
+def test_an_echoed_prompt_comes_first_with_its_tokens_log_probabilities(served, tiny):
+    """`echo` with `logprobs`, as evaluation harnesses (lm-evaluation-harness's
+    local-completions) ask for a text's likelihood: the prompt's tokens each with the
+    log-probability the model gives it after those before it (the first null), fed in chunks
+    (the prompt is longer than a step's tokens), then the answer's."""
+    engine, server = served
+    prompt = USER * 6  # 330 bytes: two prefill chunks of at most 256 tokens
+    ids = tiny.tokenizer.encode_plain(prompt)
+    assert len(ids) > engine.config.max_step_tokens
+    answer = generate(tiny, [prompt], Controls(policy="off"), max_new_tokens=3, chat=False)[0]
+    status, text = call(server, "POST", "/v1/completions", {
+        "prompt": prompt, "echo": True, "logprobs": 2, "max_tokens": 3, "temperature": 0})
+    assert status == 200, text
+    reply = json.loads(text)["choices"][0]
+    given = reply["logprobs"]
+    assert reply["text"] == prompt + answer.text == "".join(given["tokens"])
+    assert len(given["tokens"]) == len(ids) + 3
+    assert given["token_logprobs"][0] is None and given["top_logprobs"][0] is None
+    assert given["token_logprobs"][1:len(ids)] == pytest.approx(
+        prompt_logprobs(tiny.model, ids), abs=1e-4)
+    assert given["text_offset"][len(ids)] == len(prompt)
+    for logprob, top in zip(given["token_logprobs"][1:], given["top_logprobs"][1:]):
+        assert len(top) == 2 and max(top.values()) >= logprob - 1e-6
+    # the answer's tokens are greedy: each its row's likeliest, as a harness reads it
+    assert all(logprob == pytest.approx(max(top.values())) for logprob, top in
+               zip(given["token_logprobs"][len(ids):], given["top_logprobs"][len(ids):]))
+
+    # the conversation goes on with echo: fed whole again, none of its KV taken as held
+    longer = prompt + answer.text + "And again."
+    status, text = call(server, "POST", "/v1/completions", {
+        "prompt": longer, "echo": True, "logprobs": 0, "max_tokens": 2, "temperature": 0})
+    reply = json.loads(text)
+    longer_ids = tiny.tokenizer.encode_plain(longer)
+    assert reply["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert reply["choices"][0]["logprobs"]["token_logprobs"][1:len(longer_ids)] == \
+        pytest.approx(prompt_logprobs(tiny.model, longer_ids), abs=1e-4)
+
+
+def test_echo_without_logprobs_and_streamed_starts_with_the_prompt(served, tiny):
+    _, server = served
+    body = {"prompt": USER, "echo": True, "max_tokens": 4, "temperature": 0}
+    answer = generate(tiny, [USER], Controls(policy="off"), max_new_tokens=4, chat=False)[0]
+    reply = json.loads(call(server, "POST", "/v1/completions", body)[1])["choices"][0]
+    assert reply["text"] == USER + answer.text and reply["logprobs"] is None
+    _, streamed = call(server, "POST", "/v1/completions", {**body, "stream": True})
+    pieces = [event["choices"][0]["text"] for event in events_of(streamed)]
+    assert pieces[0].startswith(USER) and "".join(pieces) == USER + answer.text
+    status, text = call(server, "POST", "/v1/chat/completions", chat(echo=True))
+    assert status == 400 and "echo: only /v1/completions" in text
+
+
+def test_a_sampled_answer_is_the_same_with_its_prompt_echoed_and_scored(served):
+    """The rows a step adds for the prompt's log-probabilities come before the rows the answer
+    is sampled from: the same seed samples the same answer."""
+    engine, server = served
+    engine.mailbox.post(policy="off")  # one draw a token, however the drafts would go
+    body = {"prompt": USER, "max_tokens": 8, "temperature": 1.0, "seed": 7}
+    plain = json.loads(call(server, "POST", "/v1/completions", body)[1])["choices"][0]["text"]
+    echoed = json.loads(call(server, "POST", "/v1/completions", {
+        **body, "echo": True, "logprobs": 1})[1])["choices"][0]["text"]
+    assert echoed == USER + plain
 
 
 def events_of(streamed: str) -> list[dict]:
