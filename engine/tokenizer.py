@@ -148,6 +148,7 @@ class ByteTokenizer:
 
     SPECIALS = ("<s>", "</s>", "<|im_start|>", "<|im_end|>")  # ids 256, 257, 258, 259
     BOS, EOS, IM_START, IM_END = 256, 257, 258, 259
+    bos_token, eos_token = "<s>", "</s>"
 
     def __init__(self) -> None:
         self.vocab_size = 256 + len(self.SPECIALS)

@@ -4,8 +4,9 @@ client agent of the engine (engine/serve/client_agent.py), batched and speculate
 rest.
 
 Endpoints: GET /v1/models, POST /v1/chat/completions (with tools where the model's template
-offers them: call_forms.py) and /v1/completions (streamed or not), GET /health and GET /metrics
-(the engine's numbers for Prometheus: metrics.py). One thread a
+offers them: call_forms.py) and /v1/completions (streamed or not), GET /health, GET /metrics
+(the engine's numbers for Prometheus: metrics.py), and vLLM's POST /tokenize, POST /detokenize
+and GET /tokenizer_info (tokenize.py). One thread a
 connection (the standard library's server); requests reach the engine through its `submit`, a
 Completion for each answer asked (`n`, or a text completion's prompts), and each comes back token
 by token through it, read as a Choice (choice.py)."""
@@ -20,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
 from engine.errors import SwarmscopeError
-from engine.serve import metrics
+from engine.serve import metrics, tokenize
 from engine.serve.call_forms import form_of
 from engine.serve.choice import Choice, usage
 from engine.serve.completion import Completion
@@ -33,6 +34,7 @@ DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8000
 MAX_BODY = 64 * 2 ** 20  # bytes a request body may have
 CLIENT_LANES = 8  # lanes of full context a serving session's KV cache holds for its clients
 COMPLETIONS = {"/v1/chat/completions": True, "/v1/completions": False}  # path -> chat
+TOKENIZING = ("/tokenize", "/detokenize")  # POST, vLLM's (tokenize.py)
 
 
 class ApiServer:
@@ -104,6 +106,10 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/metrics":
             self._send(200, metrics.render(engine, self.served.snapshot()).encode(),
                        metrics.CONTENT_TYPE)
+        elif path == "/tokenizer_info" and engine:
+            self._json(200, tokenize.tokenizer_info(engine.loaded.tokenizer, engine.max_context))
+        elif path == "/tokenizer_info":
+            self._error(503, "the model is still loading", "server_error")
         elif path == "/v1/models":
             names = [engine.loaded.name] if engine else []
             self._json(200, {"object": "list", "data": [
@@ -115,17 +121,23 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         arrived = time.perf_counter()
         path = self.path.split("?")[0].rstrip("/")
-        if path not in COMPLETIONS:
+        if path not in (*COMPLETIONS, *TOKENIZING):
+            *others, last = (*COMPLETIONS, *TOKENIZING)
             self._error(404, f"no such endpoint: POST {path} (this server answers "
-                        f"{' and '.join(COMPLETIONS)})", "not_found_error")
+                        f"{', '.join(others)} and {last})", "not_found_error")
             return
         engine = self.engine_of()
         if engine is None:
             self._error(503, "the model is still loading", "server_error")
             return
+        tokenizer = engine.loaded.tokenizer
         try:
-            requests = parse_choices(self._body(), engine.loaded.tokenizer, engine.max_context,
-                                     chat=COMPLETIONS[path])
+            body = self._body()
+            if path in TOKENIZING:
+                self._json(200, tokenize.tokenize(body, tokenizer, engine.max_context)
+                           if path == "/tokenize" else tokenize.detokenize(body, tokenizer))
+                return
+            requests = parse_choices(body, tokenizer, engine.max_context, chat=COMPLETIONS[path])
         except RequestError as exc:
             self._error(400, str(exc), "invalid_request_error")
             return

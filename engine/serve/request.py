@@ -145,6 +145,19 @@ def parse_choices(body, tokenizer, max_context: int, chat: bool = True) -> list[
     return [request.choice(i) for request in requests for i in range(request.n)]
 
 
+def tokenized(body, tokenizer) -> list[int]:
+    """A /tokenize request's token ids (vLLM's form): `messages` in the chat template, as a chat
+    completion's prompt is, or `prompt` text with the special tokens tokenizer(text) adds
+    unless `add_special_tokens` is false."""
+    if not isinstance(body, dict):
+        raise RequestError("the request body must be a JSON object")
+    if "messages" in body:
+        return tokenizer.encode(_chat_prompt(body, tokenizer, None))
+    text = _text(body.get("prompt"), "prompt")
+    return (tokenizer.encode_plain if _flag(body, "add_special_tokens", default=True)
+            else tokenizer.encode)(text)
+
+
 def _answer_schema(asked) -> dict | None:
     """The JSON schema `response_format` asks the answer to keep to (None: text)."""
     if asked is None:

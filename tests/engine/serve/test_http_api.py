@@ -381,8 +381,8 @@ def test_models_health_and_errors_are_json(served):
     status, text = call(server, "POST", "/v1/chat/completions", b"{not json")
     assert status == 400 and "the body is not JSON" in json.loads(text)["error"]["message"]
     status, text = call(server, "POST", "/v1/embeddings", chat())
-    assert status == 404 and "/v1/chat/completions and /v1/completions" in json.loads(text)[
-        "error"]["message"]
+    assert status == 404 and "answers /v1/chat/completions, /v1/completions, /tokenize and " \
+        "/detokenize" in json.loads(text)["error"]["message"]
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
