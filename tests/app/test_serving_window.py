@@ -50,7 +50,8 @@ def test_the_window_serves_its_live_engine(qtbot, tmp_path, monkeypatch):
     asking.join(timeout=30)
     assert replies and replies[0]["usage"]["completion_tokens"] == 12
     window = windows[0]
-    assert f"Serving OpenAI's chat completions API at {window.url}" in window.about
+    assert f"Serving OpenAI's chat completions API at {window.url}, Prometheus metrics at " \
+        f"{window.url.removesuffix('/v1')}/metrics" in window.about
     assert window.controls.swarm_size.value() == 0  # API clients only
     lanes = [lane for record in window.history.records() for lane in record.lanes]
     assert lanes and {lane.cat for lane in lanes} == {"api"}  # the views had the client's steps
