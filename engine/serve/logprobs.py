@@ -2,8 +2,10 @@
 `logprobs.content` (each token's text, bytes, log-probability and likeliest alternatives), a text
 completion's `tokens` / `token_logprobs` / `top_logprobs` / `text_offset`. The engine computes them
 (sampling.token_logprobs) for a lane that asks; they are read here as the answer's tokens are, up to
-the tokens its text took (a stop string's end), the turn's end tokens left out as its text leaves
-them out. An echoed prompt's come first (its first token's log-probability null, as OpenAI's)."""
+the tokens its text took (a stop string's end). A chat's leave out the turn's end token as its
+text does; a text completion's keep it, as OpenAI's legacy completions and vLLM give it (an
+entry for every token the usage counts, which evaluation harnesses read by position). An echoed
+prompt's come first (its first token's log-probability null, as OpenAI's)."""
 from __future__ import annotations
 
 from engine.output_format import vocabulary
@@ -16,7 +18,7 @@ class AnswerLogprobs:
     def __init__(self, completion: Completion, tokenizer, chat: bool) -> None:
         self._completion, self._chat = completion, chat
         self._words, self._named = vocabulary(tokenizer), tokenizer.vocab_size
-        self._ends = set(tokenizer.eos_ids)
+        self._ends = set(tokenizer.eos_ids) if chat else set()  # tokens left out
         self._given = 0      # of the completion's entries, those handed out or passed over
         self._offset = 0     # characters of the text completion's tokens handed out
         request = completion.request

@@ -275,6 +275,26 @@ def test_echo_without_logprobs_and_streamed_starts_with_the_prompt(served, tiny)
     assert status == 400 and "echo: only /v1/completions" in text
 
 
+def test_a_text_completions_end_token_has_its_entry_and_a_chats_has_none(served, tiny):
+    """An evaluation harness reads a text completion's log-probabilities by position: every
+    token the usage counts has its entry, the end token too (as OpenAI's legacy completions
+    and vLLM give it); a chat's content has none for it, as its text has none."""
+    _, server = served
+    end = {str(tiny.tokenizer.EOS): 100}  # the answer ends at once
+    reply = json.loads(call(server, "POST", "/v1/completions", {
+        "prompt": "abc", "echo": True, "logprobs": 1, "max_tokens": 3, "temperature": 0,
+        "logit_bias": end})[1])
+    given = reply["choices"][0]["logprobs"]
+    assert reply["choices"][0]["text"] == "abc" and reply["usage"]["completion_tokens"] == 1
+    assert given["tokens"] == ["a", "b", "c", "</s>"] and given["text_offset"][-1] == 3
+    assert len(given["token_logprobs"]) == 3 + 1 and given["token_logprobs"][-1] <= 0
+    chat_end = {str(tiny.tokenizer.IM_END): 100}
+    reply = json.loads(call(server, "POST", "/v1/chat/completions",
+                            chat(logprobs=True, logit_bias=chat_end))[1])
+    assert reply["choices"][0]["message"]["content"] == ""
+    assert reply["choices"][0]["logprobs"]["content"] == []
+
+
 def test_a_sampled_answer_is_the_same_with_its_prompt_echoed_and_scored(served):
     """The rows a step adds for the prompt's log-probabilities come before the rows the answer
     is sampled from: the same seed samples the same answer."""
