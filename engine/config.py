@@ -8,7 +8,8 @@ from engine.rope import RopeScaling
 
 @dataclass(slots=True)
 class ModelConfig:
-    """A Llama-family decoder. Qwen2 adds qkv bias, Qwen3 adds q/k RMSNorm."""
+    """A Llama-family decoder. Qwen2 adds qkv bias, Qwen3 adds q/k RMSNorm, Phi-3 stores its
+    projections fused (and Phi-4-mini turns only part of each head with RoPE)."""
 
     vocab_size: int
     hidden_size: int
@@ -24,6 +25,8 @@ class ModelConfig:
     tie_word_embeddings: bool = False
     qkv_bias: bool = False
     qk_norm: bool = False
+    fused_projections: bool = False  # checkpoints hold qkv_proj and gate_up_proj (Phi-3)
+    rotary_dim: int = 0  # a head's leading dimensions RoPE turns; 0: all (head_dim)
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
     architecture: str = "llama"
@@ -40,6 +43,11 @@ class ModelConfig:
                              f"num_kv_heads ({self.num_kv_heads})")
         if self.head_dim % 2:
             raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
+        if self.rotary_dim == 0:
+            self.rotary_dim = self.head_dim
+        if not 0 < self.rotary_dim <= self.head_dim or self.rotary_dim % 2:
+            raise ValueError(f"the rotary dimensions must be even and at most head_dim "
+                             f"({self.head_dim}), got {self.rotary_dim}")
         self.eos_token_ids = tuple(self.eos_token_ids)
         outside = [i for i in self.eos_token_ids if not 0 <= i < self.vocab_size]
         if outside:

@@ -1,9 +1,9 @@
 """The Llama-family decoder (Llama, Mistral, Qwen2 with qkv bias, Qwen3 with q/k RMSNorm,
-SmolLM) as one forward over packed tokens of many lanes and a paged KV cache.
+SmolLM, Phi-3) as one forward over packed tokens of many lanes and a paged KV cache.
 
 Weights arrive under Hugging Face names; q/k/v and gate/up are stored fused so each layer runs
-two matmuls fewer (Python overhead per op matters with 30 layers on CPU). RoPE follows HF's
-rotate_half convention."""
+two matmuls fewer (Python overhead per op matters with 30 layers on CPU), as Phi-3's checkpoints
+hold them already. RoPE follows HF's rotate_half convention, on a head's leading rotary_dim."""
 from __future__ import annotations
 
 import math
@@ -131,7 +131,7 @@ class DecoderLayer(nn.Module):
         self.gate_up = nn.Parameter(torch.empty(2 * c.intermediate_size, c.hidden_size, **kw))
         self.down = nn.Parameter(torch.empty(c.hidden_size, c.intermediate_size, **kw))
         self.config = config
-        self.attention_scale = c.head_dim ** -0.5 * rope.attention_factor(c.rope_scaling) ** 2
+        self.attention_scale = c.head_dim ** -0.5 * _folded_rope_factor(c) ** 2
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, k_cache: Tensor, v_cache: Tensor,
                 meta: StepMetadata) -> Tensor:
@@ -150,7 +150,12 @@ class DecoderLayer(nn.Module):
         # half (`LlamaModel.forward`) and its swap of halves one roll; q and k rotated as one
         # tensor: three ops in all, where q and k apart, halves swapped by slices, took ten
         # (~0.6 ms of a one-lane decode step, SmolLM2-135M on the 2-core Xeon)
-        qk = torch.addcmul(qk * cos, qk.roll(c.head_dim // 2, -1), sin)  # cos, sin: [n, 1, hd]
+        if c.rotary_dim == c.head_dim:
+            qk = torch.addcmul(qk * cos, qk.roll(c.head_dim // 2, -1), sin)  # cos: [n, 1, hd]
+        else:  # the leading rotary_dim turned, the rest passed as they are
+            turned, kept = qk.split((c.rotary_dim, c.head_dim - c.rotary_dim), dim=-1)
+            qk = torch.cat((torch.addcmul(turned * cos, turned.roll(c.rotary_dim // 2, -1), sin),
+                            kept), dim=-1)
         q, k = qk.split((c.num_heads, c.num_kv_heads), dim=1)
         if meta.write_rows is None:
             write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
@@ -177,9 +182,10 @@ class LlamaModel(nn.Module):
         self.register_parameter("lm_head", None if config.tie_word_embeddings else
                                 nn.Parameter(torch.empty(config.vocab_size, config.hidden_size,
                                                          **kw)))
-        hd = config.head_dim
-        inv_freq = rope.frequencies(hd, config.rope_theta, config.rope_scaling)
-        self.register_buffer("inv_freq", inv_freq.to(device), persistent=False)  # [hd / 2]
+        inv_freq = rope.frequencies(config.rotary_dim, config.rope_theta, config.rope_scaling)
+        self.register_buffer("inv_freq", inv_freq.to(device), persistent=False)  # [rotary / 2]
+        # cos and sin scaled where the attention's scale cannot take it (_folded_rope_factor)
+        self.rope_factor = rope.attention_factor(config.rope_scaling) / _folded_rope_factor(config)
         self.requires_grad_(False)
         self.warm_threads: set[int] = set()  # CPU thread counts warmed (kernels are per count)
 
@@ -234,9 +240,11 @@ class LlamaModel(nn.Module):
         """Run the packed tokens through every layer, storing their KV; logits of the chosen rows."""
         # input_ids: [n]; logit_rows: [m] -> [m, vocab] float32
         x = F.embedding(input_ids, self.embed)                            # [n, hidden]
-        freqs = meta.positions[:, None].float() * self.inv_freq           # [n, hd / 2]
+        freqs = meta.positions[:, None].float() * self.inv_freq           # [n, rotary / 2]
         half_cos, half_sin = freqs.cos(), freqs.sin()
-        cos = torch.cat((half_cos, half_cos), dim=-1)[:, None, :].to(x.dtype)     # [n, 1, hd]
+        if self.rope_factor != 1.0:
+            half_cos, half_sin = half_cos * self.rope_factor, half_sin * self.rope_factor
+        cos = torch.cat((half_cos, half_cos), dim=-1)[:, None, :].to(x.dtype)     # [n, 1, rotary]
         sin = torch.cat((-half_sin, half_sin), dim=-1)[:, None, :].to(x.dtype)    # signed
         for index, layer in enumerate(self.layers):
             x = layer(x, cos, sin, kv.k[index], kv.v[index], meta)
@@ -322,12 +330,15 @@ class LlamaModel(nn.Module):
             sources.append((self.lm_head, ("lm_head.weight",)))
         for i, layer in enumerate(self.layers):
             p = f"model.layers.{i}."
+            fused = self.config.fused_projections
             sources += [
                 (layer.input_norm, (p + "input_layernorm.weight",)),
-                (layer.qkv, tuple(p + f"self_attn.{x}_proj.weight" for x in "qkv")),
+                (layer.qkv, (p + "self_attn.qkv_proj.weight",) if fused else
+                 tuple(p + f"self_attn.{x}_proj.weight" for x in "qkv")),
                 (layer.o_proj, (p + "self_attn.o_proj.weight",)),
                 (layer.post_norm, (p + "post_attention_layernorm.weight",)),
-                (layer.gate_up, (p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight")),
+                (layer.gate_up, (p + "mlp.gate_up_proj.weight",) if fused else
+                 (p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight")),
                 (layer.down, (p + "mlp.down_proj.weight",)),
             ]
             if layer.qkv_bias is not None:
@@ -336,6 +347,14 @@ class LlamaModel(nn.Module):
                 sources += [(layer.q_norm, (p + "self_attn.q_norm.weight",)),
                             (layer.k_norm, (p + "self_attn.k_norm.weight",))]
         return sources
+
+
+def _folded_rope_factor(config: ModelConfig) -> float:
+    """The part of RoPE's cos and sin scale (rope.attention_factor) the attention's softmax scale
+    takes: all of it where RoPE turns whole heads (it scales every query-key product by its
+    square); none where it turns part of them, whose other dimensions it leaves unscaled."""
+    return rope.attention_factor(config.rope_scaling) if config.rotary_dim == config.head_dim \
+        else 1.0
 
 
 def check_shapes(config: ModelConfig, shapes: Mapping[str, tuple[int, ...]]) -> None:
@@ -385,14 +404,21 @@ def _hf_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
         shapes.update({
             p + "input_layernorm.weight": (c.hidden_size,),
             p + "post_attention_layernorm.weight": (c.hidden_size,),
-            p + "self_attn.q_proj.weight": (q, c.hidden_size),
-            p + "self_attn.k_proj.weight": (kv, c.hidden_size),
-            p + "self_attn.v_proj.weight": (kv, c.hidden_size),
             p + "self_attn.o_proj.weight": (c.hidden_size, q),
-            p + "mlp.gate_proj.weight": (c.intermediate_size, c.hidden_size),
-            p + "mlp.up_proj.weight": (c.intermediate_size, c.hidden_size),
             p + "mlp.down_proj.weight": (c.hidden_size, c.intermediate_size),
         })
+        if c.fused_projections:
+            shapes.update({p + "self_attn.qkv_proj.weight": (q + 2 * kv, c.hidden_size),
+                           p + "mlp.gate_up_proj.weight": (2 * c.intermediate_size,
+                                                           c.hidden_size)})
+        else:
+            shapes.update({
+                p + "self_attn.q_proj.weight": (q, c.hidden_size),
+                p + "self_attn.k_proj.weight": (kv, c.hidden_size),
+                p + "self_attn.v_proj.weight": (kv, c.hidden_size),
+                p + "mlp.gate_proj.weight": (c.intermediate_size, c.hidden_size),
+                p + "mlp.up_proj.weight": (c.intermediate_size, c.hidden_size),
+            })
         if c.qkv_bias:
             shapes.update({p + f"self_attn.{x}_proj.bias": (n,) for x, n in (("q", q), ("k", kv), ("v", kv))})
         if c.qk_norm:

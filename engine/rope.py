@@ -11,7 +11,11 @@ it in tests/engine/loading/test_hf_folder.py):
   between;
 - yarn (Qwen2.5 long context, among others): interpolated and extrapolated frequencies blended
   over the dimensions between beta_fast and beta_slow rotations of the original context, and cos
-  and sin scaled by the attention factor (0.1 ln(factor) + 1 unless given)."""
+  and sin scaled by the attention factor (0.1 ln(factor) + 1 unless given);
+- longrope (Phi-3.5, Phi-4-mini): each frequency divided by its own short factor, and cos and sin
+  scaled by sqrt(1 + ln(factor) / ln(original context)) unless given. Past the original context
+  transformers switches every position to the long factors, a change with the sequence's length
+  as dynamic's: the context is capped there instead (loading/hf_folder.py)."""
 from __future__ import annotations
 
 import math
@@ -19,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-KINDS = ("linear", "llama3", "yarn")
+KINDS = ("linear", "llama3", "yarn", "longrope")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +37,7 @@ class RopeScaling:
     beta_slow: float = 1.0           # yarn: rotations where interpolation starts
     attention_factor: float | None = None  # yarn: cos/sin scale; None: from factor
     truncate: bool = True            # yarn: round the blend's dimension range outwards
+    short_factors: tuple[float, ...] = ()  # longrope: each frequency's divisor
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -41,6 +46,10 @@ class RopeScaling:
             raise ValueError(f"RoPE scaling factor must be positive, got {self.factor}")
         if self.kind != "linear" and self.original_max_position <= 0:
             raise ValueError(f"RoPE scaling {self.kind!r} needs original_max_position_embeddings")
+        if self.kind == "longrope" and not (self.short_factors
+                                            and all(f > 0 for f in self.short_factors)):
+            raise ValueError("longrope RoPE scaling needs short_factor, a list of positive "
+                             "numbers")
         if self.kind == "llama3" and not self.high_freq_factor > self.low_freq_factor > 0:
             raise ValueError("llama3 RoPE scaling needs high_freq_factor > low_freq_factor > 0, "
                              f"got {self.high_freq_factor} and {self.low_freq_factor}")
@@ -49,8 +58,6 @@ class RopeScaling:
     def from_params(cls, params: dict, max_position: int) -> "RopeScaling | None":
         """The scaling a Hugging Face config's rope_parameters (or older rope_scaling) names;
         None for plain RoPE. ValueError or KeyError says what is wrong."""
-        if params.get("partial_rotary_factor", 1.0) != 1.0:
-            raise ValueError("partial_rotary_factor is not supported (RoPE on every dimension)")
         kind = params.get("rope_type", params.get("type", "default"))
         if kind == "default":
             return None
@@ -58,11 +65,14 @@ class RopeScaling:
             raise ValueError(_unsupported(kind))
         original = int(params.get("original_max_position_embeddings") or 0)
         factor = params.get("factor")
-        if factor is None and kind == "yarn" and original:
+        if factor is None and kind in ("yarn", "longrope") and original:
             factor = max_position / original
         if factor is None:
             raise ValueError(f"RoPE scaling {kind!r} needs a factor")
         attention = params.get("attention_factor")
+        if attention is None and kind == "longrope":
+            attention = (math.sqrt(1 + math.log(factor) / math.log(original)) if factor > 1
+                         else 1.0)
         if attention is None and params.get("mscale") and params.get("mscale_all_dim"):
             attention = (_yarn_mscale(float(factor), params["mscale"])
                          / _yarn_mscale(float(factor), params["mscale_all_dim"]))
@@ -70,7 +80,8 @@ class RopeScaling:
                                                       "beta_fast", "beta_slow") if params.get(key)}
         return cls(kind, float(factor), original_max_position=original,
                    attention_factor=None if attention is None else float(attention),
-                   truncate=bool(params.get("truncate", True)), **extras)
+                   truncate=bool(params.get("truncate", True)),
+                   short_factors=tuple(map(float, params.get("short_factor") or ())), **extras)
 
 
 def _unsupported(kind: str) -> str:
@@ -82,23 +93,28 @@ def _yarn_mscale(factor: float, mscale: float) -> float:
     return 0.1 * mscale * math.log(factor) + 1.0 if factor > 1 else 1.0
 
 
-def frequencies(head_dim: int, theta: float, scaling: RopeScaling | None = None) -> torch.Tensor:
-    """Inverse frequencies [head_dim / 2], fp32."""
-    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+def frequencies(rotary_dim: int, theta: float, scaling: RopeScaling | None = None) -> torch.Tensor:
+    """Inverse frequencies [rotary_dim / 2] (the head's dimensions RoPE turns), fp32."""
+    inv_freq = 1.0 / theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim)
     if scaling is None:
         return inv_freq
     if scaling.kind == "linear":
         return inv_freq / scaling.factor
     if scaling.kind == "llama3":
         return _llama3(inv_freq, scaling)
-    return _yarn(inv_freq, head_dim, theta, scaling)
+    if scaling.kind == "longrope":
+        if len(scaling.short_factors) != len(inv_freq):
+            raise ValueError(f"longrope's short_factor has {len(scaling.short_factors)} numbers, "
+                             f"not one for each of the {len(inv_freq)} frequencies")
+        return inv_freq / torch.tensor(scaling.short_factors, dtype=torch.float32)
+    return _yarn(inv_freq, rotary_dim, theta, scaling)
 
 
 def attention_factor(scaling: RopeScaling | None) -> float:
-    """What cos and sin are scaled by: YaRN's attention factor, 1 for every other kind. Scaling
-    both scales each query-key product by its square, so the model folds it into the
-    attention's softmax scale instead of multiplying cos and sin every step."""
-    if scaling is None or scaling.kind != "yarn":
+    """What cos and sin are scaled by: YaRN's and longrope's attention factor, 1 for every other
+    kind. Scaling both scales each query-key product by its square, so the model folds it into
+    the attention's softmax scale instead of multiplying cos and sin every step."""
+    if scaling is None or scaling.kind not in ("yarn", "longrope"):
         return 1.0
     if scaling.attention_factor is not None:
         return scaling.attention_factor

@@ -22,6 +22,7 @@ SUPPORTED = {
     "MistralForCausalLM": ("mistral", {}),
     "Qwen2ForCausalLM": ("qwen2", {"qkv_bias": True}),
     "Qwen3ForCausalLM": ("qwen3", {"qk_norm": True}),
+    "Phi3ForCausalLM": ("phi3", {"fused_projections": True}),
 }
 
 
@@ -47,15 +48,22 @@ def _ids(value, path: Path, field: str) -> list[int]:
     return ids
 
 
-def _rope(cfg: dict, path: Path, max_position: int) -> tuple[float, rope.RopeScaling | None]:
-    """RoPE's base and scaling. transformers >= 5 nests them in rope_parameters; older configs
-    use rope_theta and rope_scaling."""
+def _rope(cfg: dict, path: Path, max_position: int
+          ) -> tuple[float, rope.RopeScaling | None, float]:
+    """RoPE's base, scaling and the share of a head it turns. transformers >= 5 nests them in
+    rope_parameters; older configs use rope_theta and rope_scaling, and give the share
+    (partial_rotary_factor) and the original context (Phi-3's) beside them."""
     params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     if not isinstance(params, dict):
         raise ModelLoadError(path, f"rope parameters must be an object, got {params!r}")
+    params = {name: cfg[name] for name in ("original_max_position_embeddings",
+                                           "partial_rotary_factor") if cfg.get(name)} | params
     theta = _number(params if "rope_theta" in params else cfg, path, "rope_theta", 10000.0)
+    share = _number(params, path, "partial_rotary_factor", 1.0)
+    if not 0 < share <= 1:
+        raise ModelLoadError(path, f"partial_rotary_factor must be in (0, 1], got {share}")
     try:
-        return theta, rope.RopeScaling.from_params(params, max_position)
+        return theta, rope.RopeScaling.from_params(params, max_position), share
     except (KeyError, TypeError, ValueError) as exc:
         raise ModelLoadError(path, f"rope parameters {params!r}: {exc}") from None
 
@@ -119,8 +127,10 @@ def read_config(folder: Path) -> ModelConfig:
     if arch in ("llama", "mistral") and (cfg.get("attention_bias") or cfg.get("mlp_bias")):
         raise ModelLoadError(path, "attention_bias / mlp_bias are not supported for " + arch)
     max_position = _int(cfg, path, "max_position_embeddings", 8192)
-    theta, scaling = _rope(cfg, path, max_position)
-    if arch == "mistral" or _bool(cfg, path, "use_sliding_window", False):
+    theta, scaling, rotary_share = _rope(cfg, path, max_position)
+    if scaling is not None and scaling.kind == "longrope":  # its short factors' context (rope.py)
+        max_position = min(max_position, scaling.original_max_position)
+    if arch in ("mistral", "phi3") or _bool(cfg, path, "use_sliding_window", False):
         # Within the window, sliding-window attention is full attention: cap the context there
         # instead of implementing the window.
         window = _int(cfg, path, "sliding_window", 0)
@@ -131,19 +141,29 @@ def read_config(folder: Path) -> ModelConfig:
         _ids(cfg.get("eos_token_id"), path, "eos_token_id")
         + _ids(generation.get("eos_token_id"), folder / "generation_config.json", "eos_token_id")))
     heads = _int(cfg, path, "num_attention_heads")
+    rotary_dim = 0  # all of a head
+    if rotary_share < 1:
+        head_dim = _int(cfg, path, "head_dim", 0) or _int(cfg, path, "hidden_size") // max(heads, 1)
+        rotary_dim = int(head_dim * rotary_share)
     try:
-        return ModelConfig(
+        config = ModelConfig(
             vocab_size=_int(cfg, path, "vocab_size"), hidden_size=_int(cfg, path, "hidden_size"),
             intermediate_size=_int(cfg, path, "intermediate_size"),
             num_layers=_int(cfg, path, "num_hidden_layers"), num_heads=heads,
             num_kv_heads=_int(cfg, path, "num_key_value_heads", heads) or heads,
-            head_dim=_int(cfg, path, "head_dim", 0), rope_theta=theta, rope_scaling=scaling,
+            head_dim=_int(cfg, path, "head_dim", 0), rotary_dim=rotary_dim, rope_theta=theta,
+            rope_scaling=scaling,
             rms_norm_eps=_number(cfg, path, "rms_norm_eps", 1e-6), max_position=max_position,
             tie_word_embeddings=_bool(cfg, path, "tie_word_embeddings", False),
             bos_token_id=cfg.get("bos_token_id"), eos_token_ids=eos, architecture=arch,
             **switches)
     except (TypeError, ValueError) as exc:
         raise ModelLoadError(path, f"invalid model shape: {exc}") from None
+    try:  # a longrope factor for each frequency
+        rope.frequencies(config.rotary_dim, theta, scaling)
+    except ValueError as exc:
+        raise ModelLoadError(path, f"rope parameters: {exc}") from None
+    return config
 
 
 def weight_files(folder: Path) -> dict[str, Path]:

@@ -75,7 +75,8 @@ def hf_tiny(arch: str, **overrides):
     classes = {"llama": ("LlamaConfig", "LlamaForCausalLM"),
                "mistral": ("MistralConfig", "MistralForCausalLM"),
                "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
-               "qwen3": ("Qwen3Config", "Qwen3ForCausalLM")}
+               "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+               "phi3": ("Phi3Config", "Phi3ForCausalLM")}
     config_cls, model_cls = (getattr(transformers, n) for n in classes[arch])
     kwargs = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
@@ -83,6 +84,8 @@ def hf_tiny(arch: str, **overrides):
                   bos_token_id=1, eos_token_id=2)
     if arch == "qwen3":
         kwargs["head_dim"] = 24  # Qwen3's head_dim is its own field, not hidden / heads
+    if arch == "phi3":
+        kwargs["pad_token_id"] = 0  # its default, 32000, is past the tiny vocabulary
     kwargs.update(overrides)
     torch.manual_seed(0)
     model = model_cls(config_cls(**kwargs)).eval()

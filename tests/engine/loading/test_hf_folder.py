@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -17,13 +18,15 @@ PROMPT = [5, 17, 99, 3, 250, 42, 7, 7, 120, 64, 1, 200]
 
 
 @pytest.mark.parametrize("arch,tie", [("llama", False), ("llama", True), ("mistral", False),
-                                      ("qwen2", False), ("qwen3", True)])
+                                      ("qwen2", False), ("qwen3", True), ("phi3", False),
+                                      ("phi3", True)])
 def test_saved_folder_logits_match_transformers(tmp_path, arch, tie):
     hf = hf_tiny(arch, tie_word_embeddings=tie)
     folder = save_hf_folder(hf, tmp_path / f"tiny-{arch}")
     loaded = load_model(str(folder), dtype="fp32", device="cpu")
     assert loaded.name == f"tiny-{arch}" and loaded.config.architecture == arch
     assert loaded.config.qkv_bias == (arch == "qwen2") and loaded.config.qk_norm == (arch == "qwen3")
+    assert loaded.config.fused_projections == (arch == "phi3")  # qkv_proj, gate_up_proj
     assert loaded.config.tie_word_embeddings == tie
     ours, ref = engine_logits(loaded.model, PROMPT), reference_logits(hf, PROMPT)
     torch.testing.assert_close(ours, ref, atol=1e-4, rtol=0)
@@ -36,16 +39,25 @@ ROPE_SCALINGS = {
     "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
     "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
+    # Phi-4-mini's form: RoPE on the leading 3/4 of each 16-wide head, a factor for each of its 6
+    # frequencies; the context (256) 4x the original, so cos and sin are scaled too
+    "longrope": {"rope_type": "longrope", "partial_rotary_factor": 0.75,
+                 "short_factor": [1.0, 1.3, 2.1, 3.4, 5.5, 8.9], "long_factor": [9.0] * 6,
+                 "original_max_position_embeddings": 64},
 }
 
 
 @pytest.mark.parametrize("arch,kind", [("llama", "linear"), ("llama", "llama3"),
-                                       ("qwen2", "yarn"), ("qwen3", "yarn")])
+                                       ("qwen2", "yarn"), ("qwen3", "yarn"), ("phi3", "longrope")])
 def test_scaled_rope_logits_match_transformers(tmp_path, arch, kind):
-    hf = hf_tiny(arch, rope_parameters={"rope_theta": 5000.0, **ROPE_SCALINGS[kind]})
+    # Phi3Config sets rope_parameters' original context from its own field (default 4096)
+    original = {"original_max_position_embeddings": 64} if arch == "phi3" else {}
+    hf = hf_tiny(arch, rope_parameters={"rope_theta": 5000.0, **ROPE_SCALINGS[kind]}, **original)
     folder = save_hf_folder(hf, tmp_path / f"tiny-{arch}-{kind}")
     loaded = load_model(str(folder), dtype="fp32", device="cpu")
     assert loaded.config.rope_scaling.kind == kind
+    if kind == "longrope":  # the short factors hold within the original context, capped there
+        assert (loaded.config.rotary_dim, loaded.config.max_position) == (12, 64)
     ref = reference_logits(hf, PROMPT)
     torch.testing.assert_close(engine_logits(loaded.model, PROMPT), ref, atol=1e-4, rtol=0)
     # the same weights with plain RoPE: the scaling shows in the logits, so the match means it
@@ -60,6 +72,22 @@ def test_rope_scaling_in_the_older_format(tiny_llama_folder):
     config = read_config(folder)  # yarn's factor defaults to max_position / original: 256 / 64
     assert config.rope_theta == 5e5
     assert (config.rope_scaling.kind, config.rope_scaling.factor) == ("yarn", 4.0)
+
+
+def test_phi_3_5s_older_config_names_its_original_context_beside_its_longrope(tmp_path):
+    """As Phi-3.5-mini's config.json has it: rope_scaling of type longrope without a factor,
+    original_max_position_embeddings at the top: the factor is the contexts' ratio, and cos and
+    sin are scaled by sqrt(1 + ln(factor) / ln(original))."""
+    folder = save_hf_folder(hf_tiny("phi3"), tmp_path / "phi-3.5")
+    _edit_config(folder, rope_parameters=None, rope_theta=5000.0, max_position_embeddings=256,
+                 original_max_position_embeddings=64,
+                 rope_scaling={"type": "longrope", "short_factor": [1.0] * 8,
+                               "long_factor": [4.0] * 8})
+    config = read_config(folder)
+    assert (config.rope_scaling.kind, config.rope_scaling.factor) == ("longrope", 4.0)
+    assert config.rope_scaling.attention_factor == pytest.approx(
+        math.sqrt(1 + math.log(4) / math.log(64)))
+    assert config.max_position == 64 and config.rotary_dim == config.head_dim == 16
 
 
 def test_sharded_folder_loads(tmp_path):
@@ -330,8 +358,13 @@ def test_bad_side_files_name_themselves(tiny_llama_folder, file_name, content, w
     ({"rope_parameters": {"rope_type": "llama3", "factor": 8.0}},
      ("original_max_position_embeddings",)),
     ({"rope_parameters": {"rope_type": "linear", "factor": -1}}, ("factor must be positive",)),
-    ({"rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.5}},
-     ("partial_rotary_factor",)),
+    ({"rope_parameters": {"rope_type": "default", "partial_rotary_factor": 1.5}},
+     ("partial_rotary_factor must be in (0, 1], got 1.5",)),
+    ({"rope_parameters": {"rope_type": "longrope", "original_max_position_embeddings": 64}},
+     ("longrope", "needs short_factor")),
+    ({"rope_parameters": {"rope_type": "longrope", "short_factor": [1, 2, 3],
+                          "original_max_position_embeddings": 64}},
+     ("short_factor has 3 numbers, not one for each of the 8 frequencies",)),
     ({"rope_parameters": "yes"}, ("rope parameters",)),
     ({"max_position_embeddings": "lots"}, ("max_position_embeddings", "lots")),
     ({"num_attention_heads": 3}, ("invalid model shape",)),
