@@ -1,7 +1,8 @@
 """GGUF -> Hugging Face folder: dequantized weights, config.json and a rebuilt tokenizer.json.
 
-llama.cpp's llama (Llama, Mistral, SmolLM), qwen2 and qwen3 architectures are read, with the
-tokenizers gguf_tokenizer.py rebuilds; other architectures are refused naming theirs."""
+llama.cpp's llama (Llama, Mistral, SmolLM), qwen2, qwen3 and phi3 (Phi-3, Phi-3.5, Phi-4-mini)
+architectures are read, with the tokenizers gguf_tokenizer.py rebuilds; other architectures are
+refused naming theirs."""
 from __future__ import annotations
 
 import json
@@ -23,9 +24,10 @@ from engine.loading.gguf_tokenizer import gguf_tokenizer
 Progress = Callable[[str, float], None]
 
 # GGUF architecture -> config.json's, and whether llama.cpp stored Q/K rows permuted for its
-# interleaved RoPE (the llama architecture's; Qwen's rotate halves as transformers does)
+# interleaved RoPE (the llama architecture's; the others rotate halves as transformers does)
 ARCHITECTURES = {"llama": ("LlamaForCausalLM", True), "qwen2": ("Qwen2ForCausalLM", False),
-                 "qwen3": ("Qwen3ForCausalLM", False)}
+                 "qwen3": ("Qwen3ForCausalLM", False), "phi3": ("Phi3ForCausalLM", False)}
+FUSED = ("phi3",)  # architectures whose q/k/v and gate/up are one tensor each, as Phi-3's
 # GGUF tensor name -> Hugging Face name ("{i}" is the layer).
 _LAYER_NAMES = {
     "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
@@ -34,6 +36,8 @@ _LAYER_NAMES = {
     "ffn_down": "mlp.down_proj", "attn_q_norm": "self_attn.q_norm",
     "attn_k_norm": "self_attn.k_norm",
 }
+_FUSED_NAMES = {"attn_qkv": "self_attn.qkv_proj", "ffn_up": "mlp.gate_up_proj"}
+_ROPE_TENSORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
 _GLOBAL_NAMES = {"token_embd.weight": "model.embed_tokens.weight",
                  "output_norm.weight": "model.norm.weight", "output.weight": "lm_head.weight"}
 SHARD_BYTES = 2 * 2 ** 30  # the most a converted weights file holds (and converting holds at once)
@@ -42,12 +46,14 @@ _STORED = {GGMLQuantizationType.F32: torch.float32, GGMLQuantizationType.F16: to
            GGMLQuantizationType.BF16: torch.bfloat16}
 
 
-def hf_name(gguf_name: str) -> str | None:
+def hf_name(gguf_name: str, fused: bool = False) -> str | None:
+    """A GGUF tensor's Hugging Face name (`fused`: of an architecture in FUSED)."""
     if gguf_name in _GLOBAL_NAMES:
         return _GLOBAL_NAMES[gguf_name]
     m = re.fullmatch(r"blk\.(\d+)\.(\w+)\.(weight|bias)", gguf_name)
-    if m and m.group(2) in _LAYER_NAMES:
-        return f"model.layers.{m.group(1)}.{_LAYER_NAMES[m.group(2)]}.{m.group(3)}"
+    names = {**_LAYER_NAMES, **_FUSED_NAMES} if fused else _LAYER_NAMES
+    if m and m.group(2) in names:
+        return f"model.layers.{m.group(1)}.{names[m.group(2)]}.{m.group(3)}"
     return None
 
 
@@ -91,12 +97,16 @@ def gguf_config(g: _Gguf) -> dict:
     heads = int(g.get(f"{arch}.attention.head_count"))
     hidden = int(g.get(f"{arch}.embedding_length"))
     vocab = len(g.get("tokenizer.ggml.tokens"))
-    head_dim = g.get(f"{arch}.attention.key_length", 0) or g.get(
-        f"{arch}.rope.dimension_count", hidden // heads)
+    # phi3's RoPE dimensions may be part of a head (Phi-4-mini's); the others' are the head
+    head_dim = int(g.get(f"{arch}.attention.key_length", 0) or (
+        hidden // heads if arch == "phi3" else
+        g.get(f"{arch}.rope.dimension_count", hidden // heads)))
+    rotary = int(g.get(f"{arch}.rope.dimension_count", head_dim))
     eos = [int(g.get("tokenizer.ggml.eos_token_id"))] + [
         int(g.get(f"tokenizer.ggml.{key}_token_id", -1)) for key in ("eot", "eom")]
     theta = float(g.get(f"{arch}.rope.freq_base", 10000.0))
-    scaling = _llama3_scaling(g, int(head_dim), theta) if "rope_freqs.weight" in names else None
+    scaling = (_llama3_scaling(g, head_dim, theta) if "rope_freqs.weight" in names else
+               _longrope_scaling(g, arch) if "rope_factors_short.weight" in names else None)
     window = int(g.get(f"{arch}.attention.sliding_window", 0))  # the context is held within it
     return {
         "architectures": [ARCHITECTURES[arch][0]], "model_type": arch,
@@ -105,7 +115,8 @@ def gguf_config(g: _Gguf) -> dict:
         "num_hidden_layers": int(g.get(f"{arch}.block_count")),
         "num_attention_heads": heads,
         "num_key_value_heads": int(g.get(f"{arch}.attention.head_count_kv", heads)),
-        "head_dim": int(head_dim),
+        "head_dim": head_dim, **({"partial_rotary_factor": _share(g, rotary, head_dim)}
+                                 if rotary != head_dim else {}),
         "rope_theta": theta, **({"rope_scaling": scaling} if scaling else {}),
         "rms_norm_eps": float(g.get(f"{arch}.attention.layer_norm_rms_epsilon")),
         "max_position_embeddings": int(g.get(f"{arch}.context_length")),
@@ -116,6 +127,27 @@ def gguf_config(g: _Gguf) -> dict:
         "eos_token_id": list(dict.fromkeys(i for i in eos if i >= 0)),
         "torch_dtype": "float32",
     }
+
+
+def _share(g: _Gguf, rotary: int, head_dim: int) -> float:
+    """partial_rotary_factor, as transformers turns it back into dimensions (int(head_dim x
+    share)), for `rotary` of a head's `head_dim` dimensions."""
+    share = rotary / head_dim
+    if not 0 < rotary < head_dim or rotary % 2 or int(head_dim * share) != rotary:
+        raise ModelLoadError(g.path, f"RoPE on {rotary} of a head's {head_dim} dimensions "
+                                     "cannot be read")
+    return share
+
+
+def _longrope_scaling(g: _Gguf, arch: str) -> dict:
+    """Phi-3.5's and Phi-4-mini's longrope, whose factors llama.cpp stored as tensors."""
+    factors = {t.name: [float(f) for f in np.array(t.data, dtype=np.float32)]
+               for t in g.reader.tensors if t.name in _ROPE_TENSORS}
+    return {"rope_type": "longrope", "short_factor": factors["rope_factors_short.weight"],
+            "long_factor": factors.get("rope_factors_long.weight", []),
+            "original_max_position_embeddings": int(
+                g.get(f"{arch}.rope.scaling.original_context_length")),
+            "attention_factor": float(g.get(f"{arch}.rope.scaling.attn_factor", 1.0))}
 
 
 def _llama3_scaling(g: _Gguf, head_dim: int, theta: float) -> dict:
@@ -140,7 +172,7 @@ def _tensor(g: _Gguf, t, config: dict, dequantized: torch.dtype,
     """A GGUF tensor under its Hugging Face name: as stored where that is a float type, else
     dequantized and kept as `dequantized`; Q/K rows back in rotate-half order where llama.cpp
     `permuted` them."""
-    name = hf_name(t.name)
+    name = hf_name(t.name, fused=g.get("general.architecture") in FUSED)
     if name is None:
         raise ModelLoadError(g.path, f"unexpected GGUF tensor {t.name!r}")
     try:
@@ -162,7 +194,7 @@ def _write_weights(g: _Gguf, config: dict, out: Path, progress: Progress,
     """The tensors written as safetensors, a shard of at most SHARD_BYTES at a time (so that
     converting holds no more than that), with the index that names them where there are
     several; the files written."""
-    tensors = [t for t in g.reader.tensors if t.name != "rope_freqs.weight"]  # in the config
+    tensors = [t for t in g.reader.tensors if t.name not in _ROPE_TENSORS]  # in the config
     sizes = [int(np.prod(t.shape)) * _STORED.get(GGMLQuantizationType(t.tensor_type),
                                                  dequantized).itemsize for t in tensors]
     shards, room = [], 0

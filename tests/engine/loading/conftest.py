@@ -3,6 +3,7 @@ transformers, and a tiny llama GGUF written with gguf's own writer."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -134,7 +135,8 @@ _GGUF_LAYER = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_
                "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
                "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
                "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
-               "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm"}
+               "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
+               "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"}  # Phi-3's fused
 
 
 GGUF_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
@@ -158,7 +160,17 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
     w.add_rope_freq_base(c.rope_parameters["rope_theta"])
     w.add_layer_norm_rms_eps(c.rms_norm_eps)
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    w.add_rope_dimension_count(head_dim)
+    rope = c.rope_parameters
+    w.add_rope_dimension_count(int(head_dim * rope.get("partial_rotary_factor", 1.0)))
+    if arch == "phi3":  # as llama.cpp's Phi3MiniModel writes it
+        w.add_sliding_window(c.sliding_window or 0)
+        if rope.get("rope_type") == "longrope":
+            original = rope["original_max_position_embeddings"]
+            w.add_rope_scaling_orig_ctx_len(original)
+            scale = c.max_position_embeddings / original
+            w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(original)))
+            w.add_tensor("rope_factors_long.weight", np.array(rope["long_factor"], np.float32))
+            w.add_tensor("rope_factors_short.weight", np.array(rope["short_factor"], np.float32))
     if arch == "qwen3":
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)

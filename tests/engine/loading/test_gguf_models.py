@@ -41,7 +41,7 @@ def as_stored(hf):
     return hf
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "phi3"])
 def test_a_gguf_loads_as_the_model_it_holds(arch, tmp_path):
     """Logits as transformers' model with the same weights gives them, in fp32; the quantized
     tensor stored fp16 in the cache, the float ones as they were."""
@@ -59,6 +59,22 @@ def test_a_gguf_loads_as_the_model_it_holds(arch, tmp_path):
         assert weights.get_tensor("lm_head.weight").dtype == torch.float32
     assert loaded.tokenizer.chat_prompt("hi") == \
         "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_phi_4_minis_partial_longrope_is_read_back_from_its_gguf(tmp_path):
+    """Phi-4-mini as llama.cpp writes it: RoPE on 12 of each head's 16 dimensions (its
+    dimension count), longrope's factors as tensors, the original context and the attention
+    factor as metadata; the logits transformers' model gives, within the original context."""
+    hf = hf_tiny("phi3", original_max_position_embeddings=64, rope_parameters={
+        "rope_theta": 5000.0, "rope_type": "longrope", "partial_rotary_factor": 0.75,
+        "short_factor": [1.0, 1.3, 2.1, 3.4, 5.5, 8.9], "long_factor": [9.0] * 6,
+        "original_max_position_embeddings": 64})
+    loaded = load_model(str(write_tiny_gguf(hf, tmp_path / "phi4.gguf", arch="phi3")),
+                        dtype="fp32", device="cpu")
+    assert (loaded.config.rotary_dim, loaded.config.max_position) == (12, 64)
+    assert loaded.config.rope_scaling.short_factors == pytest.approx((1.0, 1.3, 2.1, 3.4, 5.5, 8.9))
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT),
+                               reference_logits(as_stored(hf), PROMPT), atol=1e-4, rtol=0)
 
 
 def test_a_large_gguf_is_written_in_shards_and_loads_the_same(tmp_path, monkeypatch):
