@@ -48,7 +48,10 @@ class LiveSessionMixin:
         self.server: ApiServer | None = None  # OpenAI's API, answered by the live engine
         self.api_label = QLabel()  # in the status bar while serving
         self.api_label.setToolTip("OpenAI's chat completions API: each conversation a client "
-                                  "agent of the live session (category 'api')")
+                                  "agent of the live session (category 'api'); the answers "
+                                  "given so far and their mean time to a first token (/metrics "
+                                  "has them all)")
+        self.api_label.setContentsMargins(16, 0, 0, 0)  # apart from the KV cache's, beside it
         self.api_label.hide()
         self.kv_label = QLabel()  # in the status bar while a live engine runs
         self.kv_label.hide()
@@ -73,7 +76,7 @@ class LiveSessionMixin:
         now on size their KV cache for the clients too."""
         self.stop_serving()
         self.server = ApiServer(lambda: self.engine, host, port).start()
-        self.api_label.setText(f"API {self.server.url}")
+        self._show_api()
         self.api_label.show()
         self.serve_action.setChecked(True)
 
@@ -160,6 +163,8 @@ class LiveSessionMixin:
         self.history.add_events(events)
         if records:
             self._show_kv(engine)
+        if self.server is not None:  # answers end between steps too
+            self._show_api()
         self._undrawn = self._undrawn or bool(records or events)
         if force or (self._undrawn and not self.isMinimized() and self.pacer.ready()):
             self._undrawn = False
@@ -182,6 +187,15 @@ class LiveSessionMixin:
             "started with from the KV blocks of a prefix another holds, neither fed nor held "
             "again. Preempted: times a sequence lost its KV for want of room (it is fed again).")
         self.kv_label.show()
+
+    def _show_api(self) -> None:
+        """Where the API is served, and how its clients fare: answers given, the mean wait for
+        their first token."""
+        served = self.server.served.snapshot()
+        answered, first = sum(served.answers.values()), served.first_token_s
+        self.api_label.setText(f"API {self.server.url}" + (
+            f" · {answered} answered, first token in {first.total / first.count:.2f} s"
+            if first.count else ""))
 
     def _live_agents(self, engine) -> list[AgentRow]:
         """The engine's agents, decoding only the shown agent's transcript tail."""

@@ -3,6 +3,7 @@ clients only unless --agents says otherwise; Session → Serve OpenAI's API star
 later; the status bar and About say where."""
 import http.client
 import json
+import re
 import threading
 
 from PySide6.QtWidgets import QInputDialog
@@ -53,6 +54,8 @@ def test_the_window_serves_its_live_engine(qtbot, tmp_path, monkeypatch):
     assert f"Serving OpenAI's chat completions API at {window.url}, Prometheus metrics at " \
         f"{window.url.removesuffix('/v1')}/metrics" in window.about
     assert window.controls.swarm_size.value() == 0  # API clients only
+    assert re.fullmatch(rf"API {window.url} · 1 answered, first token in \d+\.\d\d s",
+                        window.api_label.text())
     lanes = [lane for record in window.history.records() for lane in record.lanes]
     assert lanes and {lane.cat for lane in lanes} == {"api"}  # the views had the client's steps
     assert window.server is None  # closing the window stopped serving
