@@ -35,6 +35,8 @@ class Choice:
         the engine stops at its next step."""
         if kind == "tokens" and self.first_token_at is None:
             self.first_token_at = time.perf_counter()
+        if self.request.max_tokens == 0:  # the prompt alone (echo): the turn's token dropped
+            kind, value = ("tokens", []) if kind == "tokens" else ("finish", "length")
         piece = self.answer.add(value) if kind == "tokens" else self.answer.add([], last=True)
         if self._echo is not None:
             piece, self._echo = self._echo + piece, None

@@ -63,7 +63,8 @@ class ClientAgent(Agent):
         return completion.request
 
     def _turn_tokens(self) -> int:
-        return self.completion.request.max_tokens
+        # a turn writes a token at least; an echoed prompt asked for none drops it (Choice)
+        return max(1, self.completion.request.max_tokens)
 
     def _turn_asks(self, seq: Sequence) -> None:
         request = self.completion.request

@@ -41,7 +41,7 @@ class RequestError(SwarmscopeError):
 class ApiRequest:
     chat: bool                # /v1/chat/completions; else /v1/completions
     prompt_ids: list[int]
-    max_tokens: int           # the most tokens the answer may have
+    max_tokens: int           # the most tokens the answer may have (0: none, with echo)
     sampling: SamplingParams
     stop: tuple[str, ...]     # the answer ends before the first of these
     stream: bool
@@ -85,7 +85,10 @@ class ApiRequest:
         if room < 1:
             raise RequestError(f"{field}: the prompt is {len(prompt_ids)} tokens, which leaves "
                                f"no room for an answer in the {max_context} tokens a lane holds")
-        max_tokens = _number(body, ("max_completion_tokens", "max_tokens"), int, 1, math.inf)
+        echo = _echo(body, chat, prompt_ids, tokenizer)
+        # 0 with echo: the prompt alone, scored (its log-probabilities), as OpenAI's legacy API
+        max_tokens = _number(body, ("max_completion_tokens", "max_tokens"), int,
+                             0 if echo is not None else 1, math.inf)
         for name in ("top_p", "repetition_penalty"):
             if body.get(name) == 0:
                 raise RequestError(f"{name}: must be above 0, got 0")
@@ -106,7 +109,8 @@ class ApiRequest:
             raise RequestError("stream_options: must be an object")
         thinking = chat and reasons(tokenizer, prompt, bool(tools))
         parallel = _flag(body, "parallel_tool_calls", default=True)
-        return cls(chat=chat, prompt_ids=prompt_ids, max_tokens=min(max_tokens or room, room),
+        return cls(chat=chat, prompt_ids=prompt_ids,
+                   max_tokens=room if max_tokens is None else min(max_tokens, room),
                    sampling=sampling, stop=_stops(body.get("stop")),
                    stream=_flag(body, "stream"),
                    include_usage=_flag(stream_options, "include_usage"), tool_form=tool_form,
@@ -117,8 +121,7 @@ class ApiRequest:
                                                 prompt if chat else None),
                    prediction=_prediction(body.get("prediction"), tokenizer),
                    logprobs=_logprobs(body, chat),
-                   n=_number(body, ("n",), int, 1, MAX_CHOICES, default=1),
-                   echo=_echo(body, chat, prompt_ids, tokenizer))
+                   n=_number(body, ("n",), int, 1, MAX_CHOICES, default=1), echo=echo)
 
     def choice(self, index: int) -> "ApiRequest":
         """The request for the prompt's `index`-th answer: its own seed (the ones after the

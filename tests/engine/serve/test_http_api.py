@@ -262,6 +262,28 @@ def test_an_echoed_prompt_comes_first_with_its_tokens_log_probabilities(served, 
         pytest.approx(prompt_logprobs(tiny.model, longer_ids), abs=1e-4)
 
 
+def test_an_echoed_prompt_asked_for_no_answer_is_scored_alone(served, tiny):
+    """max_tokens 0 with echo, as OpenAI's legacy completions took it: the prompt's text and
+    log-probabilities, nothing written; without echo, at least one token is asked."""
+    _, server = served
+    ids = tiny.tokenizer.encode_plain(USER)
+    for stream in (False, True):
+        status, text = call(server, "POST", "/v1/completions", {
+            "prompt": USER, "echo": True, "logprobs": 1, "max_tokens": 0, "stream": stream,
+            "stream_options": {"include_usage": True} if stream else None})
+        assert status == 200, text
+        chunks = events_of(text) if stream else [json.loads(text)]
+        choices = [choice for chunk in chunks for choice in chunk["choices"]]
+        assert "".join(choice["text"] for choice in choices) == USER
+        assert choices[-1]["finish_reason"] == "length"
+        assert chunks[-1]["usage"]["completion_tokens"] == 0
+        token_logprobs = [lp for choice in choices if choice["logprobs"]
+                          for lp in choice["logprobs"]["token_logprobs"]]
+        assert token_logprobs[1:] == pytest.approx(prompt_logprobs(tiny.model, ids), abs=1e-4)
+    status, text = call(server, "POST", "/v1/completions", {"prompt": USER, "max_tokens": 0})
+    assert status == 400 and "max_tokens: must be an integer >= 1, got 0" in text
+
+
 def test_echo_without_logprobs_and_streamed_starts_with_the_prompt(served, tiny):
     _, server = served
     body = {"prompt": USER, "echo": True, "max_tokens": 4, "temperature": 0}
