@@ -9,7 +9,8 @@ from engine.rope import RopeScaling
 @dataclass(slots=True)
 class ModelConfig:
     """A Llama-family decoder. Qwen2 adds qkv bias, Qwen3 adds q/k RMSNorm, Phi-3 stores its
-    projections fused (and Phi-4-mini turns only part of each head with RoPE)."""
+    projections fused (and Phi-4-mini turns only part of each head with RoPE), SmolLM3 leaves
+    RoPE out of some layers."""
 
     vocab_size: int
     hidden_size: int
@@ -27,6 +28,7 @@ class ModelConfig:
     qk_norm: bool = False
     fused_projections: bool = False  # checkpoints hold qkv_proj and gate_up_proj (Phi-3)
     rotary_dim: int = 0  # a head's leading dimensions RoPE turns; 0: all (head_dim)
+    nope_layers: tuple[int, ...] = ()  # layers that use no RoPE at all (SmolLM3's every 4th)
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
     architecture: str = "llama"
@@ -48,6 +50,10 @@ class ModelConfig:
         if not 0 < self.rotary_dim <= self.head_dim or self.rotary_dim % 2:
             raise ValueError(f"the rotary dimensions must be even and at most head_dim "
                              f"({self.head_dim}), got {self.rotary_dim}")
+        self.nope_layers = tuple(self.nope_layers)
+        if not all(0 <= i < self.num_layers for i in self.nope_layers):
+            raise ValueError(f"layers without RoPE {self.nope_layers} are not all among the "
+                             f"{self.num_layers} layers")
         self.eos_token_ids = tuple(self.eos_token_ids)
         outside = [i for i in self.eos_token_ids if not 0 <= i < self.vocab_size]
         if outside:

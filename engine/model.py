@@ -1,5 +1,6 @@
 """The Llama-family decoder (Llama, Mistral, Qwen2 with qkv bias, Qwen3 with q/k RMSNorm,
-SmolLM, Phi-3) as one forward over packed tokens of many lanes and a paged KV cache.
+SmolLM, SmolLM3 with layers without RoPE, Phi-3) as one forward over packed tokens of many lanes
+and a paged KV cache.
 
 Weights arrive under Hugging Face names; q/k/v and gate/up are stored fused so each layer runs
 two matmuls fewer (Python overhead per op matters with 30 layers on CPU), as Phi-3's checkpoints
@@ -113,12 +114,27 @@ def _linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return y[:, :n].t().contiguous().to(dtype)
 
 
+def _rotated(qk: Tensor, cos: Tensor, sin: Tensor, c: ModelConfig) -> Tensor:
+    """RoPE: x cos + rotate_half(x) sin, with rotate_half's minus folded into sin's first half
+    (`LlamaModel.forward`) and its swap of halves one roll; q and k rotated as one tensor: three
+    ops in all, where q and k apart, halves swapped by slices, took ten (~0.6 ms of a one-lane
+    decode step, SmolLM2-135M on the 2-core Xeon). cos, sin: [n, 1, rotary_dim]."""
+    if c.rotary_dim == c.head_dim:
+        return torch.addcmul(qk * cos, qk.roll(c.head_dim // 2, -1), sin)
+    # the leading rotary_dim turned, the rest passed as they are
+    turned, kept = qk.split((c.rotary_dim, c.head_dim - c.rotary_dim), dim=-1)
+    return torch.cat((torch.addcmul(turned * cos, turned.roll(c.rotary_dim // 2, -1), sin), kept),
+                     dim=-1)
+
+
 class DecoderLayer(nn.Module):
     LINEARS = ("qkv", "o_proj", "gate_up", "down")  # the weights `_linear` multiplies by
 
-    def __init__(self, config: ModelConfig, dtype: torch.dtype, device) -> None:
+    def __init__(self, config: ModelConfig, dtype: torch.dtype, device, rotates: bool = True
+                 ) -> None:
         super().__init__()
         c, kw = config, {"dtype": dtype, "device": device}
+        self.rotates = rotates  # RoPE in this layer (SmolLM3 leaves it out of some)
         self.q_size, self.kv_size = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
         self.input_norm = nn.Parameter(torch.empty(c.hidden_size, **kw))
         self.qkv = nn.Parameter(torch.empty(self.q_size + 2 * self.kv_size, c.hidden_size, **kw))
@@ -146,16 +162,8 @@ class DecoderLayer(nn.Module):
             q, k = qk.split((c.num_heads, c.num_kv_heads), dim=1)
             qk = torch.cat((F.rms_norm(q, (c.head_dim,), self.q_norm, c.rms_norm_eps),
                             F.rms_norm(k, (c.head_dim,), self.k_norm, c.rms_norm_eps)), dim=1)
-        # RoPE: x cos + rotate_half(x) sin, with rotate_half's minus folded into sin's first
-        # half (`LlamaModel.forward`) and its swap of halves one roll; q and k rotated as one
-        # tensor: three ops in all, where q and k apart, halves swapped by slices, took ten
-        # (~0.6 ms of a one-lane decode step, SmolLM2-135M on the 2-core Xeon)
-        if c.rotary_dim == c.head_dim:
-            qk = torch.addcmul(qk * cos, qk.roll(c.head_dim // 2, -1), sin)  # cos: [n, 1, hd]
-        else:  # the leading rotary_dim turned, the rest passed as they are
-            turned, kept = qk.split((c.rotary_dim, c.head_dim - c.rotary_dim), dim=-1)
-            qk = torch.cat((torch.addcmul(turned * cos, turned.roll(c.rotary_dim // 2, -1), sin),
-                            kept), dim=-1)
+        if self.rotates:
+            qk = _rotated(qk, cos, sin, c)
         q, k = qk.split((c.num_heads, c.num_kv_heads), dim=1)
         if meta.write_rows is None:
             write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
@@ -176,8 +184,9 @@ class LlamaModel(nn.Module):
         kw = {"dtype": dtype, "device": device}
         self.config = config
         self.embed = nn.Parameter(torch.empty(config.vocab_size, config.hidden_size, **kw))
-        self.layers = nn.ModuleList(DecoderLayer(config, dtype, device)
-                                    for _ in range(config.num_layers))
+        self.layers = nn.ModuleList(DecoderLayer(config, dtype, device,
+                                                 rotates=i not in config.nope_layers)
+                                    for i in range(config.num_layers))
         self.norm = nn.Parameter(torch.empty(config.hidden_size, **kw))
         self.register_parameter("lm_head", None if config.tie_word_embeddings else
                                 nn.Parameter(torch.empty(config.vocab_size, config.hidden_size,

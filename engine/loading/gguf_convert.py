@@ -1,7 +1,7 @@
 """GGUF -> Hugging Face folder: dequantized weights, config.json and a rebuilt tokenizer.json.
 
-llama.cpp's llama (Llama, Mistral, SmolLM), qwen2, qwen3 and phi3 (Phi-3, Phi-3.5, Phi-4-mini)
-architectures are read, with the tokenizers gguf_tokenizer.py rebuilds; other architectures are
+llama.cpp's llama (Llama, Mistral, SmolLM), smollm3, qwen2, qwen3 and phi3 (Phi-3, Phi-3.5,
+Phi-4-mini) architectures are read, with the tokenizers gguf_tokenizer.py rebuilds; other architectures are
 refused naming theirs."""
 from __future__ import annotations
 
@@ -26,7 +26,10 @@ Progress = Callable[[str, float], None]
 # GGUF architecture -> config.json's, and whether llama.cpp stored Q/K rows permuted for its
 # interleaved RoPE (the llama architecture's; the others rotate halves as transformers does)
 ARCHITECTURES = {"llama": ("LlamaForCausalLM", True), "qwen2": ("Qwen2ForCausalLM", False),
-                 "qwen3": ("Qwen3ForCausalLM", False), "phi3": ("Phi3ForCausalLM", False)}
+                 "qwen3": ("Qwen3ForCausalLM", False), "phi3": ("Phi3ForCausalLM", False),
+                 # llama's, with RoPE left out of every 4th layer (llama.cpp's fixed step, the
+                 # config's default)
+                 "smollm3": ("SmolLM3ForCausalLM", True)}
 FUSED = ("phi3",)  # architectures whose q/k/v and gate/up are one tensor each, as Phi-3's
 # GGUF tensor name -> Hugging Face name ("{i}" is the layer).
 _LAYER_NAMES = {

@@ -23,6 +23,7 @@ SUPPORTED = {
     "Qwen2ForCausalLM": ("qwen2", {"qkv_bias": True}),
     "Qwen3ForCausalLM": ("qwen3", {"qk_norm": True}),
     "Phi3ForCausalLM": ("phi3", {"fused_projections": True}),
+    "SmolLM3ForCausalLM": ("smollm3", {}),
 }
 
 
@@ -124,7 +125,8 @@ def read_config(folder: Path) -> ModelConfig:
                                    "model's unquantized weights (bf16, fp16 or fp32)")
     if cfg.get("hidden_act", "silu") != "silu":
         raise ModelLoadError(path, f"hidden_act {cfg['hidden_act']!r} is not supported (silu)")
-    if arch in ("llama", "mistral") and (cfg.get("attention_bias") or cfg.get("mlp_bias")):
+    if arch in ("llama", "mistral", "smollm3") and (cfg.get("attention_bias")
+                                                    or cfg.get("mlp_bias")):
         raise ModelLoadError(path, "attention_bias / mlp_bias are not supported for " + arch)
     max_position = _int(cfg, path, "max_position_embeddings", 8192)
     theta, scaling, rotary_share = _rope(cfg, path, max_position)
@@ -141,6 +143,7 @@ def read_config(folder: Path) -> ModelConfig:
         _ids(cfg.get("eos_token_id"), path, "eos_token_id")
         + _ids(generation.get("eos_token_id"), folder / "generation_config.json", "eos_token_id")))
     heads = _int(cfg, path, "num_attention_heads")
+    layers = _int(cfg, path, "num_hidden_layers")
     rotary_dim = 0  # all of a head
     if rotary_share < 1:
         head_dim = _int(cfg, path, "head_dim", 0) or _int(cfg, path, "hidden_size") // max(heads, 1)
@@ -149,7 +152,8 @@ def read_config(folder: Path) -> ModelConfig:
         config = ModelConfig(
             vocab_size=_int(cfg, path, "vocab_size"), hidden_size=_int(cfg, path, "hidden_size"),
             intermediate_size=_int(cfg, path, "intermediate_size"),
-            num_layers=_int(cfg, path, "num_hidden_layers"), num_heads=heads,
+            num_layers=layers, num_heads=heads,
+            nope_layers=_nope_layers(cfg, path, layers) if arch == "smollm3" else (),
             num_kv_heads=_int(cfg, path, "num_key_value_heads", heads) or heads,
             head_dim=_int(cfg, path, "head_dim", 0), rotary_dim=rotary_dim, rope_theta=theta,
             rope_scaling=scaling,
@@ -164,6 +168,22 @@ def read_config(folder: Path) -> ModelConfig:
     except ValueError as exc:
         raise ModelLoadError(path, f"rope parameters: {exc}") from None
     return config
+
+
+def _nope_layers(cfg: dict, path: Path, layers: int) -> tuple[int, ...]:
+    """SmolLM3's layers without RoPE: its no_rope_layers flags (1: RoPE, 0: none; a flag for
+    each layer at least), else every no_rope_layer_interval-th layer (4 unless given), as
+    transformers reads them."""
+    flags = cfg.get("no_rope_layers")
+    if flags is None:
+        interval = _int(cfg, path, "no_rope_layer_interval", 4)
+        if interval < 1:
+            raise ModelLoadError(path, f"no_rope_layer_interval must be at least 1, got {interval}")
+        flags = [int((i + 1) % interval != 0) for i in range(layers)]
+    if not isinstance(flags, list) or len(flags) < layers or any(f not in (0, 1) for f in flags):
+        raise ModelLoadError(path, f"no_rope_layers must be a 0 or 1 for each of the {layers} "
+                                   f"layers, got {flags!r}")
+    return tuple(i for i in range(layers) if not flags[i])
 
 
 def weight_files(folder: Path) -> dict[str, Path]:

@@ -77,7 +77,8 @@ def hf_tiny(arch: str, **overrides):
                "mistral": ("MistralConfig", "MistralForCausalLM"),
                "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
                "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
-               "phi3": ("Phi3Config", "Phi3ForCausalLM")}
+               "phi3": ("Phi3Config", "Phi3ForCausalLM"),
+               "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM")}
     config_cls, model_cls = (getattr(transformers, n) for n in classes[arch])
     kwargs = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
@@ -85,8 +86,8 @@ def hf_tiny(arch: str, **overrides):
                   bos_token_id=1, eos_token_id=2)
     if arch == "qwen3":
         kwargs["head_dim"] = 24  # Qwen3's head_dim is its own field, not hidden / heads
-    if arch == "phi3":
-        kwargs["pad_token_id"] = 0  # its default, 32000, is past the tiny vocabulary
+    if arch in ("phi3", "smollm3"):
+        kwargs["pad_token_id"] = 0  # their default is past the tiny vocabulary
     kwargs.update(overrides)
     torch.manual_seed(0)
     model = model_cls(config_cls(**kwargs)).eval()
@@ -204,9 +205,9 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
             continue
         layer, rest = name.removeprefix("model.layers.").split(".", 1)
         module, kind = rest.rsplit(".", 1)
-        if arch == "llama" and module == "self_attn.q_proj":
+        if arch in ("llama", "smollm3") and module == "self_attn.q_proj":
             a = llama_cpp_permute(a, c.num_attention_heads)
-        elif arch == "llama" and module == "self_attn.k_proj":
+        elif arch in ("llama", "smollm3") and module == "self_attn.k_proj":
             a = llama_cpp_permute(a, c.num_key_value_heads)
         w.add_tensor(f"blk.{layer}.{_GGUF_LAYER[module]}.{kind}", np.ascontiguousarray(a))
     w.write_header_to_file()

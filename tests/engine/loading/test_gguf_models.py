@@ -61,6 +61,17 @@ def test_a_gguf_loads_as_the_model_it_holds(arch, tmp_path):
         "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
 
 
+def test_a_smollm3_gguf_leaves_rope_out_of_every_fourth_layer(tmp_path):
+    """llama.cpp's smollm3: llama's tensors (Q/K permuted), RoPE left out of every 4th layer
+    by a fixed step the file does not store."""
+    hf = hf_tiny("smollm3", tie_word_embeddings=True, num_hidden_layers=4)
+    loaded = load_model(str(write_tiny_gguf(hf, tmp_path / "smollm3.gguf", arch="smollm3")),
+                        dtype="fp32", device="cpu")
+    assert loaded.config.nope_layers == (3,)
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT),
+                               reference_logits(as_stored(hf), PROMPT), atol=1e-4, rtol=0)
+
+
 def test_phi_4_minis_partial_longrope_is_read_back_from_its_gguf(tmp_path):
     """Phi-4-mini as llama.cpp writes it: RoPE on 12 of each head's 16 dimensions (its
     dimension count), longrope's factors as tensors, the original context and the attention

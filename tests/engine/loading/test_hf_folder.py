@@ -32,6 +32,18 @@ def test_saved_folder_logits_match_transformers(tmp_path, arch, tie):
     torch.testing.assert_close(ours, ref, atol=1e-4, rtol=0)
 
 
+@pytest.mark.parametrize("flags,layers,nope", [
+    ({"no_rope_layers": [1, 0]}, 2, (1,)),  # as SmolLM3-3B's config lists them
+    ({}, 4, (3,)),                          # none listed: every 4th layer
+])
+def test_smollm3s_layers_without_rope_match_transformers(tmp_path, flags, layers, nope):
+    hf = hf_tiny("smollm3", tie_word_embeddings=True, num_hidden_layers=layers, **flags)
+    loaded = load_model(str(save_hf_folder(hf, tmp_path / "smollm3")), dtype="fp32", device="cpu")
+    assert loaded.config.architecture == "smollm3" and loaded.config.nope_layers == nope
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT), reference_logits(hf, PROMPT),
+                               atol=1e-4, rtol=0)
+
+
 # Scaled RoPE with the tiny models' 16-24 wide heads: an original context of 64 puts most of
 # their frequencies inside the range each variant changes.
 ROPE_SCALINGS = {
@@ -380,6 +392,8 @@ def test_bad_side_files_name_themselves(tiny_llama_folder, file_name, content, w
     ({"architectures": ["MistralForCausalLM"], "sliding_window": "x"},
      ("sliding_window must be an integer, got 'x'",)),
     ({"architectures": 5}, ("architecture 5",)),
+    ({"architectures": ["SmolLM3ForCausalLM"], "no_rope_layers": [1]},
+     ("no_rope_layers must be a 0 or 1 for each of the 2 layers, got [1]",)),
     ({"eos_token_id": "x"}, ("eos_token_id", "'x'")),
     ({"eos_token_id": [2, -1]}, ("eos_token_id",)),
     ({"eos_token_id": 10**12}, ("outside the vocabulary",)),
