@@ -83,7 +83,12 @@ class AnswerText:
         self._text = ""                # decoded so far
         self._sent = 0                 # characters of it handed out
         self.tokens = 0                # tokens the answer took (up to a stop string)
-        self.stopped = False           # a stop string was met
+        self.stop_string: str | None = None  # the stop string met, where one was
+
+    @property
+    def stopped(self) -> bool:
+        """Whether a stop string ended the answer."""
+        return self.stop_string is not None
 
     def add(self, ids: list[int], last: bool = False) -> str:
         """Take the engine's next tokens; return the text that is now safe to hand out (with
@@ -101,7 +106,7 @@ class AnswerText:
         met = min(((at, at + len(s)) for at, s in ((self._text.find(s, max(
             0, self._sent - len(s) + 1)), s) for s in self._stops) if at >= 0), default=None)
         if met is not None:
-            self.stopped = True
+            self.stop_string = self._text[met[0]:met[1]]
             self._count_to(met[1], ids)
             return self._take(met[0])
         held = 0 if last else max((tag_start(self._text, s) for s in self._stops), default=0)

@@ -1,13 +1,15 @@
-"""OpenAI's completions API (chat and text) over HTTP, answered by the running engine, so that a
-swarm of real agents (any OpenAI client) can be watched and steered: each conversation is a
+"""OpenAI's completions API (chat and text), and Anthropic's Messages API, over HTTP, answered by
+the running engine, so that a swarm of real agents (any OpenAI or Anthropic client) can be
+watched and steered: each conversation is a
 client agent of the engine (engine/serve/client_agent.py), batched and speculated for with the
 rest.
 
 Endpoints: GET /v1/models, POST /v1/chat/completions (with tools where the model's template
-offers them: call_forms.py) and /v1/completions (streamed or not), GET /health, GET /metrics
+offers them: call_forms.py) and /v1/completions (streamed or not), Anthropic's POST
+/v1/messages and /v1/messages/count_tokens (messages.py), GET /health, GET /metrics
 (the engine's numbers for Prometheus: metrics.py), and vLLM's POST /tokenize, POST /detokenize
-and GET /tokenizer_info (tokenize.py). One thread a
-connection (the standard library's server); requests reach the engine through its `submit`, a
+and GET /tokenizer_info (tokenize.py). One thread a connection (the standard library's
+server); requests reach the engine through its `submit`, a
 Completion for each answer asked (`n`, or a text completion's prompts), and each comes back token
 by token through it, read as a Choice (choice.py)."""
 from __future__ import annotations
@@ -21,7 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
 from engine.errors import SwarmscopeError
-from engine.serve import metrics, tokenize
+from engine.serve import messages, metrics, tokenize
 from engine.serve.call_forms import form_of
 from engine.serve.choice import Choice, usage
 from engine.serve.completion import Completion
@@ -35,6 +37,8 @@ MAX_BODY = 64 * 2 ** 20  # bytes a request body may have
 CLIENT_LANES = 8  # lanes of full context a serving session's KV cache holds for its clients
 COMPLETIONS = {"/v1/chat/completions": True, "/v1/completions": False}  # path -> chat
 TOKENIZING = ("/tokenize", "/detokenize")  # POST, vLLM's (tokenize.py)
+MESSAGES = ("/v1/messages", "/v1/messages/count_tokens")  # POST, Anthropic's (messages.py)
+ANTHROPIC_ERRORS = {"server_error": "api_error"}  # OpenAI's error types Anthropic names otherwise
 
 
 class ApiServer:
@@ -94,6 +98,7 @@ class _Handler(BaseHTTPRequestHandler):
     engine_of: Callable[[], object | None]
     served: Guarded[metrics.ServedTotals]
     server_version = "swarmscope"
+    _anthropic = False  # a POST to Anthropic's API, whose errors are written its way
 
     def log_message(self, format, *args) -> None:  # the engine's records say what ran
         pass
@@ -121,8 +126,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         arrived = time.perf_counter()
         path = self.path.split("?")[0].rstrip("/")
-        if path not in (*COMPLETIONS, *TOKENIZING):
-            *others, last = (*COMPLETIONS, *TOKENIZING)
+        self._anthropic = path in MESSAGES  # its errors as Anthropic's API writes them
+        if path not in (*COMPLETIONS, *MESSAGES, *TOKENIZING):
+            *others, last = (*COMPLETIONS, *MESSAGES, *TOKENIZING)
             self._error(404, f"no such endpoint: POST {path} (this server answers "
                         f"{', '.join(others)} and {last})", "not_found_error")
             return
@@ -137,7 +143,16 @@ class _Handler(BaseHTTPRequestHandler):
                 self._json(200, tokenize.tokenize(body, tokenizer, engine.max_context)
                            if path == "/tokenize" else tokenize.detokenize(body, tokenizer))
                 return
-            requests = parse_choices(body, tokenizer, engine.max_context, chat=COMPLETIONS[path])
+            if path == "/v1/messages/count_tokens":  # which asks no max_tokens
+                body = messages.chat_body({**body, "max_tokens": 1} if isinstance(body, dict)
+                                          else body)
+                prompt = parse_choices(body, tokenizer, engine.max_context)[0].prompt_ids
+                self._json(200, {"input_tokens": len(prompt)})
+                return
+            if self._anthropic:
+                body = messages.chat_body(body)
+            requests = parse_choices(body, tokenizer, engine.max_context,
+                                     chat=COMPLETIONS.get(path, True))
         except RequestError as exc:
             self._error(400, str(exc), "invalid_request_error")
             return
@@ -149,7 +164,9 @@ class _Handler(BaseHTTPRequestHandler):
         head = {"id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}",
                 "created": int(time.time()), "model": engine.loaded.name}
         try:
-            if requests[0].stream:
+            if self._anthropic:
+                self._message(choices[0], engine.loaded.name)
+            elif requests[0].stream:
                 self._stream(choices, head)
             else:
                 self._whole(choices, head)
@@ -177,11 +194,7 @@ class _Handler(BaseHTTPRequestHandler):
                          "object": "chat.completion" if chat else "text_completion"})
 
     def _stream(self, choices: list[Choice], head: dict) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.end_headers()
-
+        self._open_stream()
         request = choices[0].request
         head = {**head, "object": "chat.completion.chunk" if request.chat else "text_completion"}
         if request.chat:  # a chat stream opens with the speaker
@@ -197,6 +210,26 @@ class _Handler(BaseHTTPRequestHandler):
             self._event({"error": {"message": str(failed), "type": "server_error"}})
         self.wfile.write(b"data: [DONE]\n\n")
 
+    def _message(self, choice: Choice, model: str) -> None:
+        """Anthropic's message, whole or as its stream of named events."""
+        if not choice.request.stream:
+            try:
+                for _ in _answers([choice]):
+                    pass
+            except _EngineFailed as failed:
+                self._error(503, str(failed), "server_error")
+                return
+            self._json(200, messages.message(choice, model))
+            return
+        self._open_stream()
+        events = messages.EventStream(choice, model)
+        self._events(events.opening())
+        try:
+            for _, piece, reason in _answers([choice]):
+                self._events(events.chunks(piece, reason))
+        except _EngineFailed as failed:
+            self._events([("error", messages.error(str(failed), "api_error"))])
+
     # -- plumbing --
     def _body(self):
         try:
@@ -209,6 +242,18 @@ class _Handler(BaseHTTPRequestHandler):
             return json.loads(self.rfile.read(length))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise RequestError(f"the body is not JSON: {exc}") from None
+
+    def _open_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()
+
+    def _events(self, named: list[tuple[str, dict]]) -> None:
+        """Server-sent events with names, as Anthropic's stream has them."""
+        for name, payload in named:
+            self.wfile.write(f"event: {name}\ndata: {json.dumps(payload)}\n\n".encode())
+        self.wfile.flush()
 
     def _event(self, payload: dict) -> None:
         self.wfile.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
@@ -225,7 +270,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _error(self, status: int, message: str, kind: str) -> None:
-        self._json(status, {"error": {"message": message, "type": kind, "code": None}})
+        if self._anthropic:
+            self._json(status, messages.error(message, ANTHROPIC_ERRORS.get(kind, kind)))
+        else:
+            self._json(status, {"error": {"message": message, "type": kind, "code": None}})
 
 
 class _EngineFailed(Exception):
