@@ -423,8 +423,9 @@ def test_models_health_and_errors_are_json(served):
     status, text = call(server, "POST", "/v1/chat/completions", b"{not json")
     assert status == 400 and "the body is not JSON" in json.loads(text)["error"]["message"]
     status, text = call(server, "POST", "/v1/embeddings", chat())
-    assert status == 404 and "answers /v1/chat/completions, /v1/completions, /tokenize and " \
-        "/detokenize" in json.loads(text)["error"]["message"]
+    assert status == 404 and "answers /v1/chat/completions, /v1/completions, /v1/messages, " \
+        "/v1/messages/count_tokens, /tokenize and /detokenize" in json.loads(text)["error"][
+            "message"]
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
