@@ -68,6 +68,11 @@ class ModelConfig:
     def with_(self, **changes) -> "ModelConfig":
         return replace(self, **changes)
 
+    def first_layers(self, num_layers: int) -> "ModelConfig":
+        """The config of this model's first `num_layers` layers (a self-draft's)."""
+        return replace(self, num_layers=num_layers,
+                       nope_layers=tuple(i for i in self.nope_layers if i < num_layers))
+
 
 PRESETS: dict[str, ModelConfig] = {
     # A small random model of the same architecture, for fast tests (byte-level tokenizer).

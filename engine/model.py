@@ -377,7 +377,7 @@ def check_shapes(config: ModelConfig, shapes: Mapping[str, tuple[int, ...]]) -> 
     # shapes checked only as far as the weights go: a config claiming 10**12 layers must not be
     # expanded name by name.
     held = len({name.split(".")[2] for name in shapes if name.startswith("model.layers.")})
-    expected = _hf_shapes(config.with_(num_layers=min(config.num_layers, held)))
+    expected = _hf_shapes(config.first_layers(min(config.num_layers, held)))
     missing = sorted(set(expected) - set(shapes))
     if config.num_layers > held:
         missing.insert(0, f"model.layers.{held}.*" if config.num_layers == held + 1 else
@@ -410,24 +410,20 @@ def _hf_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
         shapes["lm_head.weight"] = (c.vocab_size, c.hidden_size)
     for i in range(c.num_layers):
         p = f"model.layers.{i}."
-        shapes.update({
-            p + "input_layernorm.weight": (c.hidden_size,),
-            p + "post_attention_layernorm.weight": (c.hidden_size,),
-            p + "self_attn.o_proj.weight": (c.hidden_size, q),
-            p + "mlp.down_proj.weight": (c.hidden_size, c.intermediate_size),
-        })
-        if c.fused_projections:
-            shapes.update({p + "self_attn.qkv_proj.weight": (q + 2 * kv, c.hidden_size),
-                           p + "mlp.gate_up_proj.weight": (2 * c.intermediate_size,
-                                                           c.hidden_size)})
-        else:
-            shapes.update({
-                p + "self_attn.q_proj.weight": (q, c.hidden_size),
-                p + "self_attn.k_proj.weight": (kv, c.hidden_size),
-                p + "self_attn.v_proj.weight": (kv, c.hidden_size),
-                p + "mlp.gate_proj.weight": (c.intermediate_size, c.hidden_size),
-                p + "mlp.up_proj.weight": (c.intermediate_size, c.hidden_size),
-            })
+        # in this order: LlamaModel.random draws its weights so (the tiny-test model's own)
+        shapes.update({p + "input_layernorm.weight": (c.hidden_size,),
+                       p + "post_attention_layernorm.weight": (c.hidden_size,)})
+        shapes.update({p + "self_attn.qkv_proj.weight": (q + 2 * kv, c.hidden_size)}
+                      if c.fused_projections else {
+                          p + "self_attn.q_proj.weight": (q, c.hidden_size),
+                          p + "self_attn.k_proj.weight": (kv, c.hidden_size),
+                          p + "self_attn.v_proj.weight": (kv, c.hidden_size)})
+        shapes[p + "self_attn.o_proj.weight"] = (c.hidden_size, q)
+        shapes.update({p + "mlp.gate_up_proj.weight": (2 * c.intermediate_size, c.hidden_size)}
+                      if c.fused_projections else {
+                          p + "mlp.gate_proj.weight": (c.intermediate_size, c.hidden_size),
+                          p + "mlp.up_proj.weight": (c.intermediate_size, c.hidden_size)})
+        shapes[p + "mlp.down_proj.weight"] = (c.hidden_size, c.intermediate_size)
         if c.qkv_bias:
             shapes.update({p + f"self_attn.{x}_proj.bias": (n,) for x, n in (("q", q), ("k", kv), ("v", kv))})
         if c.qk_norm:

@@ -62,7 +62,7 @@ def first_layers(model, num_layers: int):
     view._modules, view._parameters, view._buffers = (dict(model._modules),
                                                       dict(model._parameters), dict(model._buffers))
     view.layers = nn.ModuleList(list(model.layers)[:num_layers])
-    view.config = model.config.with_(num_layers=num_layers)
+    view.config = model.config.first_layers(num_layers)
     return view
 
 

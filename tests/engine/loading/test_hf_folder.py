@@ -11,6 +11,7 @@ from engine.cli.options import check_drafter
 from engine.errors import ModelLoadError, SwarmscopeError
 from engine.loading import load_model
 from engine.loading.hf_folder import Weights, read_config
+from engine.spec.draft_model import first_layers
 
 from .conftest import VOCAB, engine_logits, hf_tiny, reference_logits, save_hf_folder
 
@@ -40,6 +41,7 @@ def test_smollm3s_layers_without_rope_match_transformers(tmp_path, flags, layers
     hf = hf_tiny("smollm3", tie_word_embeddings=True, num_hidden_layers=layers, **flags)
     loaded = load_model(str(save_hf_folder(hf, tmp_path / "smollm3")), dtype="fp32", device="cpu")
     assert loaded.config.architecture == "smollm3" and loaded.config.nope_layers == nope
+    assert first_layers(loaded.model, layers - 1).config.nope_layers == ()  # a self-draft's
     torch.testing.assert_close(engine_logits(loaded.model, PROMPT), reference_logits(hf, PROMPT),
                                atol=1e-4, rtol=0)
 

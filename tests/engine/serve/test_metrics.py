@@ -3,6 +3,7 @@ client library's parser, and checked against the step records they total."""
 import dataclasses
 import http.client
 import json
+import threading
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -47,6 +48,10 @@ def test_metrics_total_the_step_records_of_an_answer(tiny, calibration):
         response = connection.getresponse()
         assert response.status == 200
         usage = json.loads(response.read())["usage"]
+        for _ in range(200):  # the handler counts the request once it has answered it
+            if server.served.snapshot().answers:
+                break
+            threading.Event().wait(0.05)
         status, content_type, scraped = scrape(server)  # the engine idles: no client is waiting
         records = engine.records.snapshot()
 
