@@ -27,7 +27,7 @@ from engine.serve import messages, metrics, tokenize
 from engine.serve.call_forms import form_of
 from engine.serve.choice import Choice, usage
 from engine.serve.completion import Completion
-from engine.serve.request import RequestError, parse_choices
+from engine.serve.request import ApiRequest, RequestError, parse_choices
 from engine.telemetry.totals import Guarded
 from engine.thinking import thinks
 
@@ -136,26 +136,29 @@ class _Handler(BaseHTTPRequestHandler):
         if engine is None:
             self._error(503, "the model is still loading", "server_error")
             return
-        tokenizer = engine.loaded.tokenizer
+        tokenizer, room = engine.loaded.tokenizer, engine.max_context
         try:
             body = self._body()
             if path in TOKENIZING:
-                self._json(200, tokenize.tokenize(body, tokenizer, engine.max_context)
-                           if path == "/tokenize" else tokenize.detokenize(body, tokenizer))
+                self._json(200, tokenize.tokenize(body, tokenizer, room) if path == "/tokenize"
+                           else tokenize.detokenize(body, tokenizer))
                 return
             if path == "/v1/messages/count_tokens":  # which asks no max_tokens
-                body = messages.chat_body({**body, "max_tokens": 1} if isinstance(body, dict)
-                                          else body)
-                prompt = parse_choices(body, tokenizer, engine.max_context)[0].prompt_ids
-                self._json(200, {"input_tokens": len(prompt)})
-                return
-            if self._anthropic:
-                body = messages.chat_body(body)
-            requests = parse_choices(body, tokenizer, engine.max_context,
-                                     chat=COMPLETIONS.get(path, True))
+                body = {**body, "max_tokens": 1} if isinstance(body, dict) else body
+            requests = parse_choices(messages.chat_body(body) if self._anthropic else body,
+                                     tokenizer, room, chat=COMPLETIONS.get(path, True))
         except RequestError as exc:
             self._error(400, str(exc), "invalid_request_error")
             return
+        if path == "/v1/messages/count_tokens":
+            self._json(200, {"input_tokens": len(requests[0].prompt_ids)})
+        else:
+            self._answer(requests, engine, arrived)
+
+    # -- answers --
+    def _answer(self, requests: list[ApiRequest], engine, arrived: float) -> None:
+        """The engine's answers to `requests` (a request's choices), whole or streamed, in the
+        API's own form; counted for /metrics once they ended (or the client left)."""
         completions = Completion.choices(requests)
         for completion in completions:
             engine.submit(completion)
@@ -180,7 +183,6 @@ class _Handler(BaseHTTPRequestHandler):
                             min(firsts) - arrived if firsts else None,
                             time.perf_counter() - arrived)
 
-    # -- answers --
     def _whole(self, choices: list[Choice], head: dict) -> None:
         try:
             for _ in _answers(choices):

@@ -44,7 +44,8 @@ def test_an_answer_whole_and_streamed_is_the_models(served, tiny):
         == prompt
     # output_config's format holds the answer to a JSON schema, as response_format does
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
-              "additionalProperties": False}
+              "additionalProperties": False,  # the random model's whitespace kept short
+              "x-guidance": {"whitespace_pattern": " ?"}}
     held = client.messages.create(**ask, output_config={"format": {"type": "json_schema",
                                                                    "schema": schema}})
     assert "".join(held.content[0].text.split()).startswith('{"n"')
