@@ -150,10 +150,16 @@ def _turn(turn, where: str) -> list[dict]:
         elif kind == "redacted_thinking" and turn["role"] == "assistant":
             continue  # nothing a template could show
         elif kind == "tool_use" and turn["role"] == "assistant":
-            calls.append({"id": block.get("id"), "type": "function", "function": {
-                "name": block.get("name"), "arguments": json.dumps(block.get("input", {}))}})
+            if not (isinstance(block.get("id"), str) and isinstance(block.get("name"), str)
+                    and isinstance(block.get("input", {}), dict)):
+                raise RequestError(f"{at}: a tool_use block needs an id, a name and an input "
+                                   "object")
+            calls.append({"id": block["id"], "type": "function", "function": {
+                "name": block["name"], "arguments": json.dumps(block.get("input", {}))}})
         elif kind == "tool_result" and turn["role"] == "user":
-            results.append({"role": "tool", "tool_call_id": block.get("tool_use_id"),
+            if not isinstance(block.get("tool_use_id"), str):
+                raise RequestError(f"{at}: a tool_result block needs the tool_use_id it answers")
+            results.append({"role": "tool", "tool_call_id": block["tool_use_id"],
                             "content": _text(block.get("content", ""), at)})
         else:
             raise RequestError(f"{at}: a {turn['role']}'s content blocks may be text"

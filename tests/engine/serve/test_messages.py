@@ -105,6 +105,11 @@ def test_what_cannot_be_served_is_refused_as_anthropics_api_refuses_it(served):
                              r"and tool_result, got 'image'"):
         client.messages.create(model="any", max_tokens=4, messages=[{"role": "user", "content": [
             {"type": "image", "source": {"type": "url", "url": "http://x/y.png"}}]}])
+    with pytest.raises(anthropic.BadRequestError,
+                       match=r"messages\[0\].content\[0\]: a tool_result block needs the "
+                             "tool_use_id it answers"):
+        client.messages.create(model="any", max_tokens=4, messages=[{"role": "user", "content": [
+            {"type": "tool_result", "content": "x"}]}])
     with pytest.raises(anthropic.BadRequestError, match=r"tools\[0\]: 'web_search_20250305': "
                                                        "only tools the client runs"):
         client.messages.create(model="any", max_tokens=4, messages=[
