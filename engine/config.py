@@ -10,7 +10,7 @@ from engine.rope import RopeScaling
 class ModelConfig:
     """A Llama-family decoder. Qwen2 adds qkv bias, Qwen3 adds q/k RMSNorm, Phi-3 stores its
     projections fused (and Phi-4-mini turns only part of each head with RoPE), SmolLM3 leaves
-    RoPE out of some layers."""
+    RoPE out of some layers, Granite scales embeddings, residuals, attention and logits."""
 
     vocab_size: int
     hidden_size: int
@@ -29,6 +29,11 @@ class ModelConfig:
     fused_projections: bool = False  # checkpoints hold qkv_proj and gate_up_proj (Phi-3)
     rotary_dim: int = 0  # a head's leading dimensions RoPE turns; 0: all (head_dim)
     nope_layers: tuple[int, ...] = ()  # layers that use no RoPE at all (SmolLM3's every 4th)
+    # Granite's scalars (the others' are 1, and head_dim ** -0.5 for the attention)
+    embedding_multiplier: float = 1.0  # the embeddings scaled by it
+    residual_multiplier: float = 1.0   # each layer's attention and MLP outputs scaled by it
+    attention_multiplier: float | None = None  # the attention's softmax scale; None: usual
+    logits_scaling: float = 1.0        # the logits divided by it
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
     architecture: str = "llama"
@@ -50,6 +55,10 @@ class ModelConfig:
         if not 0 < self.rotary_dim <= self.head_dim or self.rotary_dim % 2:
             raise ValueError(f"the rotary dimensions must be even and at most head_dim "
                              f"({self.head_dim}), got {self.rotary_dim}")
+        if not self.logits_scaling > 0 or not (self.attention_multiplier is None
+                                               or self.attention_multiplier > 0):
+            raise ValueError(f"logits_scaling and attention_multiplier must be positive, got "
+                             f"{self.logits_scaling} and {self.attention_multiplier}")
         self.nope_layers = tuple(self.nope_layers)
         if not all(0 <= i < self.num_layers for i in self.nope_layers):
             raise ValueError(f"layers without RoPE {self.nope_layers} are not all among the "

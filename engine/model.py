@@ -1,6 +1,6 @@
 """The Llama-family decoder (Llama, Mistral, Qwen2 with qkv bias, Qwen3 with q/k RMSNorm,
-SmolLM, SmolLM3 with layers without RoPE, Phi-3) as one forward over packed tokens of many lanes
-and a paged KV cache.
+SmolLM, SmolLM3 with layers without RoPE, Phi-3, Granite with its scalars) as one forward over
+packed tokens of many lanes and a paged KV cache.
 
 Weights arrive under Hugging Face names; q/k/v and gate/up are stored fused so each layer runs
 two matmuls fewer (Python overhead per op matters with 30 layers on CPU), as Phi-3's checkpoints
@@ -147,7 +147,8 @@ class DecoderLayer(nn.Module):
         self.gate_up = nn.Parameter(torch.empty(2 * c.intermediate_size, c.hidden_size, **kw))
         self.down = nn.Parameter(torch.empty(c.hidden_size, c.intermediate_size, **kw))
         self.config = config
-        self.attention_scale = c.head_dim ** -0.5 * _folded_rope_factor(c) ** 2
+        self.attention_scale = (c.head_dim ** -0.5 if c.attention_multiplier is None
+                                else c.attention_multiplier) * _folded_rope_factor(c) ** 2
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, k_cache: Tensor, v_cache: Tensor,
                 meta: StepMetadata) -> Tensor:
@@ -171,10 +172,12 @@ class DecoderLayer(nn.Module):
             write_kv(k[meta.write_rows], v[meta.write_rows], k_cache, v_cache, meta.slot_mapping)
         o = paged_attention(q, k_cache, v_cache, meta.block_tables, meta.cu_q_lens, meta.ctx_lens,
                             self.attention_scale, plan=meta.plan)         # [n, nh, hd]
-        x = x + _linear(o.reshape(n, self.q_size), self.o_proj)
+        # alpha 1 (all but Granite) adds as `+` does, bit for bit
+        x = torch.add(x, _linear(o.reshape(n, self.q_size), self.o_proj),
+                      alpha=c.residual_multiplier)
         h = F.rms_norm(x, (c.hidden_size,), self.post_norm, c.rms_norm_eps)
         gate, up = _linear(h, self.gate_up).chunk(2, dim=-1)             # [n, inter] each
-        return x + _linear(F.silu(gate) * up, self.down)
+        return torch.add(x, _linear(F.silu(gate) * up, self.down), alpha=c.residual_multiplier)
 
 
 class LlamaModel(nn.Module):
@@ -249,6 +252,8 @@ class LlamaModel(nn.Module):
         """Run the packed tokens through every layer, storing their KV; logits of the chosen rows."""
         # input_ids: [n]; logit_rows: [m] -> [m, vocab] float32
         x = F.embedding(input_ids, self.embed)                            # [n, hidden]
+        if self.config.embedding_multiplier != 1.0:
+            x = x * self.config.embedding_multiplier
         freqs = meta.positions[:, None].float() * self.inv_freq           # [n, rotary / 2]
         half_cos, half_sin = freqs.cos(), freqs.sin()
         if self.rope_factor != 1.0:
@@ -259,7 +264,10 @@ class LlamaModel(nn.Module):
             x = layer(x, cos, sin, kv.k[index], kv.v[index], meta)
         h = F.rms_norm(x[logit_rows], (self.config.hidden_size,), self.norm,
                        self.config.rms_norm_eps)
-        return _linear(h, self.head).float()
+        logits = _linear(h, self.head).float()
+        if self.config.logits_scaling != 1.0:
+            logits /= self.config.logits_scaling
+        return logits
 
     @property
     def builds_kernels_per_row_count(self) -> bool:

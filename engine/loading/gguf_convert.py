@@ -1,7 +1,7 @@
 """GGUF -> Hugging Face folder: dequantized weights, config.json and a rebuilt tokenizer.json.
 
-llama.cpp's llama (Llama, Mistral, SmolLM), smollm3, qwen2, qwen3 and phi3 (Phi-3, Phi-3.5,
-Phi-4-mini) architectures are read, with the tokenizers gguf_tokenizer.py rebuilds; other architectures are
+llama.cpp's llama (Llama, Mistral, SmolLM), smollm3, granite, qwen2, qwen3 and phi3 (Phi-3,
+Phi-3.5, Phi-4-mini) architectures are read, with the tokenizers gguf_tokenizer.py rebuilds; other architectures are
 refused naming theirs."""
 from __future__ import annotations
 
@@ -29,7 +29,11 @@ ARCHITECTURES = {"llama": ("LlamaForCausalLM", True), "qwen2": ("Qwen2ForCausalL
                  "qwen3": ("Qwen3ForCausalLM", False), "phi3": ("Phi3ForCausalLM", False),
                  # llama's, with RoPE left out of every 4th layer (llama.cpp's fixed step, the
                  # config's default)
-                 "smollm3": ("SmolLM3ForCausalLM", True)}
+                 "smollm3": ("SmolLM3ForCausalLM", True),
+                 "granite": ("GraniteForCausalLM", True)}  # llama's, with four scalars
+# GGUF metadata -> config.json's Granite scalars
+_GRANITE = {"embedding_scale": "embedding_multiplier", "residual_scale": "residual_multiplier",
+            "attention.scale": "attention_multiplier", "logit_scale": "logits_scaling"}
 FUSED = ("phi3",)  # architectures whose q/k/v and gate/up are one tensor each, as Phi-3's
 # GGUF tensor name -> Hugging Face name ("{i}" is the layer).
 _LAYER_NAMES = {
@@ -125,6 +129,8 @@ def gguf_config(g: _Gguf) -> dict:
         "max_position_embeddings": int(g.get(f"{arch}.context_length")),
         "tie_word_embeddings": "output.weight" not in names,
         **({"use_sliding_window": True, "sliding_window": window} if window else {}),
+        **({ours: float(g.get(f"{arch}.{theirs}", 1.0)) for theirs, ours in _GRANITE.items()}
+           if arch == "granite" else {}),
         "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
         "bos_token_id": int(g.get("tokenizer.ggml.bos_token_id")),
         "eos_token_id": list(dict.fromkeys(i for i in eos if i >= 0)),

@@ -24,7 +24,11 @@ SUPPORTED = {
     "Qwen3ForCausalLM": ("qwen3", {"qk_norm": True}),
     "Phi3ForCausalLM": ("phi3", {"fused_projections": True}),
     "SmolLM3ForCausalLM": ("smollm3", {}),
+    "GraniteForCausalLM": ("granite", {}),
 }
+# Granite's scalars, with transformers' defaults (its attention's scale is 1 unless given)
+GRANITE = {"embedding_multiplier": 1.0, "residual_multiplier": 1.0, "attention_multiplier": 1.0,
+           "logits_scaling": 1.0}
 
 
 def read_json(path: Path, required: bool = True) -> dict | None:
@@ -125,8 +129,8 @@ def read_config(folder: Path) -> ModelConfig:
                                    "model's unquantized weights (bf16, fp16 or fp32)")
     if cfg.get("hidden_act", "silu") != "silu":
         raise ModelLoadError(path, f"hidden_act {cfg['hidden_act']!r} is not supported (silu)")
-    if arch in ("llama", "mistral", "smollm3") and (cfg.get("attention_bias")
-                                                    or cfg.get("mlp_bias")):
+    if arch in ("llama", "mistral", "smollm3", "granite") and (cfg.get("attention_bias")
+                                                               or cfg.get("mlp_bias")):
         raise ModelLoadError(path, "attention_bias / mlp_bias are not supported for " + arch)
     max_position = _int(cfg, path, "max_position_embeddings", 8192)
     theta, scaling, rotary_share = _rope(cfg, path, max_position)
@@ -154,6 +158,8 @@ def read_config(folder: Path) -> ModelConfig:
             intermediate_size=_int(cfg, path, "intermediate_size"),
             num_layers=layers, num_heads=heads,
             nope_layers=_nope_layers(cfg, path, layers) if arch == "smollm3" else (),
+            **({name: _number(cfg, path, name, default) for name, default in GRANITE.items()}
+               if arch == "granite" else {}),
             num_kv_heads=_int(cfg, path, "num_key_value_heads", heads) or heads,
             head_dim=_int(cfg, path, "head_dim", 0), rotary_dim=rotary_dim, rope_theta=theta,
             rope_scaling=scaling,

@@ -78,7 +78,8 @@ def hf_tiny(arch: str, **overrides):
                "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
                "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
                "phi3": ("Phi3Config", "Phi3ForCausalLM"),
-               "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM")}
+               "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM"),
+               "granite": ("GraniteConfig", "GraniteForCausalLM")}
     config_cls, model_cls = (getattr(transformers, n) for n in classes[arch])
     kwargs = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
@@ -163,6 +164,11 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     rope = c.rope_parameters
     w.add_rope_dimension_count(int(head_dim * rope.get("partial_rotary_factor", 1.0)))
+    if arch == "granite":  # as llama.cpp's GraniteModel writes them
+        w.add_embedding_scale(c.embedding_multiplier)
+        w.add_residual_scale(c.residual_multiplier)
+        w.add_attention_scale(c.attention_multiplier)
+        w.add_logit_scale(c.logits_scaling)
     if arch == "phi3":  # as llama.cpp's Phi3MiniModel writes it
         w.add_sliding_window(c.sliding_window or 0)
         if rope.get("rope_type") == "longrope":
@@ -205,9 +211,9 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
             continue
         layer, rest = name.removeprefix("model.layers.").split(".", 1)
         module, kind = rest.rsplit(".", 1)
-        if arch in ("llama", "smollm3") and module == "self_attn.q_proj":
+        if arch in ("llama", "smollm3", "granite") and module == "self_attn.q_proj":
             a = llama_cpp_permute(a, c.num_attention_heads)
-        elif arch in ("llama", "smollm3") and module == "self_attn.k_proj":
+        elif arch in ("llama", "smollm3", "granite") and module == "self_attn.k_proj":
             a = llama_cpp_permute(a, c.num_key_value_heads)
         w.add_tensor(f"blk.{layer}.{_GGUF_LAYER[module]}.{kind}", np.ascontiguousarray(a))
     w.write_header_to_file()

@@ -72,6 +72,16 @@ def test_a_smollm3_gguf_leaves_rope_out_of_every_fourth_layer(tmp_path):
                                reference_logits(as_stored(hf), PROMPT), atol=1e-4, rtol=0)
 
 
+def test_a_granite_ggufs_scalars_are_read_back(tmp_path):
+    hf = hf_tiny("granite", tie_word_embeddings=True, embedding_multiplier=12.0,
+                 residual_multiplier=0.22, attention_multiplier=0.1, logits_scaling=8.0)
+    loaded = load_model(str(write_tiny_gguf(hf, tmp_path / "granite.gguf", arch="granite")),
+                        dtype="fp32", device="cpu")
+    assert (loaded.config.embedding_multiplier, loaded.config.logits_scaling) == (12.0, 8.0)
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT),
+                               reference_logits(as_stored(hf), PROMPT), atol=1e-4, rtol=0)
+
+
 def test_phi_4_minis_partial_longrope_is_read_back_from_its_gguf(tmp_path):
     """Phi-4-mini as llama.cpp writes it: RoPE on 12 of each head's 16 dimensions (its
     dimension count), longrope's factors as tensors, the original context and the attention

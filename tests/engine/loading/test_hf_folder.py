@@ -46,6 +46,22 @@ def test_smollm3s_layers_without_rope_match_transformers(tmp_path, flags, layers
                                atol=1e-4, rtol=0)
 
 
+# Granite 3's scalars, in kind (its 8B's: 12, 0.22, 1/128, 16)
+GRANITE = {"embedding_multiplier": 12.0, "residual_multiplier": 0.22,
+           "attention_multiplier": 0.1, "logits_scaling": 8.0}
+
+
+def test_granites_scalars_match_transformers(tmp_path):
+    hf = hf_tiny("granite", tie_word_embeddings=True, **GRANITE)
+    loaded = load_model(str(save_hf_folder(hf, tmp_path / "granite")), dtype="fp32", device="cpu")
+    assert {name: getattr(loaded.config, name) for name in GRANITE} == GRANITE
+    ref = reference_logits(hf, PROMPT)
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT), ref, atol=1e-4, rtol=0)
+    # with Llama's ones the logits differ: the match means the scalars
+    llama = hf_tiny("granite", tie_word_embeddings=True, attention_multiplier=16 ** -0.5)
+    assert (reference_logits(llama, PROMPT) - ref).abs().max() > 1e-2
+
+
 # Scaled RoPE with the tiny models' 16-24 wide heads: an original context of 64 puts most of
 # their frequencies inside the range each variant changes.
 ROPE_SCALINGS = {
@@ -394,6 +410,8 @@ def test_bad_side_files_name_themselves(tiny_llama_folder, file_name, content, w
     ({"architectures": ["MistralForCausalLM"], "sliding_window": "x"},
      ("sliding_window must be an integer, got 'x'",)),
     ({"architectures": 5}, ("architecture 5",)),
+    ({"architectures": ["GraniteForCausalLM"], "logits_scaling": 0},
+     ("logits_scaling and attention_multiplier must be positive",)),
     ({"architectures": ["SmolLM3ForCausalLM"], "no_rope_layers": [1]},
      ("no_rope_layers must be a 0 or 1 for each of the 2 layers, got [1]",)),
     ({"eos_token_id": "x"}, ("eos_token_id", "'x'")),
