@@ -10,7 +10,8 @@ from engine.rope import RopeScaling
 class ModelConfig:
     """A Llama-family decoder. Qwen2 adds qkv bias, Qwen3 adds q/k RMSNorm, Phi-3 stores its
     projections fused (and Phi-4-mini turns only part of each head with RoPE), SmolLM3 leaves
-    RoPE out of some layers, Granite scales embeddings, residuals, attention and logits."""
+    RoPE out of some layers, Granite scales embeddings, residuals, attention and logits, OLMo 2
+    norms each sublayer's output (and q and k whole)."""
 
     vocab_size: int
     hidden_size: int
@@ -26,6 +27,8 @@ class ModelConfig:
     tie_word_embeddings: bool = False
     qkv_bias: bool = False
     qk_norm: bool = False
+    qk_norm_whole: bool = False  # q and k normed across all their heads (OLMo 2), not per head
+    norm_after: bool = False  # each sublayer's output normed, its input not (OLMo 2)
     fused_projections: bool = False  # checkpoints hold qkv_proj and gate_up_proj (Phi-3)
     rotary_dim: int = 0  # a head's leading dimensions RoPE turns; 0: all (head_dim)
     nope_layers: tuple[int, ...] = ()  # layers that use no RoPE at all (SmolLM3's every 4th)

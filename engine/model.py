@@ -1,6 +1,6 @@
 """The Llama-family decoder (Llama, Mistral, Qwen2 with qkv bias, Qwen3 with q/k RMSNorm,
-SmolLM, SmolLM3 with layers without RoPE, Phi-3, Granite with its scalars) as one forward over
-packed tokens of many lanes and a paged KV cache.
+SmolLM, SmolLM3 with layers without RoPE, Phi-3, Granite with its scalars, OLMo 2 with its norms
+after) as one forward over packed tokens of many lanes and a paged KV cache.
 
 Weights arrive under Hugging Face names; q/k/v and gate/up are stored fused so each layer runs
 two matmuls fewer (Python overhead per op matters with 30 layers on CPU), as Phi-3's checkpoints
@@ -136,14 +136,18 @@ class DecoderLayer(nn.Module):
         c, kw = config, {"dtype": dtype, "device": device}
         self.rotates = rotates  # RoPE in this layer (SmolLM3 leaves it out of some)
         self.q_size, self.kv_size = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
-        self.input_norm = nn.Parameter(torch.empty(c.hidden_size, **kw))
+        # OLMo 2 norms each sublayer's output (post_norm, ff_norm) and not its input
+        self.input_norm = (None if c.norm_after else
+                           nn.Parameter(torch.empty(c.hidden_size, **kw)))
         self.qkv = nn.Parameter(torch.empty(self.q_size + 2 * self.kv_size, c.hidden_size, **kw))
         self.qkv_bias = (nn.Parameter(torch.empty(self.q_size + 2 * self.kv_size, **kw))
                          if c.qkv_bias else None)
-        self.q_norm = nn.Parameter(torch.empty(c.head_dim, **kw)) if c.qk_norm else None
-        self.k_norm = nn.Parameter(torch.empty(c.head_dim, **kw)) if c.qk_norm else None
+        q_span, k_span = (self.q_size, self.kv_size) if c.qk_norm_whole else (c.head_dim,) * 2
+        self.q_norm = nn.Parameter(torch.empty(q_span, **kw)) if c.qk_norm else None
+        self.k_norm = nn.Parameter(torch.empty(k_span, **kw)) if c.qk_norm else None
         self.o_proj = nn.Parameter(torch.empty(c.hidden_size, self.q_size, **kw))
         self.post_norm = nn.Parameter(torch.empty(c.hidden_size, **kw))
+        self.ff_norm = nn.Parameter(torch.empty(c.hidden_size, **kw)) if c.norm_after else None
         self.gate_up = nn.Parameter(torch.empty(2 * c.intermediate_size, c.hidden_size, **kw))
         self.down = nn.Parameter(torch.empty(c.hidden_size, c.intermediate_size, **kw))
         self.config = config
@@ -154,12 +158,17 @@ class DecoderLayer(nn.Module):
                 meta: StepMetadata) -> Tensor:
         c = self.config
         n = x.shape[0]                                                    # x: [n, hidden]
-        h = F.rms_norm(x, (c.hidden_size,), self.input_norm, c.rms_norm_eps)
+        h = x if c.norm_after else F.rms_norm(x, (c.hidden_size,), self.input_norm,
+                                              c.rms_norm_eps)
         qkv = _linear(h, self.qkv, self.qkv_bias)                        # [n, q + 2 kv]
         qk, v = qkv.split((self.q_size + self.kv_size, self.kv_size), dim=-1)
+        if c.qk_norm_whole:  # across the heads, before RoPE
+            q, k = qk.split((self.q_size, self.kv_size), dim=-1)
+            qk = torch.cat((F.rms_norm(q, (self.q_size,), self.q_norm, c.rms_norm_eps),
+                            F.rms_norm(k, (self.kv_size,), self.k_norm, c.rms_norm_eps)), dim=-1)
         qk = qk.view(n, c.num_heads + c.num_kv_heads, c.head_dim)
         v = v.view(n, c.num_kv_heads, c.head_dim)
-        if self.q_norm is not None:  # each normed with its own weight, before RoPE
+        if self.q_norm is not None and not c.qk_norm_whole:  # each head with its own, before RoPE
             q, k = qk.split((c.num_heads, c.num_kv_heads), dim=1)
             qk = torch.cat((F.rms_norm(q, (c.head_dim,), self.q_norm, c.rms_norm_eps),
                             F.rms_norm(k, (c.head_dim,), self.k_norm, c.rms_norm_eps)), dim=1)
@@ -172,10 +181,16 @@ class DecoderLayer(nn.Module):
             write_kv(k[meta.write_rows], v[meta.write_rows], k_cache, v_cache, meta.slot_mapping)
         o = paged_attention(q, k_cache, v_cache, meta.block_tables, meta.cu_q_lens, meta.ctx_lens,
                             self.attention_scale, plan=meta.plan)         # [n, nh, hd]
-        x = self._residual(x, _linear(o.reshape(n, self.q_size), self.o_proj))
-        h = F.rms_norm(x, (c.hidden_size,), self.post_norm, c.rms_norm_eps)
+        out = _linear(o.reshape(n, self.q_size), self.o_proj)
+        if c.norm_after:
+            out = F.rms_norm(out, (c.hidden_size,), self.post_norm, c.rms_norm_eps)
+        x = self._residual(x, out)
+        h = x if c.norm_after else F.rms_norm(x, (c.hidden_size,), self.post_norm, c.rms_norm_eps)
         gate, up = _linear(h, self.gate_up).chunk(2, dim=-1)             # [n, inter] each
-        return self._residual(x, _linear(F.silu(gate) * up, self.down))
+        out = _linear(F.silu(gate) * up, self.down)
+        if c.norm_after:
+            out = F.rms_norm(out, (c.hidden_size,), self.ff_norm, c.rms_norm_eps)
+        return self._residual(x, out)
 
     def _residual(self, x: Tensor, out: Tensor) -> Tensor:
         """x + out, out scaled by Granite's residual multiplier where it has one (a plain `+`
@@ -352,8 +367,9 @@ class LlamaModel(nn.Module):
         for i, layer in enumerate(self.layers):
             p = f"model.layers.{i}."
             fused = self.config.fused_projections
+            sources += [] if layer.input_norm is None else [
+                (layer.input_norm, (p + "input_layernorm.weight",))]
             sources += [
-                (layer.input_norm, (p + "input_layernorm.weight",)),
                 (layer.qkv, (p + "self_attn.qkv_proj.weight",) if fused else
                  tuple(p + f"self_attn.{x}_proj.weight" for x in "qkv")),
                 (layer.o_proj, (p + "self_attn.o_proj.weight",)),
@@ -367,6 +383,8 @@ class LlamaModel(nn.Module):
             if layer.q_norm is not None:
                 sources += [(layer.q_norm, (p + "self_attn.q_norm.weight",)),
                             (layer.k_norm, (p + "self_attn.k_norm.weight",))]
+            if layer.ff_norm is not None:
+                sources.append((layer.ff_norm, (p + "post_feedforward_layernorm.weight",)))
         return sources
 
 
@@ -423,8 +441,9 @@ def _hf_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
     for i in range(c.num_layers):
         p = f"model.layers.{i}."
         # in this order: LlamaModel.random draws its weights so (the tiny-test model's own)
-        shapes.update({p + "input_layernorm.weight": (c.hidden_size,),
-                       p + "post_attention_layernorm.weight": (c.hidden_size,)})
+        if not c.norm_after:
+            shapes[p + "input_layernorm.weight"] = (c.hidden_size,)
+        shapes[p + "post_attention_layernorm.weight"] = (c.hidden_size,)
         shapes.update({p + "self_attn.qkv_proj.weight": (q + 2 * kv, c.hidden_size)}
                       if c.fused_projections else {
                           p + "self_attn.q_proj.weight": (q, c.hidden_size),
@@ -439,6 +458,8 @@ def _hf_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
         if c.qkv_bias:
             shapes.update({p + f"self_attn.{x}_proj.bias": (n,) for x, n in (("q", q), ("k", kv), ("v", kv))})
         if c.qk_norm:
-            shapes.update({p + "self_attn.q_norm.weight": (c.head_dim,),
-                           p + "self_attn.k_norm.weight": (c.head_dim,)})
+            shapes.update({p + "self_attn.q_norm.weight": (q if c.qk_norm_whole else c.head_dim,),
+                           p + "self_attn.k_norm.weight": (kv if c.qk_norm_whole else c.head_dim,)})
+        if c.norm_after:
+            shapes[p + "post_feedforward_layernorm.weight"] = (c.hidden_size,)
     return shapes

@@ -1,7 +1,7 @@
 """GGUF -> Hugging Face folder: dequantized weights, config.json and a rebuilt tokenizer.json.
 
-llama.cpp's llama (Llama, Mistral, SmolLM), smollm3, granite, qwen2, qwen3 and phi3 (Phi-3,
-Phi-3.5, Phi-4-mini) architectures are read, with the tokenizers gguf_tokenizer.py rebuilds; other architectures are
+llama.cpp's llama (Llama, Mistral, SmolLM), smollm3, granite, qwen2, qwen3, olmo2 and phi3
+(Phi-3, Phi-3.5, Phi-4-mini) architectures are read, with the tokenizers gguf_tokenizer.py rebuilds; other architectures are
 refused naming theirs."""
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ ARCHITECTURES = {"llama": ("LlamaForCausalLM", True), "qwen2": ("Qwen2ForCausalL
                  # llama's, with RoPE left out of every 4th layer (llama.cpp's fixed step, the
                  # config's default)
                  "smollm3": ("SmolLM3ForCausalLM", True),
-                 "granite": ("GraniteForCausalLM", True)}  # llama's, with four scalars
+                 "granite": ("GraniteForCausalLM", True),  # llama's, with four scalars
+                 "olmo2": ("Olmo2ForCausalLM", False)}
 # GGUF metadata -> config.json's Granite scalars
 _GRANITE = {"embedding_scale": "embedding_multiplier", "residual_scale": "residual_multiplier",
             "attention.scale": "attention_multiplier", "logit_scale": "logits_scaling"}
@@ -42,6 +43,8 @@ _LAYER_NAMES = {
     "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj", "attn_q_norm": "self_attn.q_norm",
     "attn_k_norm": "self_attn.k_norm",
+    "post_attention_norm": "post_attention_layernorm",  # OLMo 2's norms after
+    "post_ffw_norm": "post_feedforward_layernorm",
 }
 _FUSED_NAMES = {"attn_qkv": "self_attn.qkv_proj", "ffn_up": "mlp.gate_up_proj"}
 _ROPE_TENSORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")

@@ -25,6 +25,7 @@ SUPPORTED = {
     "Phi3ForCausalLM": ("phi3", {"fused_projections": True}),
     "SmolLM3ForCausalLM": ("smollm3", {}),
     "GraniteForCausalLM": ("granite", {}),
+    "Olmo2ForCausalLM": ("olmo2", {"qk_norm": True, "qk_norm_whole": True, "norm_after": True}),
 }
 # Granite's scalars, with transformers' defaults (its attention's scale is 1 unless given)
 GRANITE = {"embedding_multiplier": 1.0, "residual_multiplier": 1.0, "attention_multiplier": 1.0,
@@ -129,8 +130,8 @@ def read_config(folder: Path) -> ModelConfig:
                                    "model's unquantized weights (bf16, fp16 or fp32)")
     if cfg.get("hidden_act", "silu") != "silu":
         raise ModelLoadError(path, f"hidden_act {cfg['hidden_act']!r} is not supported (silu)")
-    if arch in ("llama", "mistral", "smollm3", "granite") and (cfg.get("attention_bias")
-                                                               or cfg.get("mlp_bias")):
+    if arch in ("llama", "mistral", "smollm3", "granite", "olmo2") and (
+            cfg.get("attention_bias") or cfg.get("mlp_bias")):
         raise ModelLoadError(path, "attention_bias / mlp_bias are not supported for " + arch)
     max_position = _int(cfg, path, "max_position_embeddings", 8192)
     theta, scaling, rotary_share = _rope(cfg, path, max_position)

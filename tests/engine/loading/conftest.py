@@ -79,7 +79,8 @@ def hf_tiny(arch: str, **overrides):
                "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
                "phi3": ("Phi3Config", "Phi3ForCausalLM"),
                "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM"),
-               "granite": ("GraniteConfig", "GraniteForCausalLM")}
+               "granite": ("GraniteConfig", "GraniteForCausalLM"),
+               "olmo2": ("Olmo2Config", "Olmo2ForCausalLM")}
     config_cls, model_cls = (getattr(transformers, n) for n in classes[arch])
     kwargs = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
@@ -87,7 +88,7 @@ def hf_tiny(arch: str, **overrides):
                   bos_token_id=1, eos_token_id=2)
     if arch == "qwen3":
         kwargs["head_dim"] = 24  # Qwen3's head_dim is its own field, not hidden / heads
-    if arch in ("phi3", "smollm3"):
+    if arch in ("phi3", "smollm3", "olmo2"):
         kwargs["pad_token_id"] = 0  # their default is past the tiny vocabulary
     kwargs.update(overrides)
     torch.manual_seed(0)
@@ -138,7 +139,8 @@ _GGUF_LAYER = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_
                "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
                "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
                "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
-               "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"}  # Phi-3's fused
+               "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up",  # Phi-3's
+               "post_feedforward_layernorm": "post_ffw_norm"}  # OLMo 2's
 
 
 GGUF_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
@@ -211,11 +213,13 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
             continue
         layer, rest = name.removeprefix("model.layers.").split(".", 1)
         module, kind = rest.rsplit(".", 1)
+        gguf_module = ("post_attention_norm" if arch == "olmo2" and
+                       module == "post_attention_layernorm" else _GGUF_LAYER[module])
         if arch in ("llama", "smollm3", "granite") and module == "self_attn.q_proj":
             a = llama_cpp_permute(a, c.num_attention_heads)
         elif arch in ("llama", "smollm3", "granite") and module == "self_attn.k_proj":
             a = llama_cpp_permute(a, c.num_key_value_heads)
-        w.add_tensor(f"blk.{layer}.{_GGUF_LAYER[module]}.{kind}", np.ascontiguousarray(a))
+        w.add_tensor(f"blk.{layer}.{gguf_module}.{kind}", np.ascontiguousarray(a))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -41,7 +41,7 @@ def as_stored(hf):
     return hf
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "phi3"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "phi3", "olmo2"])
 def test_a_gguf_loads_as_the_model_it_holds(arch, tmp_path):
     """Logits as transformers' model with the same weights gives them, in fp32; the quantized
     tensor stored fp16 in the cache, the float ones as they were."""

@@ -20,13 +20,15 @@ PROMPT = [5, 17, 99, 3, 250, 42, 7, 7, 120, 64, 1, 200]
 
 @pytest.mark.parametrize("arch,tie", [("llama", False), ("llama", True), ("mistral", False),
                                       ("qwen2", False), ("qwen3", True), ("phi3", False),
-                                      ("phi3", True)])
+                                      ("phi3", True), ("olmo2", False)])
 def test_saved_folder_logits_match_transformers(tmp_path, arch, tie):
     hf = hf_tiny(arch, tie_word_embeddings=tie)
     folder = save_hf_folder(hf, tmp_path / f"tiny-{arch}")
     loaded = load_model(str(folder), dtype="fp32", device="cpu")
     assert loaded.name == f"tiny-{arch}" and loaded.config.architecture == arch
-    assert loaded.config.qkv_bias == (arch == "qwen2") and loaded.config.qk_norm == (arch == "qwen3")
+    assert loaded.config.qkv_bias == (arch == "qwen2")
+    assert loaded.config.qk_norm == (arch in ("qwen3", "olmo2"))
+    assert loaded.config.norm_after == (arch == "olmo2")  # its sublayers' outputs normed
     assert loaded.config.fused_projections == (arch == "phi3")  # qkv_proj, gate_up_proj
     assert loaded.config.tie_word_embeddings == tie
     ours, ref = engine_logits(loaded.model, PROMPT), reference_logits(hf, PROMPT)
