@@ -33,6 +33,8 @@ HERMES = (
     '{"name": "{{ call.function.name }}", "arguments": {{ call.function.arguments | tojson }}}'
     "\n</tool_call>{% endfor %}<|im_end|>\n{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+# Qwen3's template in brief: it strips an answer's reasoning when the answer comes back
+QWEN3 = HERMES.replace("{{ m.content }}", "{{ m.content.split('</think>')[-1] }}")
 TOOLS = [{"type": "function", "function": {
     "name": "read_file", "description": "Read a file",
     "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]

@@ -8,7 +8,8 @@ import pytest
 from engine.controls import Controls
 from engine.generate import generate
 from engine.serve.http_api import ApiServer
-from tests.engine.serve.serving import CALL_TEXT, HERMES, ScriptedEngine, call_tokenizer, serving
+from tests.engine.serve.serving import (CALL_TEXT, HERMES, QWEN3, ScriptedEngine, call_tokenizer,
+                                        serving)
 
 USER = "def add(a, b):\n    return a + b\n\nRepeat the function."
 READ_FILE = {"name": "read_file", "description": "Read a file", "input_schema": {
@@ -93,6 +94,26 @@ def test_a_tool_use_is_read_and_its_result_goes_back_through_the_template(tmp_pa
         assert "<tool_response>\nx = 1\n</tool_response>" in rendered
     finally:
         server.close()
+
+
+def test_a_thinking_models_reasoning_comes_back_as_a_thinking_block(tmp_path):
+    engine = ScriptedEngine(call_tokenizer(tmp_path, QWEN3),
+                            "<think>\nI should read it.\n</think>\n\n" + CALL_TEXT)
+    server = ApiServer(lambda: engine, "127.0.0.1", 0).start()
+    try:
+        client = client_of(server)
+        ask = {"model": "any", "max_tokens": 64, "tools": [READ_FILE],
+               "messages": [{"role": "user", "content": "What is in a.py?"}]}
+        reply = client.messages.create(**ask)
+        with client.messages.stream(**ask) as stream:
+            final = stream.get_final_message()
+    finally:
+        server.close()
+    for message in (reply, final):
+        thinking, use = message.content
+        assert (thinking.type, thinking.thinking.strip()) == ("thinking", "I should read it.")
+        assert (use.type, use.input, message.stop_reason) == ("tool_use", {"path": "a.py"},
+                                                              "tool_use")
 
 
 def test_what_cannot_be_served_is_refused_as_anthropics_api_refuses_it(served):

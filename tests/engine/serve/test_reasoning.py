@@ -7,11 +7,8 @@ from hypothesis import given, strategies as st
 
 from engine.serve.reasoning import ReasoningSplit
 from engine.thinking import opened, thinks
-from tests.engine.serve.serving import (ASK, CALL_TEXT, HERMES, TOOLS, call_tokenizer,
+from tests.engine.serve.serving import (ASK, CALL_TEXT, HERMES, QWEN3, TOOLS, call_tokenizer,
                                         scripted_client)
-
-# Qwen3's template in brief: it strips an answer's reasoning when the answer comes back
-QWEN3 = HERMES.replace("{{ m.content }}", "{{ m.content.split('</think>')[-1] }}")
 
 
 def split(text, inside=False):
