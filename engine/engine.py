@@ -35,8 +35,8 @@ from engine.swarm.config import SwarmConfig
 from engine.swarm.scheduler import Scheduler, SchedulerConfig
 from engine.swarm.workload import Workload, WORKLOAD_DIR, pick_category, tool_latency_s
 from engine.telemetry.records import StepRecord
-from engine.telemetry.totals import Guarded, Totals
 from engine.telemetry.ring_buffer import RingBuffer
+from engine.telemetry.totals import Guarded, Totals
 from engine.telemetry.trace_writer import TraceWriter
 from engine.thread_tuner import ThreadTuner, default_counts, physical_cores
 
