@@ -98,8 +98,8 @@ class EventStream:
                 events += self._close()
                 events += [("message_delta", {"type": "message_delta",
                                               "delta": _stop(self._choice, chunk["finish_reason"]),
-                                              "usage": {"output_tokens":
-                                                        self._choice.answer.tokens}}),
+                                              # cumulative: the prompt's KV held is known now
+                                              "usage": _usage(self._choice)}),
                            ("message_stop", {"type": "message_stop"})]
         return events
 

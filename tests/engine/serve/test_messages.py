@@ -56,6 +56,9 @@ def test_an_answer_whole_and_streamed_is_the_models(served, tiny):
         final = stream.get_final_message()
     assert len(pieces) > 1 and "".join(pieces) == expected == final.content[0].text
     assert final.stop_reason == "max_tokens" and final.usage.output_tokens == 12
+    # the same prompt again: its start's KV blocks were held, as the final usage says
+    assert final.usage.cache_read_input_tokens > 0
+    assert final.usage.input_tokens + final.usage.cache_read_input_tokens == prompt
 
     stop = expected[-4:-1]  # a stop sequence ends the answer before it, and is named
     reply = client.messages.create(**ask, stop_sequences=[stop])
