@@ -87,7 +87,8 @@ class WindowActionsMixin:
                          f"t(1) = {calibration.t_ms(1):.1f} ms{context}")
         if self.server is not None:
             lines.append(f"Serving OpenAI's chat completions API at {self.server.url}, "
-                         f"Prometheus metrics at {self.server.metrics_url}")
+                         f"Anthropic's Messages API at {self.server.root}, Prometheus metrics "
+                         f"at {self.server.metrics_url}")
         lines.append("The default model, SmolLM2-135M-Instruct, is Apache-2.0 (Hugging Face).")
         return "\n".join(lines)
 

@@ -136,8 +136,9 @@ def _run(args) -> int:
         return _session(args, controls, changes)
     live = []  # the engine once it steps: until then the API answers 503, loading
     server = ApiServer(lambda: live[0] if live else None, *args.serve).start()
-    print(f"serving OpenAI's chat completions API at {server.url} once the model is ready, "
-          f"Prometheus metrics at {server.metrics_url} (Ctrl+C ends the session)", file=sys.stderr)
+    print(f"serving OpenAI's chat completions API at {server.url} (Anthropic's Messages API at "
+          f"{server.root}) once the model is ready, Prometheus metrics at {server.metrics_url} "
+          "(Ctrl+C ends the session)", file=sys.stderr)
 
     def ready(engine) -> None:
         live.append(engine)

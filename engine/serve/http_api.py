@@ -64,14 +64,15 @@ class ApiServer:
     @property
     def url(self) -> str:
         """The API's base URL, as OpenAI's clients take it."""
-        return f"{self._root}/v1"
+        return f"{self.root}/v1"
 
     @property
     def metrics_url(self) -> str:
-        return f"{self._root}/metrics"
+        return f"{self.root}/metrics"
 
     @property
-    def _root(self) -> str:
+    def root(self) -> str:
+        """The server's address, as Anthropic's clients take it for their base URL."""
         host, port = self._server.server_address[:2]
         return f"http://{f'[{host}]' if ':' in host else host}:{port}"
 

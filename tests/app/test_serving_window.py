@@ -51,8 +51,9 @@ def test_the_window_serves_its_live_engine(qtbot, tmp_path, monkeypatch):
     asking.join(timeout=30)
     assert replies and replies[0]["usage"]["completion_tokens"] == 12
     window = windows[0]
-    assert f"Serving OpenAI's chat completions API at {window.url}, Prometheus metrics at " \
-        f"{window.url.removesuffix('/v1')}/metrics" in window.about
+    root = window.url.removesuffix("/v1")
+    assert f"Serving OpenAI's chat completions API at {window.url}, Anthropic's Messages API at " \
+        f"{root}, Prometheus metrics at {root}/metrics" in window.about
     assert window.controls.swarm_size.value() == 0  # API clients only
     assert re.fullmatch(rf"API {window.url} · 1 answered, first token in \d+\.\d\d s",
                         window.api_label.text())

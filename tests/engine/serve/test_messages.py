@@ -17,8 +17,7 @@ READ_FILE = {"name": "read_file", "description": "Read a file", "input_schema": 
 
 
 def client_of(server) -> anthropic.Anthropic:
-    host, port = server._server.server_address[:2]
-    return anthropic.Anthropic(base_url=f"http://{host}:{port}", api_key="unused", max_retries=0)
+    return anthropic.Anthropic(base_url=server.root, api_key="unused", max_retries=0)
 
 
 @pytest.fixture
