@@ -191,11 +191,10 @@ class LiveSessionMixin:
     def _show_api(self) -> None:
         """Where the API is served, and how its clients fare: answers given, the mean wait for
         their first token."""
-        served = self.server.served.snapshot()
-        answered, first = sum(served.answers.values()), served.first_token_s
+        answered, waited, firsts = self.server.served.read(lambda served: (
+            sum(served.answers.values()), served.first_token_s.total, served.first_token_s.count))
         self.api_label.setText(f"API {self.server.url}" + (
-            f" · {answered} answered, first token in {first.total / first.count:.2f} s"
-            if first.count else ""))
+            f" · {answered} answered, first token in {waited / firsts:.2f} s" if firsts else ""))
 
     def _live_agents(self, engine) -> list[AgentRow]:
         """The engine's agents, decoding only the shown agent's transcript tail."""

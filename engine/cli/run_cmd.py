@@ -28,8 +28,9 @@ def register(subparsers) -> None:
     p.add_argument("--headless", action="store_true",
                    help="run without a window (required; the window is `swarmscope`)")
     _add_session_options(p, serving=False)
-    p = subparsers.add_parser("serve", help="serve OpenAI's chat completions API (and /metrics "
-                                            "for Prometheus) headless until Ctrl+C, then "
+    p = subparsers.add_parser("serve", help="serve OpenAI's chat completions API and "
+                                            "Anthropic's Messages API (and /metrics for "
+                                            "Prometheus) headless until Ctrl+C, then "
                                             "summarise (run --headless --serve)")
     add_serve_address(p)
     p.set_defaults(headless=True)

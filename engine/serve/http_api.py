@@ -112,10 +112,10 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/metrics":
             self._send(200, metrics.render(engine, self.served.snapshot()).encode(),
                        metrics.CONTENT_TYPE)
-        elif path == "/tokenizer_info" and engine:
-            self._json(200, tokenize.tokenizer_info(engine.loaded.tokenizer, engine.max_context))
-        elif path == "/tokenizer_info":
+        elif path == "/tokenizer_info" and engine is None:
             self._error(503, "the model is still loading", "server_error")
+        elif path == "/tokenizer_info":
+            self._json(200, tokenize.tokenizer_info(engine.loaded.tokenizer, engine.max_context))
         elif path == "/v1/models":
             names = [engine.loaded.name] if engine else []
             self._json(200, {"object": "list", "data": [

@@ -10,11 +10,11 @@ import itertools
 import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Callable, Generic, TypeVar
 
 from engine.telemetry.records import StepRecord
 
-T = TypeVar("T")
+T, R = TypeVar("T"), TypeVar("R")
 
 # Upper bounds (seconds) of the step-time histogram's buckets: a one-lane CPU step to a long prefill
 STEP_BUCKETS_S = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
@@ -80,3 +80,9 @@ class Guarded(Generic[T]):
     def snapshot(self) -> T:
         with self._lock:
             return copy.deepcopy(self._totals)
+
+    def read(self, reader: Callable[[T], R]) -> R:
+        """What `reader` makes of the totals, under the lock: a few numbers without copying the
+        whole (the window asks each frame)."""
+        with self._lock:
+            return reader(self._totals)

@@ -112,7 +112,8 @@ def save_hf_folder(model, folder: Path, **save_kwargs) -> Path:
 
 def engine_logits(model, token_ids: list[int]) -> torch.Tensor:
     """Our model's logits for every position of one prompt, via a fresh paged KV cache."""
-    kv = PagedKVCache(model.config, 16, 16, model.dtype, model.device)
+    kv = PagedKVCache(model.config, max(16, -(-len(token_ids) // 16)), 16, model.dtype,
+                      model.device)
     out = ModelRunner(model, kv).forward([LaneInput(0, token_ids, 0, len(token_ids))])
     return out.logits[0]  # [len(token_ids), vocab]
 

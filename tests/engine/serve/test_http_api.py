@@ -15,14 +15,12 @@ import torch
 
 from engine.controls import Controls
 from engine.errors import SwarmscopeError
-from engine.forward_batch import LaneInput
 from engine.generate import generate
-from engine.kv_cache import PagedKVCache
-from engine.runner import ModelRunner
 from engine.sampling import SamplingParams
 from engine.cli.options import parse_address
 from engine.serve.http_api import ApiServer
 from engine.telemetry.trace_reader import read_trace
+from tests.engine.loading.conftest import engine_logits
 from tests.engine.serve.serving import serving
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -219,8 +217,7 @@ def test_a_text_completion_continues_the_prompt_as_given(served, tiny):
 def prompt_logprobs(model, ids: list[int]) -> list[float]:
     """Each prompt token's log-probability after those before it, from one forward pass over
     the whole prompt (a fresh KV cache of its own)."""
-    kv = PagedKVCache(model.config, -(-len(ids) // 16), 16, model.dtype, model.device)
-    rows = ModelRunner(model, kv).forward([LaneInput(0, ids, 0, len(ids))]).logits[0]
+    rows = engine_logits(model, ids)
     return rows[:-1].log_softmax(-1).gather(1, torch.tensor(ids[1:])[:, None])[:, 0].tolist()
 
 
