@@ -151,13 +151,16 @@ def merge_query_lengths(q_lens: list[int], ctx_lens: list[int],
 def plan_attention(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens: torch.Tensor,
                    block_size: int, group_size: int, dtype: torch.dtype,
                    call_cost_pairs: float = CALL_COST_PAIRS,
-                   gather_cost_pairs: float = GATHER_COST_PAIRS) -> AttentionPlan:
+                   gather_cost_pairs: float = GATHER_COST_PAIRS, window: int | None = None,
+                   softcap: bool = False) -> AttentionPlan:
     """Group lanes into calls (`merge_query_lengths`), build their index tensors and masks. The
     masks are additive in the queries' `dtype`: SDPA converts a bool mask on every call, ~20 us
-    of a 150-600 us call at SmolLM2 shapes, bf16."""
+    of a 150-600 us call at SmolLM2 shapes, bf16. With a `window` a query sees only the `window`
+    keys up to its own (sliding-window attention); `softcap`: every call is matmuls, the only
+    path that can cap the scores."""
     device = block_tables.device
-    may_matmul = (dtype == torch.bfloat16 and device.type == "cpu" and cpu_has_fast_bf16()
-                  and matmuls_beat_sdpa())
+    may_matmul = softcap or (dtype == torch.bfloat16 and device.type == "cpu"
+                             and cpu_has_fast_bf16() and matmuls_beat_sdpa())
     packs = sdpa_packs_for_brgemm(dtype, device)
     cu = cu_q_lens.tolist()
     ctx_list = ctx_lens.tolist()
@@ -174,9 +177,9 @@ def plan_attention(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens
         q_len = max(q for _, q, _, _ in entries)
         ctx = max(c for _, _, c, _ in entries)
         scores = len(entries) * group_size * q_len * ctx
-        matmul = (may_matmul and group_size * q_len >= MATMUL_MIN_ROWS
-                  and len(entries) >= MATMUL_MIN_LANES
-                  and MATMUL_MIN_SCORES <= scores <= MATMUL_MAX_SCORES)
+        matmul = softcap or (may_matmul and group_size * q_len >= MATMUL_MIN_ROWS
+                             and len(entries) >= MATMUL_MIN_LANES
+                             and MATMUL_MIN_SCORES <= scores <= MATMUL_MAX_SCORES)
         bucketed = matmul or (packs and group_size * q_len >= PACKED_SDPA_MIN
                               and ctx >= PACKED_SDPA_MIN)
         if bucketed:
@@ -197,11 +200,14 @@ def plan_attention(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens
                   for b in tables[i][:max_blocks] + [0] * (max_blocks - len(tables[i]))]
         ctxs = torch.tensor([c for _, _, c, _ in entries], device=device)
         mask = None
-        if q_len > 1 or any(c != ctx for _, _, c, _ in entries):
+        if q_len > 1 or any(c != ctx for _, _, c, _ in entries) or window and ctx > window:
             # Query row j of an entry sits at position ctx - q_len + j and sees keys up to it; a
             # padding row before position 0 sees key 0, so that no row is empty.
             last = (ctxs[:, None] - q_len + torch.arange(q_len, device=device)).clamp(min=0)
-            hidden = torch.arange(ctx, device=device) > last[:, :, None]       # [G, q_len, ctx]
+            keys = torch.arange(ctx, device=device)
+            hidden = keys > last[:, :, None]                                    # [G, q_len, ctx]
+            if window:
+                hidden |= keys <= last[:, :, None] - window
             mask = torch.zeros(hidden.shape, dtype=dtype, device=device).masked_fill_(
                 hidden, float("-inf"))
             mask = mask[:, None].expand(len(entries), group_size, q_len, ctx)
@@ -229,11 +235,15 @@ def _gather_blocks(cache: torch.Tensor, g: LaneGroup) -> torch.Tensor:
 
 
 def _matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                      mask: torch.Tensor | None, scale: float) -> torch.Tensor:
+                      mask: torch.Tensor | None, scale: float,
+                      softcap: float | None = None) -> torch.Tensor:
     """SDPA's result as two matmuls; keys and values made contiguous first, which the matmuls
-    would otherwise do more slowly."""
+    would otherwise do more slowly. `softcap`: scores s become softcap * tanh(s / softcap) before
+    the mask (Gemma 2)."""
     scores = torch.matmul(q, k.contiguous().transpose(-1, -2))
     scores.mul_(scale)
+    if softcap is not None:
+        scores.div_(softcap).tanh_().mul_(softcap)
     if mask is not None:
         scores.add_(mask)
     return torch.matmul(torch.softmax(scores, -1), v.contiguous())
@@ -295,21 +305,24 @@ def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
 
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                     block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens: torch.Tensor,
-                    scale: float, plan: AttentionPlan | None = None) -> torch.Tensor:
+                    scale: float, plan: AttentionPlan | None = None, window: int | None = None,
+                    softcap: float | None = None) -> torch.Tensor:
     """Query j of lane i sits at position ctx_lens[i] - q_len_i + j and attends keys 0..that
-    position. `plan` is the same for every layer of a step; pass it to skip re-planning."""
+    position, or its last `window` of them. `plan` is the same for every layer of a step (with
+    the window and softcap its layers have); pass it to skip re-planning."""
     # q: [num_tokens, nh, hd]; caches: [num_blocks, bs, kvh, hd]; block_tables: [lanes, max_blocks]
-    if runs_kernels(q):
+    if runs_kernels(q) and window is None and softcap is None:
         return hip_kernels.paged_attention(q.contiguous(), k_cache, v_cache, block_tables,
                                            cu_q_lens, ctx_lens, scale)
     return torch_paged_attention(q, k_cache, v_cache, block_tables, cu_q_lens, ctx_lens, scale,
-                                 plan)
+                                 plan, window, softcap)
 
 
 def torch_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                           block_tables: torch.Tensor, cu_q_lens: torch.Tensor,
                           ctx_lens: torch.Tensor, scale: float,
-                          plan: AttentionPlan | None = None) -> torch.Tensor:
+                          plan: AttentionPlan | None = None, window: int | None = None,
+                          softcap: float | None = None) -> torch.Tensor:
     """`paged_attention` in torch on any device: lanes batched into SDPA (or matmul) calls over
     their gathered blocks, as `plan` groups them."""
     num_tokens, num_heads, head_dim = q.shape
@@ -317,7 +330,9 @@ def torch_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
     group = num_heads // num_kv_heads
     assert num_heads % num_kv_heads == 0 and k_cache.shape[3] == head_dim
     if plan is None:
-        plan = plan_attention(block_tables, cu_q_lens, ctx_lens, block_size, group, q.dtype)
+        plan = plan_attention(block_tables, cu_q_lens, ctx_lens, block_size, group, q.dtype,
+                              window=window, softcap=softcap is not None)
+    assert softcap is None or all(g.matmul for g in plan.groups), "SDPA cannot cap scores"
     assert plan.num_tokens == num_tokens, (plan.num_tokens, num_tokens)
     out = None if plan.in_order else q.new_empty(num_tokens + plan.padded, num_heads, head_dim)
     for g in plan.groups:
@@ -332,7 +347,7 @@ def torch_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
                .view(lanes, g.max_blocks * block_size, num_kv_heads, head_dim)[:, :g.ctx]
                .transpose(1, 2))
         if g.matmul:
-            o = _matmul_attention(q_g, k_g, v_g, g.mask, scale)
+            o = _matmul_attention(q_g, k_g, v_g, g.mask, scale, softcap)
         elif g.pad_rows:  # rows that only round the call's shape (QUERY_ROW_BUCKET): dropped
             o = F.scaled_dot_product_attention(F.pad(q_g, (0, 0, 0, g.pad_rows)), k_g, v_g,
                                                attn_mask=g.mask, scale=scale)[:, :, :group * q_len]

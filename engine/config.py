@@ -5,13 +5,17 @@ from dataclasses import dataclass, replace
 
 from engine.rope import RopeScaling
 
+ACTIVATIONS = ("silu", "gelu_tanh", "gelu")
+
 
 @dataclass(slots=True)
 class ModelConfig:
     """A Llama-family decoder. Qwen2 adds qkv bias, Qwen3 adds q/k RMSNorm, Phi-3 stores its
     projections fused (and Phi-4-mini turns only part of each head with RoPE), SmolLM3 leaves
     RoPE out of some layers, Granite scales embeddings, residuals, attention and logits, OLMo 2
-    norms each sublayer's output (and q and k whole)."""
+    norms each sublayer's output (and q and k whole), Gemma has GELU, norms by 1 + weight and
+    embeddings scaled, Gemma 2 adds norms around each sublayer, sliding-window layers and capped
+    scores, Gemma 3 q/k norms and a RoPE base of its own in its sliding layers."""
 
     vocab_size: int
     hidden_size: int
@@ -28,7 +32,10 @@ class ModelConfig:
     qkv_bias: bool = False
     qk_norm: bool = False
     qk_norm_whole: bool = False  # q and k normed across all their heads (OLMo 2), not per head
-    norm_after: bool = False  # each sublayer's output normed, its input not (OLMo 2)
+    norm_before: bool = True  # each sublayer's input normed (all but OLMo 2)
+    norm_after: bool = False  # each sublayer's output normed (OLMo 2, Gemma 2 and 3)
+    gemma_norms: bool = False  # RMSNorms scale by 1 + weight, computed in fp32
+    activation: str = "silu"  # the MLP gate's: silu, or gelu_tanh (Gemma), gelu
     fused_projections: bool = False  # checkpoints hold qkv_proj and gate_up_proj (Phi-3)
     rotary_dim: int = 0  # a head's leading dimensions RoPE turns; 0: all (head_dim)
     nope_layers: tuple[int, ...] = ()  # layers that use no RoPE at all (SmolLM3's every 4th)
@@ -37,6 +44,14 @@ class ModelConfig:
     residual_multiplier: float = 1.0   # each layer's attention and MLP outputs scaled by it
     attention_multiplier: float | None = None  # the attention's softmax scale; None: usual
     logits_scaling: float = 1.0        # the logits divided by it
+    # Gemma 2's caps: scores s become cap * tanh(s / cap)
+    attention_softcap: float | None = None
+    logits_softcap: float | None = None
+    # Sliding-window layers: a query there sees only the last `sliding_window` keys, its own
+    # included; with a base of their own (Gemma 3's local RoPE) where local_rope_theta is set.
+    sliding_window: int | None = None
+    sliding_layers: tuple[int, ...] = ()
+    local_rope_theta: float | None = None
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
     architecture: str = "llama"
@@ -62,10 +77,22 @@ class ModelConfig:
                                                or self.attention_multiplier > 0):
             raise ValueError(f"logits_scaling and attention_multiplier must be positive, got "
                              f"{self.logits_scaling} and {self.attention_multiplier}")
-        self.nope_layers = tuple(self.nope_layers)
-        if not all(0 <= i < self.num_layers for i in self.nope_layers):
-            raise ValueError(f"layers without RoPE {self.nope_layers} are not all among the "
-                             f"{self.num_layers} layers")
+        for name in ("nope_layers", "sliding_layers"):
+            layers = tuple(getattr(self, name))
+            setattr(self, name, layers)
+            if not all(0 <= i < self.num_layers for i in layers):
+                raise ValueError(f"ModelConfig.{name} {layers} are not all among the "
+                                 f"{self.num_layers} layers")
+        if self.sliding_layers and not (self.sliding_window or 0) > 0:
+            raise ValueError(f"sliding layers need a positive sliding_window, got "
+                             f"{self.sliding_window}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation {self.activation!r} is not one of {ACTIVATIONS}")
+        if not (self.norm_before or self.norm_after):
+            raise ValueError("a layer norms its sublayers' inputs, outputs or both")
+        for name in ("attention_softcap", "logits_softcap"):
+            if getattr(self, name) is not None and not getattr(self, name) > 0:
+                raise ValueError(f"ModelConfig.{name} must be positive, got {getattr(self, name)}")
         self.eos_token_ids = tuple(self.eos_token_ids)
         outside = [i for i in self.eos_token_ids if not 0 <= i < self.vocab_size]
         if outside:
@@ -83,7 +110,8 @@ class ModelConfig:
     def first_layers(self, num_layers: int) -> "ModelConfig":
         """The config of this model's first `num_layers` layers (a self-draft's)."""
         return replace(self, num_layers=num_layers,
-                       nope_layers=tuple(i for i in self.nope_layers if i < num_layers))
+                       nope_layers=tuple(i for i in self.nope_layers if i < num_layers),
+                       sliding_layers=tuple(i for i in self.sliding_layers if i < num_layers))
 
 
 PRESETS: dict[str, ModelConfig] = {

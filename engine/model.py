@@ -1,6 +1,7 @@
 """The Llama-family decoder (Llama, Mistral, Qwen2 with qkv bias, Qwen3 with q/k RMSNorm,
 SmolLM, SmolLM3 with layers without RoPE, Phi-3, Granite with its scalars, OLMo 2 with its norms
-after) as one forward over packed tokens of many lanes and a paged KV cache.
+after, Gemma 1-3 with theirs and sliding windows) as one forward over packed tokens of many
+lanes and a paged KV cache.
 
 Weights arrive under Hugging Face names; q/k/v and gate/up are stored fused so each layer runs
 two matmuls fewer (Python overhead per op matters with 30 layers on CPU), as Phi-3's checkpoints
@@ -32,6 +33,9 @@ class StepMetadata:
     cu_q_lens: Tensor      # [num_lanes + 1] int32
     ctx_lens: Tensor       # [num_lanes] int32
     plan: AttentionPlan | None  # None where hip_kernels' attention runs, which needs none
+    # sliding-window layers' plan where some lane's context is past the window; None: none is,
+    # and they attend as the others do
+    sliding_plan: AttentionPlan | None = None
 
 
 # Where oneDNN has no bf16 kernels (an AVX2 CPU), torch's CPU bf16 GEMV still streams at memory
@@ -127,27 +131,53 @@ def _rotated(qk: Tensor, cos: Tensor, sin: Tensor, c: ModelConfig) -> Tensor:
                      dim=-1)
 
 
+def norm_dtype(config: ModelConfig, dtype: torch.dtype) -> torch.dtype:
+    """The dtype of a model's norm weights: Gemma's are 1 + weight in fp32, as it computes them
+    (1 + a small weight in bf16 would lose most of the weight's bits)."""
+    return torch.float32 if config.gemma_norms else dtype
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """RMSNorm over the last dimension, in the weight's dtype where it is wider (Gemma's)."""
+    if weight.dtype == x.dtype:
+        return F.rms_norm(x, weight.shape, weight, eps)
+    return F.rms_norm(x.to(weight.dtype), weight.shape, weight, eps).to(x.dtype)
+
+
+_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
+
+
 class DecoderLayer(nn.Module):
     LINEARS = ("qkv", "o_proj", "gate_up", "down")  # the weights `_linear` multiplies by
 
-    def __init__(self, config: ModelConfig, dtype: torch.dtype, device, rotates: bool = True
-                 ) -> None:
+    def __init__(self, config: ModelConfig, dtype: torch.dtype, device, rotates: bool = True,
+                 sliding: bool = False) -> None:
         super().__init__()
         c, kw = config, {"dtype": dtype, "device": device}
         self.rotates = rotates  # RoPE in this layer (SmolLM3 leaves it out of some)
+        self.window = c.sliding_window if sliding else None
+        self.local_rope = sliding and c.local_rope_theta is not None
         self.q_size, self.kv_size = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
-        # OLMo 2 norms each sublayer's output (post_norm, ff_norm) and not its input
-        self.input_norm = (None if c.norm_after else
-                           nn.Parameter(torch.empty(c.hidden_size, **kw)))
+
+        def norm(width: int, present: bool = True) -> nn.Parameter | None:
+            return (nn.Parameter(torch.empty(width, dtype=norm_dtype(c, dtype), device=device))
+                    if present else None)
+
+        # Each sublayer's input normed (input_norm, mlp_norm), its output (attn_out_norm,
+        # ff_norm: OLMo 2's and Gemma 2's), or both
+        self.input_norm = norm(c.hidden_size, c.norm_before)
         self.qkv = nn.Parameter(torch.empty(self.q_size + 2 * self.kv_size, c.hidden_size, **kw))
         self.qkv_bias = (nn.Parameter(torch.empty(self.q_size + 2 * self.kv_size, **kw))
                          if c.qkv_bias else None)
         q_span, k_span = (self.q_size, self.kv_size) if c.qk_norm_whole else (c.head_dim,) * 2
-        self.q_norm = nn.Parameter(torch.empty(q_span, **kw)) if c.qk_norm else None
-        self.k_norm = nn.Parameter(torch.empty(k_span, **kw)) if c.qk_norm else None
+        self.q_norm = norm(q_span, c.qk_norm)
+        self.k_norm = norm(k_span, c.qk_norm)
         self.o_proj = nn.Parameter(torch.empty(c.hidden_size, self.q_size, **kw))
-        self.post_norm = nn.Parameter(torch.empty(c.hidden_size, **kw))
-        self.ff_norm = nn.Parameter(torch.empty(c.hidden_size, **kw)) if c.norm_after else None
+        self.attn_out_norm = norm(c.hidden_size, c.norm_after)
+        self.mlp_norm = norm(c.hidden_size, c.norm_before)
+        self.ff_norm = norm(c.hidden_size, c.norm_after)
+        self.activation = _ACTIVATIONS[c.activation]
         self.gate_up = nn.Parameter(torch.empty(2 * c.intermediate_size, c.hidden_size, **kw))
         self.down = nn.Parameter(torch.empty(c.hidden_size, c.intermediate_size, **kw))
         self.config = config
@@ -158,20 +188,19 @@ class DecoderLayer(nn.Module):
                 meta: StepMetadata) -> Tensor:
         c = self.config
         n = x.shape[0]                                                    # x: [n, hidden]
-        h = x if c.norm_after else F.rms_norm(x, (c.hidden_size,), self.input_norm,
-                                              c.rms_norm_eps)
+        h = x if self.input_norm is None else rms_norm(x, self.input_norm, c.rms_norm_eps)
         qkv = _linear(h, self.qkv, self.qkv_bias)                        # [n, q + 2 kv]
         qk, v = qkv.split((self.q_size + self.kv_size, self.kv_size), dim=-1)
         if c.qk_norm_whole:  # across the heads, before RoPE
             q, k = qk.split((self.q_size, self.kv_size), dim=-1)
-            qk = torch.cat((F.rms_norm(q, (self.q_size,), self.q_norm, c.rms_norm_eps),
-                            F.rms_norm(k, (self.kv_size,), self.k_norm, c.rms_norm_eps)), dim=-1)
+            qk = torch.cat((rms_norm(q, self.q_norm, c.rms_norm_eps),
+                            rms_norm(k, self.k_norm, c.rms_norm_eps)), dim=-1)
         qk = qk.view(n, c.num_heads + c.num_kv_heads, c.head_dim)
         v = v.view(n, c.num_kv_heads, c.head_dim)
         if self.q_norm is not None and not c.qk_norm_whole:  # each head with its own, before RoPE
             q, k = qk.split((c.num_heads, c.num_kv_heads), dim=1)
-            qk = torch.cat((F.rms_norm(q, (c.head_dim,), self.q_norm, c.rms_norm_eps),
-                            F.rms_norm(k, (c.head_dim,), self.k_norm, c.rms_norm_eps)), dim=1)
+            qk = torch.cat((rms_norm(q, self.q_norm, c.rms_norm_eps),
+                            rms_norm(k, self.k_norm, c.rms_norm_eps)), dim=1)
         if self.rotates:
             qk = _rotated(qk, cos, sin, c)
         q, k = qk.split((c.num_heads, c.num_kv_heads), dim=1)
@@ -179,17 +208,21 @@ class DecoderLayer(nn.Module):
             write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         else:
             write_kv(k[meta.write_rows], v[meta.write_rows], k_cache, v_cache, meta.slot_mapping)
+        windowed = self.window is not None and meta.sliding_plan is not None
         o = paged_attention(q, k_cache, v_cache, meta.block_tables, meta.cu_q_lens, meta.ctx_lens,
-                            self.attention_scale, plan=meta.plan)         # [n, nh, hd]
+                            self.attention_scale,
+                            plan=meta.sliding_plan if windowed else meta.plan,
+                            window=self.window if windowed else None,
+                            softcap=c.attention_softcap)                  # [n, nh, hd]
         out = _linear(o.reshape(n, self.q_size), self.o_proj)
-        if c.norm_after:
-            out = F.rms_norm(out, (c.hidden_size,), self.post_norm, c.rms_norm_eps)
+        if self.attn_out_norm is not None:
+            out = rms_norm(out, self.attn_out_norm, c.rms_norm_eps)
         x = self._residual(x, out)
-        h = x if c.norm_after else F.rms_norm(x, (c.hidden_size,), self.post_norm, c.rms_norm_eps)
+        h = x if self.mlp_norm is None else rms_norm(x, self.mlp_norm, c.rms_norm_eps)
         gate, up = _linear(h, self.gate_up).chunk(2, dim=-1)             # [n, inter] each
-        out = _linear(F.silu(gate) * up, self.down)
-        if c.norm_after:
-            out = F.rms_norm(out, (c.hidden_size,), self.ff_norm, c.rms_norm_eps)
+        out = _linear(self.activation(gate) * up, self.down)
+        if self.ff_norm is not None:
+            out = rms_norm(out, self.ff_norm, c.rms_norm_eps)
         return self._residual(x, out)
 
     def _residual(self, x: Tensor, out: Tensor) -> Tensor:
@@ -207,14 +240,22 @@ class LlamaModel(nn.Module):
         self.config = config
         self.embed = nn.Parameter(torch.empty(config.vocab_size, config.hidden_size, **kw))
         self.layers = nn.ModuleList(DecoderLayer(config, dtype, device,
-                                                 rotates=i not in config.nope_layers)
+                                                 rotates=i not in config.nope_layers,
+                                                 sliding=i in config.sliding_layers)
                                     for i in range(config.num_layers))
-        self.norm = nn.Parameter(torch.empty(config.hidden_size, **kw))
+        self.norm = nn.Parameter(torch.empty(config.hidden_size, dtype=norm_dtype(config, dtype),
+                                             device=device))
+        # Gemma scales its embeddings by a factor rounded to the model's dtype, as it does
+        self.embedding_multiplier = (torch.tensor(config.embedding_multiplier, dtype=dtype).item()
+                                     if config.gemma_norms else config.embedding_multiplier)
         self.register_parameter("lm_head", None if config.tie_word_embeddings else
                                 nn.Parameter(torch.empty(config.vocab_size, config.hidden_size,
                                                          **kw)))
         inv_freq = rope.frequencies(config.rotary_dim, config.rope_theta, config.rope_scaling)
         self.register_buffer("inv_freq", inv_freq.to(device), persistent=False)  # [rotary / 2]
+        self.local_inv_freq = (None if config.local_rope_theta is None else  # unscaled
+                               rope.frequencies(config.rotary_dim, config.local_rope_theta,
+                                                None).to(device))
         # cos and sin scaled where the attention's scale cannot take it (_folded_rope_factor)
         self.rope_factor = rope.attention_factor(config.rope_scaling) / _folded_rope_factor(config)
         self.requires_grad_(False)
@@ -271,22 +312,33 @@ class LlamaModel(nn.Module):
         """Run the packed tokens through every layer, storing their KV; logits of the chosen rows."""
         # input_ids: [n]; logit_rows: [m] -> [m, vocab] float32
         x = F.embedding(input_ids, self.embed)                            # [n, hidden]
-        if self.config.embedding_multiplier != 1.0:
-            x = x * self.config.embedding_multiplier
-        freqs = meta.positions[:, None].float() * self.inv_freq           # [n, rotary / 2]
-        half_cos, half_sin = freqs.cos(), freqs.sin()
-        if self.rope_factor != 1.0:
-            half_cos, half_sin = half_cos * self.rope_factor, half_sin * self.rope_factor
-        cos = torch.cat((half_cos, half_cos), dim=-1)[:, None, :].to(x.dtype)     # [n, 1, rotary]
-        sin = torch.cat((-half_sin, half_sin), dim=-1)[:, None, :].to(x.dtype)    # signed
+        if self.embedding_multiplier != 1.0:
+            x = x * self.embedding_multiplier
+        cos, sin = self._rope(meta.positions, self.inv_freq, self.rope_factor, x.dtype)
+        local = (None if self.local_inv_freq is None else
+                 self._rope(meta.positions, self.local_inv_freq, 1.0, x.dtype))
         for index, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, kv.k[index], kv.v[index], meta)
-        h = F.rms_norm(x[logit_rows], (self.config.hidden_size,), self.norm,
-                       self.config.rms_norm_eps)
+            x = layer(x, *(local if layer.local_rope else (cos, sin)), kv.k[index], kv.v[index],
+                      meta)
+        h = rms_norm(x[logit_rows], self.norm, self.config.rms_norm_eps)
         logits = _linear(h, self.head).float()
         if self.config.logits_scaling != 1.0:
             logits /= self.config.logits_scaling
+        if self.config.logits_softcap is not None:
+            cap = self.config.logits_softcap
+            logits = torch.tanh(logits / cap) * cap
         return logits
+
+    @staticmethod
+    def _rope(positions: Tensor, inv_freq: Tensor, factor: float, dtype: torch.dtype
+              ) -> tuple[Tensor, Tensor]:
+        """cos and sin at each position, [n, 1, rotary], sin signed for `_rotated`."""
+        freqs = positions[:, None].float() * inv_freq                     # [n, rotary / 2]
+        half_cos, half_sin = freqs.cos(), freqs.sin()
+        if factor != 1.0:
+            half_cos, half_sin = half_cos * factor, half_sin * factor
+        return (torch.cat((half_cos, half_cos), dim=-1)[:, None, :].to(dtype),
+                torch.cat((-half_sin, half_sin), dim=-1)[:, None, :].to(dtype))
 
     @property
     def builds_kernels_per_row_count(self) -> bool:
@@ -345,6 +397,8 @@ class LlamaModel(nn.Module):
             for param, names in model._hf_sources():
                 param.copy_(torch.cat([tensors[name].to(param.dtype) for name in names])
                             if len(names) > 1 else tensors[names[0]])
+                if config.gemma_norms and names[0].endswith("norm.weight"):
+                    param.add_(1)  # scaled by 1 + weight
         if prepacks(model.device, dtype):
             model.prepack()
         return model
@@ -355,6 +409,8 @@ class LlamaModel(nn.Module):
         out = {}
         for param, names in self._hf_sources():
             param = param.to_dense() if param.is_mkldnn else param
+            if self.config.gemma_norms and names[0].endswith("norm.weight"):
+                param = param - 1
             for name, part in zip(names, param.split([shapes[n][0] for n in names])):
                 out[name] = part.clone()
         return out
@@ -367,24 +423,27 @@ class LlamaModel(nn.Module):
         for i, layer in enumerate(self.layers):
             p = f"model.layers.{i}."
             fused = self.config.fused_projections
-            sources += [] if layer.input_norm is None else [
-                (layer.input_norm, (p + "input_layernorm.weight",))]
+            # post_attention_layernorm norms the attention's output where outputs are normed,
+            # else the MLP's input
+            outputs_normed = layer.attn_out_norm is not None
+            norms = {"input_layernorm": layer.input_norm,
+                     "post_attention_layernorm": (layer.attn_out_norm if outputs_normed else
+                                                  layer.mlp_norm),
+                     "pre_feedforward_layernorm": layer.mlp_norm if outputs_normed else None,
+                     "post_feedforward_layernorm": layer.ff_norm,
+                     "self_attn.q_norm": layer.q_norm, "self_attn.k_norm": layer.k_norm}
+            sources += [(param, (f"{p}{name}.weight",)) for name, param in norms.items()
+                        if param is not None]
             sources += [
                 (layer.qkv, (p + "self_attn.qkv_proj.weight",) if fused else
                  tuple(p + f"self_attn.{x}_proj.weight" for x in "qkv")),
                 (layer.o_proj, (p + "self_attn.o_proj.weight",)),
-                (layer.post_norm, (p + "post_attention_layernorm.weight",)),
                 (layer.gate_up, (p + "mlp.gate_up_proj.weight",) if fused else
                  (p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight")),
                 (layer.down, (p + "mlp.down_proj.weight",)),
             ]
             if layer.qkv_bias is not None:
                 sources.append((layer.qkv_bias, tuple(p + f"self_attn.{x}_proj.bias" for x in "qkv")))
-            if layer.q_norm is not None:
-                sources += [(layer.q_norm, (p + "self_attn.q_norm.weight",)),
-                            (layer.k_norm, (p + "self_attn.k_norm.weight",))]
-            if layer.ff_norm is not None:
-                sources.append((layer.ff_norm, (p + "post_feedforward_layernorm.weight",)))
         return sources
 
 
@@ -441,7 +500,7 @@ def _hf_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
     for i in range(c.num_layers):
         p = f"model.layers.{i}."
         # in this order: LlamaModel.random draws its weights so (the tiny-test model's own)
-        if not c.norm_after:
+        if c.norm_before:
             shapes[p + "input_layernorm.weight"] = (c.hidden_size,)
         shapes[p + "post_attention_layernorm.weight"] = (c.hidden_size,)
         shapes.update({p + "self_attn.qkv_proj.weight": (q + 2 * kv, c.hidden_size)}
@@ -462,4 +521,6 @@ def _hf_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
                            p + "self_attn.k_norm.weight": (kv if c.qk_norm_whole else c.head_dim,)})
         if c.norm_after:
             shapes[p + "post_feedforward_layernorm.weight"] = (c.hidden_size,)
+        if c.norm_after and c.norm_before:
+            shapes[p + "pre_feedforward_layernorm.weight"] = (c.hidden_size,)
     return shapes

@@ -61,16 +61,25 @@ class ModelRunner:
         cu_q_lens = torch.tensor(cu, dtype=torch.int32, device=dev)
         ctx_lens = torch.tensor(ctx, dtype=torch.int32, device=dev)
         positions = torch.tensor(positions, dtype=torch.int64, device=dev)
+        c = self.model.config
+
+        def plan(window: int | None = None):
+            return plan_attention(block_tables, cu_q_lens, ctx_lens, bs, c.group_size,
+                                  self.model.dtype, window=window,
+                                  softcap=c.attention_softcap is not None)
+
+        # The kernels need no plan (making one reads the tables back from the GPU), but they
+        # neither cap scores nor slide a window.
+        kernels = runs_kernels(positions) and c.attention_softcap is None
         meta = StepMetadata(
             positions=positions,
             write_rows=(None if len(write_rows) == cu[-1] else
                         torch.tensor(write_rows, dtype=torch.int64, device=dev)),
             slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
             block_tables=block_tables, cu_q_lens=cu_q_lens, ctx_lens=ctx_lens,
-            # The kernels need no plan, and making one reads the tables back from the GPU.
-            plan=None if runs_kernels(positions) else plan_attention(
-                block_tables, cu_q_lens, ctx_lens, bs, self.model.config.group_size,
-                self.model.dtype))
+            plan=None if kernels else plan(),
+            sliding_plan=(plan(c.sliding_window) if c.sliding_layers and max(ctx) > c.sliding_window
+                          else None))
         logits = self.model(torch.tensor(ids, dtype=torch.int64, device=dev), meta, self.kv,
                             torch.tensor(logit_rows, dtype=torch.int64, device=dev))
         return ForwardOutput(logits=list(logits.split([lane.logits_rows for lane in lanes])),

@@ -117,12 +117,13 @@ def gguf_config(g: _Gguf) -> dict:
     theta = float(g.get(f"{arch}.rope.freq_base", 10000.0))
     scaling = (_llama3_scaling(g, head_dim, theta) if "rope_freqs.weight" in names else
                _longrope_scaling(g, arch) if "rope_factors_short.weight" in names else None)
-    window = int(g.get(f"{arch}.attention.sliding_window", 0))  # the context is held within it
+    window = int(g.get(f"{arch}.attention.sliding_window", 0))  # in every layer, as llama.cpp
+    layers = int(g.get(f"{arch}.block_count"))
     return {
         "architectures": [ARCHITECTURES[arch][0]], "model_type": arch,
         "vocab_size": int(g.get(f"{arch}.vocab_size", vocab)), "hidden_size": hidden,
         "intermediate_size": int(g.get(f"{arch}.feed_forward_length")),
-        "num_hidden_layers": int(g.get(f"{arch}.block_count")),
+        "num_hidden_layers": layers,
         "num_attention_heads": heads,
         "num_key_value_heads": int(g.get(f"{arch}.attention.head_count_kv", heads)),
         "head_dim": head_dim, **({"partial_rotary_factor": _share(g, rotary, head_dim)}
@@ -131,7 +132,8 @@ def gguf_config(g: _Gguf) -> dict:
         "rms_norm_eps": float(g.get(f"{arch}.attention.layer_norm_rms_epsilon")),
         "max_position_embeddings": int(g.get(f"{arch}.context_length")),
         "tie_word_embeddings": "output.weight" not in names,
-        **({"use_sliding_window": True, "sliding_window": window} if window else {}),
+        **({"sliding_window": window, "layer_types": ["sliding_attention"] * layers}
+           if window else {}),
         **({ours: float(g.get(f"{arch}.{theirs}", 1.0)) for theirs, ours in _GRANITE.items()}
            if arch == "granite" else {}),
         "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,

@@ -25,8 +25,14 @@ SUPPORTED = {
     "Phi3ForCausalLM": ("phi3", {"fused_projections": True}),
     "SmolLM3ForCausalLM": ("smollm3", {}),
     "GraniteForCausalLM": ("granite", {}),
-    "Olmo2ForCausalLM": ("olmo2", {"qk_norm": True, "qk_norm_whole": True, "norm_after": True}),
+    "Olmo2ForCausalLM": ("olmo2", {"qk_norm": True, "qk_norm_whole": True, "norm_before": False,
+                                   "norm_after": True}),
+    "GemmaForCausalLM": ("gemma", {"gemma_norms": True}),
+    "Gemma2ForCausalLM": ("gemma2", {"gemma_norms": True, "norm_after": True}),
+    "Gemma3ForCausalLM": ("gemma3", {"gemma_norms": True, "norm_after": True, "qk_norm": True}),
 }
+# The MLP activations transformers names, as ModelConfig.activation names them
+ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
 # Granite's scalars, with transformers' defaults (its attention's scale is 1 unless given)
 GRANITE = {"embedding_multiplier": 1.0, "residual_multiplier": 1.0, "attention_multiplier": 1.0,
            "logits_scaling": 1.0}
@@ -62,6 +68,8 @@ def _rope(cfg: dict, path: Path, max_position: int
     params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     if not isinstance(params, dict):
         raise ModelLoadError(path, f"rope parameters must be an object, got {params!r}")
+    if "full_attention" in params:  # by layer type (Gemma 3's): the full layers' (`_gemma`)
+        params = params["full_attention"] or {}
     params = {name: cfg[name] for name in ("original_max_position_embeddings",
                                            "partial_rotary_factor") if cfg.get(name)} | params
     theta = _number(params if "rope_theta" in params else cfg, path, "rope_theta", 10000.0)
@@ -128,21 +136,15 @@ def read_config(folder: Path) -> ModelConfig:
         raise ModelLoadError(path, f"quantized checkpoints (quantization_config: "
                                    f"{method or quantization!r}) are not supported; use the "
                                    "model's unquantized weights (bf16, fp16 or fp32)")
-    if cfg.get("hidden_act", "silu") != "silu":
-        raise ModelLoadError(path, f"hidden_act {cfg['hidden_act']!r} is not supported (silu)")
-    if arch in ("llama", "mistral", "smollm3", "granite", "olmo2") and (
-            cfg.get("attention_bias") or cfg.get("mlp_bias")):
+    activation = _activation(cfg, path, arch)
+    if cfg.get("attention_bias") or cfg.get("mlp_bias"):  # Qwen2's q/k/v biases are implied
         raise ModelLoadError(path, "attention_bias / mlp_bias are not supported for " + arch)
+    if cfg.get("use_bidirectional_attention"):
+        raise ModelLoadError(path, "use_bidirectional_attention (an encoder's) is not supported")
     max_position = _int(cfg, path, "max_position_embeddings", 8192)
     theta, scaling, rotary_share = _rope(cfg, path, max_position)
     if scaling is not None and scaling.kind == "longrope":  # its short factors' context (rope.py)
         max_position = min(max_position, scaling.original_max_position)
-    if arch in ("mistral", "phi3") or _bool(cfg, path, "use_sliding_window", False):
-        # Within the window, sliding-window attention is full attention: cap the context there
-        # instead of implementing the window.
-        window = _int(cfg, path, "sliding_window", 0)
-        if window > 0:
-            max_position = min(max_position, window)
     generation = read_json(folder / "generation_config.json", required=False) or {}
     eos = tuple(dict.fromkeys(
         _ids(cfg.get("eos_token_id"), path, "eos_token_id")
@@ -161,6 +163,8 @@ def read_config(folder: Path) -> ModelConfig:
             nope_layers=_nope_layers(cfg, path, layers) if arch == "smollm3" else (),
             **({name: _number(cfg, path, name, default) for name, default in GRANITE.items()}
                if arch == "granite" else {}),
+            **(_gemma(cfg, path, arch) if arch.startswith("gemma") else {}),
+            **_sliding_window(cfg, path, arch, layers), activation=activation,
             num_kv_heads=_int(cfg, path, "num_key_value_heads", heads) or heads,
             head_dim=_int(cfg, path, "head_dim", 0), rotary_dim=rotary_dim, rope_theta=theta,
             rope_scaling=scaling,
@@ -175,6 +179,78 @@ def read_config(folder: Path) -> ModelConfig:
     except ValueError as exc:
         raise ModelLoadError(path, f"rope parameters: {exc}") from None
     return config
+
+
+def _activation(cfg: dict, path: Path, arch: str) -> str:
+    """The MLP's activation. Gemma 2 and 3 name theirs hidden_activation; Gemma's first
+    releases say gelu where they mean its tanh approximation, as transformers reads them."""
+    named = cfg.get("hidden_activation") or cfg.get("hidden_act") or (
+        "gelu_pytorch_tanh" if arch.startswith("gemma") else "silu")
+    if arch == "gemma" and named == "gelu":
+        named = "gelu_pytorch_tanh"
+    if named not in ACTIVATIONS:
+        raise ModelLoadError(path, f"hidden activation {named!r} is not supported "
+                                   f"({', '.join(ACTIVATIONS)})")
+    return ACTIVATIONS[named]
+
+
+def _gemma(cfg: dict, path: Path, arch: str) -> dict:
+    """Gemma's scalars: embeddings scaled by sqrt(hidden_size); from Gemma 2 on, the
+    attention's scale from query_pre_attn_scalar and the caps on scores and logits; Gemma 3's
+    sliding layers' own RoPE base."""
+    fields = {"embedding_multiplier": _int(cfg, path, "hidden_size") ** 0.5}
+    if arch == "gemma":
+        return fields
+    scalar = _number(cfg, path, "query_pre_attn_scalar", 256)
+    if not scalar > 0:
+        raise ModelLoadError(path, f"query_pre_attn_scalar must be positive, got {scalar}")
+    fields |= {"attention_multiplier": scalar ** -0.5,
+               "attention_softcap": _number(cfg, path, "attn_logit_softcapping", 0) or None,
+               "logits_softcap": _number(cfg, path, "final_logit_softcapping", 0) or None}
+    if arch == "gemma3":
+        local = (cfg.get("rope_parameters") or {}).get("sliding_attention") or {}
+        if local.get("rope_type", "default") != "default":
+            raise ModelLoadError(path, f"the sliding layers' rope_type {local['rope_type']!r} is "
+                                       "not supported (default)")
+        fields["local_rope_theta"] = _number(local if "rope_theta" in local else cfg, path,
+                                             "rope_theta" if "rope_theta" in local else
+                                             "rope_local_base_freq", 10000.0)
+    return fields
+
+
+# Which layers slide where config.json has no layer_types, as transformers reads it: every layer
+# (Mistral, Phi-3), all but every pattern-th (Gemma 3, pattern 6; Gemma 2, 2), those from
+# max_window_layers (Qwen2 and 3 with use_sliding_window)
+def _sliding_window(cfg: dict, path: Path, arch: str, layers: int) -> dict:
+    """sliding_window and sliding_layers: the layers where a query sees only the window's keys
+    up to its own (and Gemma 3's local RoPE turns, however long its window)."""
+    window = _int(cfg, path, "sliding_window", 0)
+    if window < 0:
+        raise ModelLoadError(path, f"sliding_window must not be negative, got {window}")
+    if arch in ("qwen2", "qwen3") and not _bool(cfg, path, "use_sliding_window", False):
+        window = 0
+    types = cfg.get("layer_types")
+    if types is not None:
+        kinds = ("sliding_attention", "full_attention")
+        if not isinstance(types, list) or len(types) != layers or any(t not in kinds
+                                                                      for t in types):
+            raise ModelLoadError(path, f"layer_types must name one of {kinds} for each of the "
+                                       f"{layers} layers, got {types!r}")
+        sliding = [i for i, kind in enumerate(types) if kind == "sliding_attention"]
+    elif arch in ("gemma2", "gemma3"):
+        pattern = 2 if arch == "gemma2" else _int(cfg, path, "sliding_window_pattern", 6)
+        if pattern < 1:
+            raise ModelLoadError(path, f"sliding_window_pattern must be at least 1, got {pattern}")
+        sliding = [i for i in range(layers) if (i + 1) % pattern]
+    elif arch in ("mistral", "phi3"):
+        sliding = list(range(layers))
+    elif arch in ("qwen2", "qwen3"):
+        sliding = list(range(_int(cfg, path, "max_window_layers", 28), layers))
+    else:
+        sliding = []
+    if not sliding or not window:
+        return {}
+    return {"sliding_window": window, "sliding_layers": tuple(sliding)}
 
 
 def _nope_layers(cfg: dict, path: Path, layers: int) -> tuple[int, ...]:

@@ -20,14 +20,20 @@ from engine.spec.live_cost import Overhead
 from engine.step import StepExecutor, StepOutcome
 
 CONFIG = PRESETS["tiny-test"]
-MODELS = {dtype: LlamaModel.random(CONFIG, seed=0, dtype=dtype)
+# Gemma 2's and 3's ways in one tiny model: norms around each sublayer and on q and k, GELU,
+# a window of a few tokens with its own RoPE in one layer, capped scores and logits
+WINDOWED = CONFIG.with_(gemma_norms=True, norm_after=True, qk_norm=True, activation="gelu_tanh",
+                        embedding_multiplier=8.0, sliding_window=6, sliding_layers=(0,),
+                        local_rope_theta=100.0, attention_softcap=2.0, logits_softcap=3.0)
+MODELS = {(name, dtype): LlamaModel.random(config, seed=0, dtype=dtype)
+          for name, config in (("tiny", CONFIG), ("windowed", WINDOWED))
           for dtype in (torch.bfloat16, torch.float32, torch.float64)}
 CURVE = Calibration.make_dummy(knee=8)
 
 
-def _executor(dtype=torch.float64, blocks=512):
-    model = MODELS[dtype]
-    runner = ModelRunner(model, PagedKVCache(CONFIG, blocks, 16, dtype, "cpu"))
+def _executor(dtype=torch.float64, blocks=512, model="tiny"):
+    model = MODELS[model, dtype]
+    runner = ModelRunner(model, PagedKVCache(model.config, blocks, 16, dtype, "cpu"))
     return StepExecutor(runner, CURVE, target=SimpleNamespace(model=model))
 
 
@@ -38,8 +44,9 @@ def _copyish_prompt(seed: int, length: int) -> list[int]:
     return (base * 3)[:length]
 
 
-def _run(prompts, max_new, controls, dtype=torch.float64, chunk=512, sampling=None):
-    executor = _executor(dtype)
+def _run(prompts, max_new, controls, dtype=torch.float64, chunk=512, sampling=None,
+         model="tiny"):
+    executor = _executor(dtype, model=model)
     seqs = [Sequence(i, list(p), len(p), max_new_tokens=m, agent=i,
                      sampling=sampling or SamplingParams(), stop_ids=(257,))
             for i, (p, m) in enumerate(zip(prompts, max_new))]
@@ -57,14 +64,15 @@ def _alone(prompt: tuple, max_new: int, dtype) -> list[int]:
     return _REFERENCE[key]
 
 
+@pytest.mark.parametrize("model", ["tiny", "windowed"])
 @pytest.mark.parametrize("drafter", ["lookup", "self"])
 @pytest.mark.parametrize("ragged", ["packed", "padded"])
-def test_fp32_speculation_equals_plain_decoding(drafter, ragged):
+def test_fp32_speculation_equals_plain_decoding(drafter, ragged, model):
     prompts = [_copyish_prompt(s, n) for s, n in ((1, 40), (2, 25), (3, 60))]
-    plain, _ = _run(prompts, [30, 30, 30], Controls(policy="off"), torch.float32)
+    plain, _ = _run(prompts, [30, 30, 30], Controls(policy="off"), torch.float32, model=model)
     spec, records = _run(prompts, [30, 30, 30],
                          Controls(policy="fixed", k=6, drafter=drafter, ragged=ragged),
-                         torch.float32)
+                         torch.float32, model=model)
     assert spec == plain
     assert sum(r.accepted for r in records) > 0          # speculation actually happened
     assert len(records) < 30                              # and saved steps
@@ -234,36 +242,38 @@ def test_bf16_batch_shape_mismatch_is_measured(record_property):
 lane_strategy = st.tuples(st.integers(0, 10_000), st.integers(2, 32), st.integers(1, 10))
 
 
-def _property_case(lanes, policy, k, drafter, ragged, chunk, sampling):
+def _property_case(lanes, policy, k, drafter, ragged, chunk, sampling, model):
     prompts = [tuple(_copyish_prompt(seed, n)) for seed, n, _ in lanes]
     max_new = [m for _, _, m in lanes]
     controls = Controls(policy=policy, k=k, drafter=drafter, ragged=ragged)
-    outputs, _ = _run(prompts, max_new, controls, chunk=chunk, sampling=sampling)
+    outputs, _ = _run(prompts, max_new, controls, chunk=chunk, sampling=sampling, model=model)
     # fp64 decoding is batch-shape invariant (test_fp32_... checks lanes alone), so one plain
     # batched run is the reference
-    assert outputs == _run(prompts, max_new, Controls(policy="off"), sampling=sampling)[0]
+    assert outputs == _run(prompts, max_new, Controls(policy="off"), sampling=sampling,
+                           model=model)[0]
 
 
 _CASE = dict(lanes=st.lists(lane_strategy, min_size=1, max_size=4),
              policy=st.sampled_from(["fixed", "uniform", "goodput"]), k=st.integers(1, 8),
              drafter=st.sampled_from(["lookup", "self"]),
              ragged=st.sampled_from(["packed", "padded"]), chunk=st.sampled_from([5, 16, 64]),
-             sampling=st.sampled_from([SamplingParams(), PENALIZED]))
+             sampling=st.sampled_from([SamplingParams(), PENALIZED]),
+             model=st.sampled_from(["tiny", "windowed"]))
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**_CASE)
 def test_property_greedy_speculation_equals_plain(lanes, policy, k, drafter, ragged, chunk,
-                                                  sampling):
-    _property_case(lanes, policy, k, drafter, ragged, chunk, sampling)
+                                                  sampling, model):
+    _property_case(lanes, policy, k, drafter, ragged, chunk, sampling, model)
 
 
 @pytest.mark.slow
 @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**_CASE)
 def test_property_greedy_speculation_equals_plain_long(lanes, policy, k, drafter, ragged, chunk,
-                                                       sampling):
-    _property_case(lanes, policy, k, drafter, ragged, chunk, sampling)
+                                                       sampling, model):
+    _property_case(lanes, policy, k, drafter, ragged, chunk, sampling, model)
 
 
 def test_lanes_that_do_not_draft_are_scored_by_shadow_checks():
@@ -272,7 +282,7 @@ def test_lanes_that_do_not_draft_are_scored_by_shadow_checks():
     against the output: the policy's statistics fill up for free, and the output is plain
     decoding's."""
     steep = Calibration(points=[(n, 1000.0 * n) for n in (1, 2, 4, 8, 16, 32, 64)], eps=0.0)
-    model = MODELS[torch.float64]
+    model = MODELS["tiny", torch.float64]
     executor = StepExecutor(ModelRunner(model, PagedKVCache(CONFIG, 512, 16, torch.float64, "cpu")),
                             steep, target=SimpleNamespace(model=model))
     prompt = _copyish_prompt(11, 40)
@@ -287,7 +297,7 @@ def test_lanes_that_do_not_draft_are_scored_by_shadow_checks():
 def test_the_executor_learns_what_live_steps_take_beyond_the_calibration():
     """A calibration far faster than the machine: every decode step's excess is learned, and
     the plan's step time includes it."""
-    model = MODELS[torch.float64]
+    model = MODELS["tiny", torch.float64]
     instant = Calibration.make_dummy(t1_ms=1e-3, per_token_ms=1e-4)
     executor = StepExecutor(ModelRunner(model, PagedKVCache(CONFIG, 512, 16, torch.float64, "cpu")),
                             instant, target=SimpleNamespace(model=model))
@@ -302,7 +312,7 @@ def test_the_executor_learns_what_live_steps_take_beyond_the_calibration():
 def test_an_executor_on_the_curve_alone_learns_nothing_from_the_clock():
     """Where time is the calibrated curve (the virtual clock), plans must not follow how fast
     the machine ran, or a seeded run would not repeat."""
-    model = MODELS[torch.float64]
+    model = MODELS["tiny", torch.float64]
     instant = Calibration.make_dummy(t1_ms=1e-3, per_token_ms=1e-4)
     executor = StepExecutor(ModelRunner(model, PagedKVCache(CONFIG, 512, 16, torch.float64, "cpu")),
                             instant, target=SimpleNamespace(model=model), measures_cost=False)

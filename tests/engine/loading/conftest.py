@@ -80,7 +80,10 @@ def hf_tiny(arch: str, **overrides):
                "phi3": ("Phi3Config", "Phi3ForCausalLM"),
                "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM"),
                "granite": ("GraniteConfig", "GraniteForCausalLM"),
-               "olmo2": ("Olmo2Config", "Olmo2ForCausalLM")}
+               "olmo2": ("Olmo2Config", "Olmo2ForCausalLM"),
+               "gemma": ("GemmaConfig", "GemmaForCausalLM"),
+               "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
+               "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM")}
     config_cls, model_cls = (getattr(transformers, n) for n in classes[arch])
     kwargs = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
@@ -90,6 +93,10 @@ def hf_tiny(arch: str, **overrides):
         kwargs["head_dim"] = 24  # Qwen3's head_dim is its own field, not hidden / heads
     if arch in ("phi3", "smollm3", "olmo2"):
         kwargs["pad_token_id"] = 0  # their default is past the tiny vocabulary
+    if arch.startswith("gemma"):  # heads of 256 and a window of 4096 unless told
+        kwargs.update(head_dim=16, pad_token_id=0)
+        if arch != "gemma":
+            kwargs.update(query_pre_attn_scalar=24, sliding_window=5)
     kwargs.update(overrides)
     torch.manual_seed(0)
     model = model_cls(config_cls(**kwargs)).eval()

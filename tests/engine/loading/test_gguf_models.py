@@ -211,7 +211,7 @@ def test_a_sentencepiece_vocabulary_encodes_as_transformers_reads_it(tmp_path):
     assert loaded.config.eos_token_ids == (2,)
 
 
-def test_end_of_turn_tokens_end_the_answer_and_a_sliding_window_bounds_the_context(tmp_path):
+def test_end_of_turn_tokens_end_the_answer_and_a_sliding_window_slides_in_every_layer(tmp_path):
     def extra(writer):
         writer.add_eot_token_id(0)
         writer.add_sliding_window(128)
@@ -219,7 +219,8 @@ def test_end_of_turn_tokens_end_the_answer_and_a_sliding_window_bounds_the_conte
     path = write_tiny_gguf(hf_tiny("llama"), tmp_path / "tiny.gguf", extra=extra)
     loaded = load_model(str(path), dtype="fp32", device="cpu")
     assert loaded.config.eos_token_ids == (2, 0) and set(loaded.tokenizer.eos_ids) == {0, 2}
-    assert loaded.config.max_position == 128  # within the window attention is full
+    assert loaded.config.sliding_window == 128 and loaded.config.sliding_layers == (0, 1)
+    assert loaded.config.max_position == 256  # the window does not bound the context
 
 
 def llama_cpp_rope_factors(head_dim: int, theta: float, factor: float, original: int):

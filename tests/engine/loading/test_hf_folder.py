@@ -9,8 +9,11 @@ import torch
 
 from engine.cli.options import check_drafter
 from engine.errors import ModelLoadError, SwarmscopeError
+from engine.forward_batch import LaneInput
+from engine.kv_cache import PagedKVCache
 from engine.loading import load_model
 from engine.loading.hf_folder import Weights, read_config
+from engine.runner import ModelRunner
 from engine.spec.draft_model import first_layers
 
 from .conftest import VOCAB, engine_logits, hf_tiny, reference_logits, save_hf_folder
@@ -62,6 +65,85 @@ def test_granites_scalars_match_transformers(tmp_path):
     # with Llama's ones the logits differ: the match means the scalars
     llama = hf_tiny("granite", tie_word_embeddings=True, attention_multiplier=16 ** -0.5)
     assert (reference_logits(llama, PROMPT) - ref).abs().max() > 1e-2
+
+
+# Each Gemma with what sets it apart turned so that it shows in the tiny model: a window of 5 of
+# the prompt's 12 tokens, caps its scores and logits reach, a local RoPE base of its own
+GEMMAS = {
+    "gemma": {},
+    "gemma2": {"attn_logit_softcapping": 0.05, "final_logit_softcapping": 0.02},
+    "gemma3": {"num_hidden_layers": 3, "sliding_window_pattern": 3,
+               "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 5e3},
+                                   "sliding_attention": {"rope_type": "default",
+                                                         "rope_theta": 50.0}}},
+}
+
+
+@pytest.mark.parametrize("arch", GEMMAS)
+def test_gemmas_match_transformers(tmp_path, arch):
+    hf = hf_tiny(arch, tie_word_embeddings=True, **GEMMAS[arch])
+    loaded = load_model(str(save_hf_folder(hf, tmp_path / arch)), dtype="fp32", device="cpu")
+    c = loaded.config
+    assert (c.architecture, c.gemma_norms, c.activation) == (arch, True, "gelu_tanh")
+    assert c.norm_after == (arch != "gemma") and c.qk_norm == (arch == "gemma3")
+    assert c.embedding_multiplier == 8.0  # sqrt(hidden_size)
+    assert (c.sliding_window, c.sliding_layers) == {"gemma": (None, ()), "gemma2": (5, (0,)),
+                                                    "gemma3": (5, (0, 1))}[arch]
+    assert c.local_rope_theta == (50.0 if arch == "gemma3" else None)
+    if arch == "gemma2":
+        assert (c.attention_softcap, c.logits_softcap) == (0.05, 0.02)
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT), reference_logits(hf, PROMPT),
+                               atol=1e-4, rtol=0)
+    assert first_layers(loaded.model, 1).config.sliding_layers == c.sliding_layers[:1]
+    # the norms' 1 + weight is the checkpoint's weight again when saved back
+    saved = loaded.model.hf_state_dict()
+    torch.testing.assert_close(saved["model.norm.weight"], hf.model.norm.weight)
+
+
+# Windows of 5 tokens (Mistral's and Phi-3's in every layer, Qwen2's from max_window_layers)
+WINDOWED = {"gemma2": {}, "gemma3": {"sliding_window_pattern": 2},
+            "mistral": {"sliding_window": 5}, "phi3": {"sliding_window": 5},
+            "qwen2": {"use_sliding_window": True, "sliding_window": 5, "max_window_layers": 1}}
+
+
+@pytest.mark.parametrize("layout", ["packed", "padded"])
+@pytest.mark.parametrize("arch", WINDOWED)
+def test_windows_hold_when_prompts_are_fed_in_pieces(tmp_path, arch, layout):
+    """Two lanes fed a few tokens a step, as decoding and verifying drafts feed them, past the
+    window: each piece's logits are the whole prompt's at its positions."""
+    hf = hf_tiny(arch, **WINDOWED[arch])
+    loaded = load_model(str(save_hf_folder(hf, tmp_path / arch)), dtype="fp32", device="cpu")
+    assert loaded.config.sliding_window == 5 and loaded.config.sliding_layers
+    prompts = [PROMPT, PROMPT[::-1] + PROMPT[:3]]
+    pieces = [[7, 1, 1, 3], [4, 1, 6, 1, 3]]
+    refs = [reference_logits(hf, p) for p in prompts]
+    runner = ModelRunner(loaded.model, PagedKVCache(loaded.config, 16, 4, torch.float32, "cpu"))
+    fed = [0, 0]
+    for step in range(5):
+        lanes = [LaneInput(i, prompts[i][fed[i]:fed[i] + n[step]], fed[i], n[step])
+                 for i, n in enumerate(pieces) if step < len(n)]
+        out = runner.forward(lanes, layout)
+        for lane, logits in zip(lanes, out.logits):
+            want = refs[lane.seq_id][lane.start_pos:lane.end_pos]
+            torch.testing.assert_close(logits, want, atol=1e-4, rtol=0)
+            fed[lane.seq_id] = lane.end_pos
+
+
+@pytest.mark.parametrize("arch,fields,sliding", [
+    ("gemma2", {}, (0, 2)),
+    ("gemma3", {"sliding_window_pattern": 3}, (0, 1, 3)),
+    ("gemma3", {}, (0, 1, 2, 3)),  # every 6th is full
+    ("mistral", {"sliding_window": 8}, (0, 1, 2, 3)),
+    ("qwen2", {"use_sliding_window": True, "sliding_window": 8, "max_window_layers": 2}, (2, 3)),
+    ("qwen2", {"use_sliding_window": False, "sliding_window": 8}, ()),
+    ("llama", {"sliding_window": 8}, ()),
+])
+def test_which_layers_slide_where_the_config_does_not_list_them(tmp_path, arch, fields, sliding):
+    folder = save_hf_folder(hf_tiny(arch, num_hidden_layers=4), tmp_path / arch)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.pop("layer_types", None)
+    (folder / "config.json").write_text(json.dumps(cfg | fields))
+    assert read_config(folder).sliding_layers == sliding
 
 
 # Scaled RoPE with the tiny models' 16-24 wide heads: an original context of 64 puts most of
@@ -258,9 +340,6 @@ def test_config_mapping_and_eos_from_generation_config(tiny_llama_folder):
         "[system] be brief\n[user] hi\n[assistant] "
 
 
-def test_mistral_sliding_window_caps_context(tmp_path):
-    folder = save_hf_folder(hf_tiny("mistral", sliding_window=128), tmp_path / "m")
-    assert read_config(folder).max_position == 128
 
 
 def _edit_config(folder, **changes):
@@ -384,7 +463,12 @@ def test_bad_side_files_name_themselves(tiny_llama_folder, file_name, content, w
 
 
 @pytest.mark.parametrize("changes,words", [
-    ({"hidden_act": "gelu"}, ("gelu",)),
+    ({"hidden_act": "relu2"}, ("relu2", "gelu_pytorch_tanh")),
+    ({"attention_bias": True}, ("attention_bias", "not supported")),
+    ({"sliding_window": 8, "layer_types": ["sliding_attention"]},
+     ("layer_types must name one of", "each of the 2 layers")),
+    ({"sliding_window": -8}, ("sliding_window must not be negative",)),
+    ({"use_bidirectional_attention": True}, ("use_bidirectional_attention",)),
     ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5}}, ("llama3", "factor")),
     ({"rope_parameters": {"rope_type": "dynamic", "factor": 2.0}}, ("dynamic", "not supported")),
     ({"rope_parameters": {"rope_type": "llama3", "factor": 8.0}},
