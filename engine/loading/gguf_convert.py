@@ -1,8 +1,8 @@
 """GGUF -> Hugging Face folder: dequantized weights, config.json and a rebuilt tokenizer.json.
 
-llama.cpp's llama (Llama, Mistral, SmolLM), smollm3, granite, qwen2, qwen3, olmo2 and phi3
-(Phi-3, Phi-3.5, Phi-4-mini) architectures are read, with the tokenizers gguf_tokenizer.py rebuilds; other architectures are
-refused naming theirs."""
+llama.cpp's llama (Llama, Mistral, SmolLM), smollm3, granite, qwen2, qwen3, olmo2, phi3
+(Phi-3, Phi-3.5, Phi-4-mini), gemma, gemma2 and gemma3 architectures are read, with the
+tokenizers gguf_tokenizer.py rebuilds; other architectures are refused naming theirs."""
 from __future__ import annotations
 
 import json
@@ -31,7 +31,11 @@ ARCHITECTURES = {"llama": ("LlamaForCausalLM", True), "qwen2": ("Qwen2ForCausalL
                  # config's default)
                  "smollm3": ("SmolLM3ForCausalLM", True),
                  "granite": ("GraniteForCausalLM", True),  # llama's, with four scalars
-                 "olmo2": ("Olmo2ForCausalLM", False)}
+                 "olmo2": ("Olmo2ForCausalLM", False), "gemma": ("GemmaForCausalLM", False),
+                 "gemma2": ("Gemma2ForCausalLM", False), "gemma3": ("Gemma3ForCausalLM", False)}
+GEMMAS = ("gemma", "gemma2", "gemma3")  # llama.cpp stored their norms' 1 + weight
+# Gemma 2's and 3's norms around each sublayer: ffn_norm is the one before the MLP
+SANDWICHED = ("gemma2", "gemma3")
 # GGUF metadata -> config.json's Granite scalars
 _GRANITE = {"embedding_scale": "embedding_multiplier", "residual_scale": "residual_multiplier",
             "attention.scale": "attention_multiplier", "logit_scale": "logits_scaling"}
@@ -56,12 +60,13 @@ _STORED = {GGMLQuantizationType.F32: torch.float32, GGMLQuantizationType.F16: to
            GGMLQuantizationType.BF16: torch.bfloat16}
 
 
-def hf_name(gguf_name: str, fused: bool = False) -> str | None:
-    """A GGUF tensor's Hugging Face name (`fused`: of an architecture in FUSED)."""
+def hf_name(gguf_name: str, arch: str) -> str | None:
+    """A GGUF tensor's Hugging Face name in a model of llama.cpp's architecture `arch`."""
     if gguf_name in _GLOBAL_NAMES:
         return _GLOBAL_NAMES[gguf_name]
     m = re.fullmatch(r"blk\.(\d+)\.(\w+)\.(weight|bias)", gguf_name)
-    names = {**_LAYER_NAMES, **_FUSED_NAMES} if fused else _LAYER_NAMES
+    names = {**_LAYER_NAMES, **(_FUSED_NAMES if arch in FUSED else {}),
+             **({"ffn_norm": "pre_feedforward_layernorm"} if arch in SANDWICHED else {})}
     if m and m.group(2) in names:
         return f"model.layers.{m.group(1)}.{names[m.group(2)]}.{m.group(3)}"
     return None
@@ -106,7 +111,7 @@ def gguf_config(g: _Gguf) -> dict:
     names = {t.name for t in g.reader.tensors}
     heads = int(g.get(f"{arch}.attention.head_count"))
     hidden = int(g.get(f"{arch}.embedding_length"))
-    vocab = len(g.get("tokenizer.ggml.tokens"))
+    tokens = g.get("tokenizer.ggml.tokens")
     # phi3's RoPE dimensions may be part of a head (Phi-4-mini's); the others' are the head
     head_dim = int(g.get(f"{arch}.attention.key_length", 0) or (
         hidden // heads if arch == "phi3" else
@@ -114,14 +119,17 @@ def gguf_config(g: _Gguf) -> dict:
     rotary = int(g.get(f"{arch}.rope.dimension_count", head_dim))
     eos = [int(g.get("tokenizer.ggml.eos_token_id"))] + [
         int(g.get(f"tokenizer.ggml.{key}_token_id", -1)) for key in ("eot", "eom")]
+    if arch in GEMMAS and "<end_of_turn>" in tokens:  # llama.cpp ends a turn there by its text
+        eos.append(tokens.index("<end_of_turn>"))
     theta = float(g.get(f"{arch}.rope.freq_base", 10000.0))
     scaling = (_llama3_scaling(g, head_dim, theta) if "rope_freqs.weight" in names else
-               _longrope_scaling(g, arch) if "rope_factors_short.weight" in names else None)
-    window = int(g.get(f"{arch}.attention.sliding_window", 0))  # in every layer, as llama.cpp
+               _longrope_scaling(g, arch) if "rope_factors_short.weight" in names else
+               _linear_scaling(g, arch))
+    window = int(g.get(f"{arch}.attention.sliding_window", 0))
     layers = int(g.get(f"{arch}.block_count"))
     return {
         "architectures": [ARCHITECTURES[arch][0]], "model_type": arch,
-        "vocab_size": int(g.get(f"{arch}.vocab_size", vocab)), "hidden_size": hidden,
+        "vocab_size": int(g.get(f"{arch}.vocab_size", len(tokens))), "hidden_size": hidden,
         "intermediate_size": int(g.get(f"{arch}.feed_forward_length")),
         "num_hidden_layers": layers,
         "num_attention_heads": heads,
@@ -132,15 +140,45 @@ def gguf_config(g: _Gguf) -> dict:
         "rms_norm_eps": float(g.get(f"{arch}.attention.layer_norm_rms_epsilon")),
         "max_position_embeddings": int(g.get(f"{arch}.context_length")),
         "tie_word_embeddings": "output.weight" not in names,
-        **({"sliding_window": window, "layer_types": ["sliding_attention"] * layers}
-           if window else {}),
+        # in every layer, as llama.cpp slides it, but in Gemma's pattern (the reader's default)
+        **({"sliding_window": window} if window else {}),
+        **({"layer_types": ["sliding_attention"] * layers}
+           if window and arch not in SANDWICHED else {}),
+        **(_gemma_fields(g, arch, hidden, heads, head_dim, layers) if arch in GEMMAS else
+           {"hidden_act": "silu"}),
         **({ours: float(g.get(f"{arch}.{theirs}", 1.0)) for theirs, ours in _GRANITE.items()}
            if arch == "granite" else {}),
-        "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
+        "attention_bias": False, "mlp_bias": False,
         "bos_token_id": int(g.get("tokenizer.ggml.bos_token_id")),
         "eos_token_id": list(dict.fromkeys(i for i in eos if i >= 0)),
         "torch_dtype": "float32",
     }
+
+
+def _gemma_fields(g: _Gguf, arch: str, hidden: int, heads: int, head_dim: int,
+                  layers: int) -> dict:
+    """Gemma's config fields that llama.cpp keeps in its code rather than the GGUF: GELU, the
+    attention's scale (a head's width; hidden / heads for Gemma 2's and 3's 27B, which llama.cpp
+    knows by their 46 and 62 layers) and Gemma 3's local RoPE base; Gemma 2's caps."""
+    fields = {"hidden_activation": "gelu_pytorch_tanh"}
+    if arch == "gemma":
+        return fields
+    big = layers == {"gemma2": 46, "gemma3": 62}[arch]
+    fields["query_pre_attn_scalar"] = hidden // heads if big else head_dim
+    if arch == "gemma2":
+        fields |= {"attn_logit_softcapping": float(g.get("gemma2.attn_logit_softcapping", 50.0)),
+                   "final_logit_softcapping": float(g.get("gemma2.final_logit_softcapping",
+                                                          30.0))}
+    else:
+        fields["rope_local_base_freq"] = 10000.0
+    return fields
+
+
+def _linear_scaling(g: _Gguf, arch: str) -> dict | None:
+    """Linear RoPE scaling (Gemma 3's larger models'), where the GGUF names it."""
+    if g.get(f"{arch}.rope.scaling.type", "none") != "linear":
+        return None
+    return {"rope_type": "linear", "factor": float(g.get(f"{arch}.rope.scaling.factor"))}
 
 
 def _share(g: _Gguf, rotary: int, head_dim: int) -> float:
@@ -186,7 +224,8 @@ def _tensor(g: _Gguf, t, config: dict, dequantized: torch.dtype,
     """A GGUF tensor under its Hugging Face name: as stored where that is a float type, else
     dequantized and kept as `dequantized`; Q/K rows back in rotate-half order where llama.cpp
     `permuted` them."""
-    name = hf_name(t.name, fused=g.get("general.architecture") in FUSED)
+    arch = g.get("general.architecture")
+    name = hf_name(t.name, arch)
     if name is None:
         raise ModelLoadError(g.path, f"unexpected GGUF tensor {t.name!r}")
     try:
@@ -199,6 +238,8 @@ def _tensor(g: _Gguf, t, config: dict, dequantized: torch.dtype,
     if permuted and re.search(r"[qk]_proj\.(weight|bias)$", name):
         w = unpermute_rope(w, config["num_attention_heads" if "q_proj" in name
                                      else "num_key_value_heads"])
+    if arch in GEMMAS and name.endswith("norm.weight"):
+        w = w - 1  # back to the checkpoint's weight, which the model scales by 1 + it
     # a copy: GGUF data is a read-only mmap
     return name, torch.from_numpy(np.array(w, order="C")).to(_STORED.get(kind, dequantized))
 

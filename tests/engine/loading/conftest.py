@@ -148,7 +148,8 @@ _GGUF_LAYER = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_
                "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
                "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
                "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up",  # Phi-3's
-               "post_feedforward_layernorm": "post_ffw_norm"}  # OLMo 2's
+               "post_feedforward_layernorm": "post_ffw_norm",  # OLMo 2's
+               "pre_feedforward_layernorm": "ffn_norm"}  # Gemma 2's and 3's
 
 
 GGUF_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
@@ -169,10 +170,10 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
     w.add_feed_forward_length(c.intermediate_size)
     w.add_head_count(c.num_attention_heads)
     w.add_head_count_kv(c.num_key_value_heads)
-    w.add_rope_freq_base(c.rope_parameters["rope_theta"])
+    rope = c.rope_parameters.get("full_attention", c.rope_parameters)  # Gemma 3's by layer type
+    w.add_rope_freq_base(rope["rope_theta"])
     w.add_layer_norm_rms_eps(c.rms_norm_eps)
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    rope = c.rope_parameters
     w.add_rope_dimension_count(int(head_dim * rope.get("partial_rotary_factor", 1.0)))
     if arch == "granite":  # as llama.cpp's GraniteModel writes them
         w.add_embedding_scale(c.embedding_multiplier)
@@ -188,9 +189,14 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
             w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(original)))
             w.add_tensor("rope_factors_long.weight", np.array(rope["long_factor"], np.float32))
             w.add_tensor("rope_factors_short.weight", np.array(rope["short_factor"], np.float32))
-    if arch == "qwen3":
+    if arch in ("qwen3", "gemma", "gemma2", "gemma3"):
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
+    if arch in ("gemma2", "gemma3"):  # as llama.cpp's Gemma2Model and Gemma3Model write them
+        w.add_sliding_window(c.sliding_window)
+    if arch == "gemma2":
+        w.add_attn_logit_softcapping(c.attn_logit_softcapping)
+        w.add_final_logit_softcapping(c.final_logit_softcapping)
     w.add_vocab_size(c.vocab_size)
     if tokenizer:
         tokenizer(w)
@@ -208,6 +214,8 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
         extra(w)
     for name, t in hf_model.state_dict().items():
         a = t.float().numpy()
+        if arch.startswith("gemma") and name.endswith("norm.weight"):
+            a = a + 1  # llama.cpp stores Gemma's norms as the 1 + weight they scale by
         if name == "model.embed_tokens.weight":
             q = quantize(a, GGMLQuantizationType.Q8_0)
             w.add_tensor("token_embd.weight", q, raw_dtype=GGMLQuantizationType.Q8_0)
@@ -221,7 +229,8 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
             continue
         layer, rest = name.removeprefix("model.layers.").split(".", 1)
         module, kind = rest.rsplit(".", 1)
-        gguf_module = ("post_attention_norm" if arch == "olmo2" and
+        sandwiched = arch in ("olmo2", "gemma2", "gemma3")  # norms after each sublayer
+        gguf_module = ("post_attention_norm" if sandwiched and
                        module == "post_attention_layernorm" else _GGUF_LAYER[module])
         if arch in ("llama", "smollm3", "granite") and module == "self_attn.q_proj":
             a = llama_cpp_permute(a, c.num_attention_heads)

@@ -1,4 +1,5 @@
-"""A GGUF file given as the model: llama.cpp's llama, qwen2 and qwen3 architectures, their
+"""A GGUF file given as the model: llama.cpp's architectures (llama, qwen2, qwen3, phi3, olmo2,
+smollm3, granite, gemma, gemma2, gemma3), their
 tokenizers (byte-level BPE split as the file names, SentencePiece), converted once into the user
 cache and loaded as a folder; what cannot be read is refused naming the file."""
 from __future__ import annotations
@@ -194,6 +195,47 @@ def sentencepiece(writer):
     writer.add_unk_token_id(0)
 
 
+GEMMA_TOKENS = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>",
+                *(f"<0x{b:02X}>" for b in range(256)), *PIECES]
+GEMMA_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['role'] }}\n"
+                  "{{ m['content'] }}<end_of_turn>\n{% endfor %}{{ '<start_of_turn>model\\n' }}")
+
+
+def gemma_vocabulary(writer):
+    """Gemma's kind: SentencePiece, <eos> before <bos>, turns marked by control tokens, no
+    space put before the text."""
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(GEMMA_TOKENS)
+    writer.add_token_scores([0.0] * 262 + [-float(i) for i in range(len(PIECES))])
+    writer.add_token_types([3, 3, 3, 2, 3, 3, *[6] * 256, *[1] * len(PIECES)])
+    writer.add_bos_token_id(2)
+    writer.add_eos_token_id(1)
+    writer.add_add_space_prefix(False)
+
+
+# Gemma 2 with caps its scores and logits reach; Gemma 3 in its pattern of five sliding layers
+# to a full one, which llama.cpp keeps in its code; both with windows of 5 of the 10 tokens
+@pytest.mark.parametrize("arch,fields,sliding", [
+    ("gemma", {}, ()),
+    ("gemma2", {"attn_logit_softcapping": 0.05, "final_logit_softcapping": 0.02}, (0,)),
+    ("gemma3", {"num_hidden_layers": 7}, (0, 1, 2, 3, 4, 6)),
+])
+def test_a_gemma_gguf_loads_as_the_model_it_holds(tmp_path, arch, fields, sliding):
+    hf = hf_tiny(arch, tie_word_embeddings=True, vocab_size=len(GEMMA_TOKENS),
+                 **({} if arch == "gemma" else {"query_pre_attn_scalar": 16}), **fields)
+    path = write_tiny_gguf(hf, tmp_path / f"{arch}.gguf", arch=arch, tokenizer=gemma_vocabulary,
+                           template=GEMMA_TEMPLATE)
+    loaded = load_model(str(path), dtype="fp32", device="cpu")
+    assert loaded.config.sliding_layers == sliding
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT),
+                               reference_logits(as_stored(hf), PROMPT), atol=1e-4, rtol=0)
+    tok = loaded.tokenizer
+    assert set(tok.eos_ids) == {1, GEMMA_TOKENS.index("<end_of_turn>")}  # a turn ends a reply
+    assert tok.encode("the cat") == [GEMMA_TOKENS.index(t) for t in ("t", "he", "▁cat")]
+    assert tok.chat_prompt("hi") == \
+        "<bos><start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n"
+
+
 def test_a_sentencepiece_vocabulary_encodes_as_transformers_reads_it(tmp_path):
     transformers = pytest.importorskip("transformers")
     path = write_tiny_gguf(hf_tiny("llama", vocab_size=len(SPM_TOKENS)), tmp_path / "spm.gguf",
@@ -256,7 +298,7 @@ def test_llama_3s_rope_factors_are_read_as_its_scaling(tmp_path):
 
 @pytest.mark.parametrize("problem, says", [
     ({"pre": "falcon"}, "GGUF pre-tokenizer 'falcon' is not supported"),
-    ({"arch": "gemma"}, "GGUF architecture 'gemma' is not supported"),
+    ({"arch": "mamba"}, "GGUF architecture 'mamba' is not supported"),
     ({"extra": lambda w: w.add_tensor("rope_freqs.weight", np.arange(1, 9, dtype=np.float32))},
      "RoPE factors .rope_freqs. are not Llama 3's scaling"),
 ])
