@@ -96,10 +96,38 @@ def render_chat(template: str | None, messages: list[dict[str, str]], *,
                 variables: Mapping[str, object] | None = None) -> str:
     """Text of `messages` in the template, ending with the prompt for the assistant's turn.
     `variables`: more of the template's own, e.g. Qwen3's enable_thinking (those a template does
-    not read change nothing, as in transformers' apply_chat_template)."""
+    not read change nothing, as in transformers' apply_chat_template). A template that refuses a
+    system message (Mistral v0.1's, Gemma 1's and 2's) gets its text at the head of the first
+    user message instead, as Gemma 3's own template and other tools put it."""
+    def render(messages: list[dict[str, str]]) -> str:
+        try:
+            return _compile(template or CHATML).render(
+                messages=messages, add_generation_prompt=True, bos_token=bos_token,
+                eos_token=eos_token, **(variables or {}))
+        except jinja2.TemplateError as exc:
+            raise ChatTemplateError(f"chat template failed to render: {exc}") from exc
+
     try:
-        return _compile(template or CHATML).render(
-            messages=messages, add_generation_prompt=True, bos_token=bos_token,
-            eos_token=eos_token, **(variables or {}))
-    except jinja2.TemplateError as exc:
-        raise ChatTemplateError(f"chat template failed to render: {exc}") from exc
+        return render(messages)
+    except ChatTemplateError as exc:
+        folded = _system_folded(messages)
+        if folded is None:
+            raise
+        try:
+            return render(folded)
+        except ChatTemplateError as again:
+            if str(again) == str(exc):
+                raise
+            raise ChatTemplateError(f"{exc}; with the system message folded into the user's: "
+                                    f"{again}") from None
+
+
+def _system_folded(messages: list[dict[str, str]]) -> list[dict[str, str]] | None:
+    """The messages with a leading system message's text put before the first user message's,
+    a blank line between; None where they do not start system, user with plain text."""
+    if (len(messages) < 2 or messages[0].get("role") != "system"
+            or messages[1].get("role") != "user"
+            or not all(isinstance(m.get("content"), str) for m in messages[:2])):
+        return None
+    head = {**messages[1], "content": f"{messages[0]['content']}\n\n{messages[1]['content']}"}
+    return [head, *messages[2:]]

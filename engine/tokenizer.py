@@ -84,22 +84,10 @@ class Tokenizer:
         return self.inner.decode(list(ids), skip_special_tokens=skip_special)
 
     def chat_prompt(self, user: str, system: str | None = None) -> str:
-        """The prompt for a conversation of one user message, after a system message if given.
-        A template that refuses system messages (Mistral v0.1's, Gemma's) gets the system text
-        as the start of the user message instead, as other tools do; ChatTemplateError, naming
-        the template's file, when that is refused too."""
-        try:
-            return self._render(_conversation(user, system))
-        except ChatTemplateError as exc:
-            if system is None:
-                raise self._named(exc) from None
-            try:
-                return self._render(_conversation(f"{system}\n\n{user}", None))
-            except ChatTemplateError as folded:
-                if str(folded) == str(exc):
-                    raise self._named(exc) from None
-                raise self._named(f"{exc}; with the system message folded into the user's: "
-                                  f"{folded}") from None
+        """The prompt for a conversation of one user message, after a system message if given
+        (`render_chat` folds it into the user's where the template refuses it); ChatTemplateError,
+        naming the template's file, when the template refuses them."""
+        return self.chat_messages(_conversation(user, system))
 
     def chat_messages(self, messages: list[dict], tools: list[dict] | None = None,
                       variables: dict | None = None) -> str:

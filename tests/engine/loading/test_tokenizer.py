@@ -71,6 +71,28 @@ def test_chat_template_defaults_to_chatml_and_reports_errors():
         render_chat("{{ raise_exception('no system') }}", messages)
 
 
+# Gemma 2's template, as it ships (roles alternate; a system message is refused)
+GEMMA2 = ("{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role "
+          "not supported') }}{% endif %}{% for message in messages %}{% if (message['role'] == "
+          "'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must "
+          "alternate user/assistant/user/assistant/...') }}{% endif %}{% if (message['role'] == "
+          "'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}"
+          "{% endif %}{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + "
+          "'<end_of_turn>\\n' }}{% endfor %}{% if add_generation_prompt %}"
+          "{{'<start_of_turn>model\\n'}}{% endif %}")
+
+
+def test_a_template_that_refuses_a_system_message_gets_it_before_the_users():
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "hello"}, {"role": "user", "content": "bye"}]
+    assert render_chat(GEMMA2, messages, bos_token="<bos>") == (
+        "<bos><start_of_turn>user\nBe brief.\n\nhi<end_of_turn>\n<start_of_turn>model\nhello"
+        "<end_of_turn>\n<start_of_turn>user\nbye<end_of_turn>\n<start_of_turn>model\n")
+    # with no user message to fold it into, the template's own refusal stands
+    with pytest.raises(ChatTemplateError, match="System role not supported"):
+        render_chat(GEMMA2, [{"role": "system", "content": "s"}, messages[2]])
+
+
 def test_chat_template_has_transformers_helpers():
     """Llama 3.1-3.3 templates date their system header with strftime_now when it is defined."""
     template = ("{% if strftime_now is defined %}{{ strftime_now('%Y-%m-%d') }}{% endif %}"
