@@ -166,6 +166,11 @@ def plan_attention(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens
     ctx_list = ctx_lens.tolist()
     tables = block_tables.tolist()
     q_lens = [cu[i + 1] - cu[i] for i in range(len(ctx_list))]
+    # In a window, a lane's keys are read from the block of its first query's earliest key on:
+    # `skipped` blocks before it none of its queries sees, and positions count from there.
+    skipped = [max(0, c - q - window + 1) // block_size if window else 0
+               for c, q in zip(ctx_list, q_lens)]
+    ctx_list = [c - s * block_size for c, s in zip(ctx_list, skipped)]
     num_tokens, groups, padded = cu[-1], [], False
     for call in merge_query_lengths(q_lens, ctx_list, call_cost_pairs, gather_cost_pairs):
         # Each entry attends as a lane: (first packed row, queries, context, lane it reads).
@@ -196,8 +201,8 @@ def plan_attention(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens
             out_rows += [num_tokens] * pad + list(range(row, row + q))
         # keys past a lane's blocks (to the longest context, or KEY_BUCKET's) come from block 0,
         # masked
-        blocks = [b for *_, i in entries
-                  for b in tables[i][:max_blocks] + [0] * (max_blocks - len(tables[i]))]
+        read = [tables[i][skipped[i]:skipped[i] + max_blocks] for *_, i in entries]
+        blocks = [b for table in read for b in table + [0] * (max_blocks - len(table))]
         ctxs = torch.tensor([c for _, _, c, _ in entries], device=device)
         mask = None
         if q_len > 1 or any(c != ctx for _, _, c, _ in entries) or window and ctx > window:

@@ -111,8 +111,10 @@ def _lanes(q_lens, ctx, nh=6, kvh=2, hd=8, bs=4, nblocks=64, seed=1):
     return q, k_cache, v_cache, tables, bt, cu, torch.tensor(ctx, dtype=torch.int32)
 
 
-def _one_lane_at_a_time(q, k_cache, v_cache, tables, q_lens, ctx, scale):
-    """Textbook causal GQA attention, lane by lane: query j of a lane sits at ctx - q_len + j."""
+def _one_lane_at_a_time(q, k_cache, v_cache, tables, q_lens, ctx, scale, window=None,
+                        softcap=None):
+    """Textbook causal GQA attention, lane by lane: query j of a lane sits at ctx - q_len + j
+    and sees the keys up to it, or the last `window` of them; scores capped by `softcap`."""
     bs, kvh = k_cache.shape[1], k_cache.shape[2]
     group = q.shape[1] // kvh
     out, row = [], 0
@@ -122,8 +124,11 @@ def _one_lane_at_a_time(q, k_cache, v_cache, tables, q_lens, ctx, scale):
         values = v_cache.view(-1, kvh, v_cache.shape[3])[slots].repeat_interleave(group, dim=1)
         for j in range(q_len):
             seen = n - q_len + j + 1
-            scores = torch.einsum("hd,khd->hk", q[row + j], keys[:seen]) * scale
-            out.append(torch.einsum("hk,khd->hd", scores.softmax(-1), values[:seen]))
+            first = max(0, seen - window) if window else 0
+            scores = torch.einsum("hd,khd->hk", q[row + j], keys[first:seen]) * scale
+            if softcap:
+                scores = softcap * torch.tanh(scores / softcap)
+            out.append(torch.einsum("hk,khd->hd", scores.softmax(-1), values[first:seen]))
         row += q_len
     return torch.stack(out)
 
@@ -145,6 +150,30 @@ def test_every_plan_attends_like_one_lane_at_a_time(q_lens, call_cost, gather_co
         assert len(plan.groups) == len(set(q_lens))
     if gather_cost == 0:  # every call unfolded: one query a lane, none padded
         assert not plan.padded and {g.q_len for g in plan.groups} == {1}
+
+
+@pytest.mark.parametrize("call_cost,gather_cost", ((0, 5), (3000, 5), (10**9, 5), (3000, 0)))
+@pytest.mark.parametrize("window,softcap", ((5, None), (8, 0.5), (None, 0.5), (1, None)))
+def test_windowed_and_capped_plans_attend_like_the_textbook(window, softcap, call_cost,
+                                                           gather_cost):
+    """Sliding windows (a query sees its last `window` keys) and capped scores, in every kind
+    of call; a window reads only the blocks its lanes' queries can see."""
+    q_lens = [1, 3, 1, 6, 2, 17, 1]
+    ctx = [2, 9, 40, 6, 13, 30, 1]
+    q, k_cache, v_cache, tables, bt, cu, ctx_lens = _lanes(q_lens, ctx)
+    plan = plan_attention(bt, cu, ctx_lens, 4, 3, q.dtype, call_cost_pairs=call_cost,
+                          gather_cost_pairs=gather_cost, window=window, softcap=bool(softcap))
+    got = paged_attention(q, k_cache, v_cache, bt, cu, ctx_lens, 0.3, plan=plan, window=window,
+                          softcap=softcap)
+    want = _one_lane_at_a_time(q, k_cache, v_cache, tables, q_lens, ctx, 0.3, window, softcap)
+    torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
+    assert all(g.matmul for g in plan.groups) == bool(softcap)
+    full = plan_attention(bt, cu, ctx_lens, 4, 3, q.dtype, call_cost_pairs=call_cost,
+                          gather_cost_pairs=gather_cost)
+    if window and not softcap:  # (matmuls pad keys to KEY_BUCKET, more than these contexts)
+        # lane 2's 40 keys, say: its one query sees the last `window` of them
+        assert (sum(g.blocks.numel() for g in plan.groups)
+                < sum(g.blocks.numel() for g in full.groups))
 
 
 @pytest.mark.parametrize("call_cost", (10**9, 3000))
