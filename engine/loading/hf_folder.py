@@ -31,6 +31,23 @@ SUPPORTED = {
     "Gemma2ForCausalLM": ("gemma2", {"gemma_norms": True, "norm_after": True}),
     "Gemma3ForCausalLM": ("gemma3", {"gemma_norms": True, "norm_after": True, "qk_norm": True}),
 }
+# Models that also see images, whose text model loads alone: its architecture, and the fields
+# its text_config leaves out (as Gemma 3's 4B-27B ship it) with transformers' defaults
+MULTIMODAL = {
+    "Gemma3ForConditionalGeneration": ("Gemma3ForCausalLM", {
+        "vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216,
+        "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+        "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh",
+        "max_position_embeddings": 131_072, "rms_norm_eps": 1e-6, "rope_theta": 1_000_000.0,
+        "rope_local_base_freq": 10_000.0, "query_pre_attn_scalar": 256, "sliding_window": 4096,
+        "sliding_window_pattern": 6, "tie_word_embeddings": True}),
+}
+# Their checkpoints' tensor name prefixes: the text model's, as a text-only model names them
+# (transformers' older layout and its newer), and the rest's, which are not read
+TEXT_PREFIXES = {"language_model.model.": "model.", "model.language_model.": "model.",
+                 "language_model.lm_head.": "lm_head."}
+OTHER_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.",
+                  "model.multi_modal_projector.")
 # The MLP activations transformers names, as ModelConfig.activation names them
 ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
 # Granite's scalars, with transformers' defaults (its attention's scale is 1 unless given)
@@ -123,6 +140,9 @@ def read_config(folder: Path) -> ModelConfig:
     cfg = read_json(path)
     archs = cfg.get("architectures")
     named = archs[0] if isinstance(archs, list) and archs else archs
+    if named in MULTIMODAL:
+        cfg = _text_config(cfg, path, *MULTIMODAL[named])
+        named = cfg["architectures"][0]
     if named is None:  # older conversions name only the model_type, as transformers then reads
         named = {a: name for name, (a, _) in SUPPORTED.items()}.get(cfg.get("model_type"))
     if not isinstance(named, str) or named not in SUPPORTED:
@@ -169,7 +189,8 @@ def read_config(folder: Path) -> ModelConfig:
             head_dim=_int(cfg, path, "head_dim", 0), rotary_dim=rotary_dim, rope_theta=theta,
             rope_scaling=scaling,
             rms_norm_eps=_number(cfg, path, "rms_norm_eps", 1e-6), max_position=max_position,
-            tie_word_embeddings=_bool(cfg, path, "tie_word_embeddings", False),
+            tie_word_embeddings=_bool(cfg, path, "tie_word_embeddings",
+                                      arch.startswith("gemma")),  # transformers' defaults
             bos_token_id=cfg.get("bos_token_id"), eos_token_ids=eos, architecture=arch,
             **switches)
     except (TypeError, ValueError) as exc:
@@ -179,6 +200,17 @@ def read_config(folder: Path) -> ModelConfig:
     except ValueError as exc:
         raise ModelLoadError(path, f"rope parameters: {exc}") from None
     return config
+
+
+def _text_config(cfg: dict, path: Path, arch: str, defaults: dict) -> dict:
+    """A model's text_config, as a text-only model of `arch` has its config: transformers'
+    defaults where it leaves a field out, the end-of-sequence ids and tying from beside it."""
+    text = cfg.get("text_config")
+    if not isinstance(text, dict):
+        raise ModelLoadError(path, f"text_config must be an object, got {text!r}")
+    beside = {name: cfg[name] for name in ("eos_token_id", "bos_token_id", "tie_word_embeddings")
+              if cfg.get(name) is not None}
+    return defaults | beside | text | {"architectures": [arch]}
 
 
 def _activation(cfg: dict, path: Path, arch: str) -> str:
@@ -315,26 +347,39 @@ class Weights(Mapping[str, torch.Tensor]):
     files' headers, so names and shapes are checked before any tensor is read."""
 
     def __init__(self, folder: Path) -> None:
-        self.files = weight_files(folder)  # name -> the file holding it
+        self.files = weight_files(folder)  # stored name -> the file holding it
         self._handles = {file: _open(file) for file in set(self.files.values())}
-        self.shapes = {name: tuple(self._read(name, lambda h: h.get_slice(name).get_shape()))
-                       for name in self.files}
+        # a text-only model's name -> the stored one (a model that also sees images keeps its
+        # text model's under a prefix, and more that is not read)
+        self.stored = {_text_model_name(name): name for name in self.files
+                       if not name.startswith(OTHER_PREFIXES)}
+        self.shapes = {name: tuple(self._read(name, lambda h, s: h.get_slice(s).get_shape()))
+                       for name in self.stored}
 
     def __getitem__(self, name: str) -> torch.Tensor:
-        return self._read(name, lambda handle: handle.get_tensor(name))
+        return self._read(name, lambda handle, stored: handle.get_tensor(stored))
 
     def __iter__(self):
-        return iter(self.files)
+        return iter(self.stored)
 
     def __len__(self) -> int:
-        return len(self.files)
+        return len(self.stored)
 
     def _read(self, name: str, read):
-        file = self.files[name]
+        stored = self.stored[name]
+        file = self.files[stored]
         try:
-            return read(self._handles[file])
+            return read(self._handles[file], stored)
         except (SafetensorError, OSError) as exc:
-            raise ModelLoadError(file, f"cannot read tensor {name!r} ({exc})") from None
+            raise ModelLoadError(file, f"cannot read tensor {stored!r} ({exc})") from None
+
+
+def _text_model_name(name: str) -> str:
+    """A stored tensor's name as a text-only model has it (TEXT_PREFIXES)."""
+    for prefix, ours in TEXT_PREFIXES.items():
+        if name.startswith(prefix):
+            return ours + name[len(prefix):]
+    return name
 
 
 def read_tokenizer(folder: Path, config: ModelConfig) -> Tokenizer:

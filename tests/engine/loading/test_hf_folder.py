@@ -100,6 +100,59 @@ def test_gemmas_match_transformers(tmp_path, arch):
     torch.testing.assert_close(saved["model.norm.weight"], hf.model.norm.weight)
 
 
+def _gemma3_that_sees_images(**text):
+    """A tiny Gemma3ForConditionalGeneration: the tiny text model beside a vision tower."""
+    transformers = pytest.importorskip("transformers")
+    text = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=16, pad_token_id=0,
+                max_position_embeddings=256, query_pre_attn_scalar=24, sliding_window=5) | text
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                  num_attention_heads=2, image_size=28, patch_size=14)
+    torch.manual_seed(0)
+    model = transformers.Gemma3ForConditionalGeneration(transformers.Gemma3Config(
+        text_config=text, vision_config=vision, mm_tokens_per_image=4,
+        boi_token_index=VOCAB - 3, eoi_token_index=VOCAB - 2, image_token_index=VOCAB - 1)).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.add_(0.1 * torch.randn_like(param))
+    return model
+
+
+def test_the_text_model_of_a_gemma_3_that_sees_images_loads_alone(tmp_path):
+    """Gemma 3's 4B-27B: Gemma3ForConditionalGeneration, its text model's config in text_config
+    and its tensors under language_model.model.*, beside the vision tower's, which are not read."""
+    hf = _gemma3_that_sees_images()
+    folder = save_hf_folder(hf, tmp_path / "gemma3-mm")
+    loaded = load_model(str(folder), dtype="fp32", device="cpu")
+    assert loaded.config.architecture == "gemma3" and loaded.config.sliding_layers == (0, 1)
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT), reference_logits(hf, PROMPT),
+                               atol=1e-4, rtol=0)
+
+
+def test_a_text_config_that_leaves_fields_out_gets_transformers_defaults(tmp_path):
+    """As the hub's Gemma 3 configs list only what differs: each field left out reads as
+    transformers' own default (checked against its Gemma3TextConfig)."""
+    transformers = pytest.importorskip("transformers")
+    folder = save_hf_folder(_gemma3_that_sees_images(), tmp_path / "gemma3-mm")
+    cfg = json.loads((folder / "config.json").read_text())
+    kept = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers")
+    cfg["text_config"] = {name: cfg["text_config"][name] for name in kept}
+    (folder / "config.json").write_text(json.dumps(cfg))
+    ours = read_config(folder)
+    theirs = transformers.Gemma3TextConfig(**cfg["text_config"])
+    assert (ours.num_heads, ours.num_kv_heads, ours.head_dim, ours.rms_norm_eps) == (
+        theirs.num_attention_heads, theirs.num_key_value_heads, theirs.head_dim,
+        theirs.rms_norm_eps)
+    assert ours.attention_multiplier == theirs.query_pre_attn_scalar ** -0.5
+    assert ours.rope_theta == theirs.rope_parameters["full_attention"]["rope_theta"]
+    assert ours.local_rope_theta == theirs.rope_parameters["sliding_attention"]["rope_theta"]
+    assert ours.sliding_window == theirs.sliding_window and ours.tie_word_embeddings
+    assert ours.sliding_layers == tuple(i for i, kind in enumerate(theirs.layer_types)
+                                        if kind == "sliding_attention")
+    assert ours.max_position == theirs.max_position_embeddings
+
+
 # Windows of 5 tokens (Mistral's and Phi-3's in every layer, Qwen2's from max_window_layers)
 WINDOWED = {"gemma2": {}, "gemma3": {"sliding_window_pattern": 2},
             "mistral": {"sliding_window": 5}, "phi3": {"sliding_window": 5},
@@ -469,6 +522,7 @@ def test_bad_side_files_name_themselves(tiny_llama_folder, file_name, content, w
      ("layer_types must name one of", "each of the 2 layers")),
     ({"sliding_window": -8}, ("sliding_window must not be negative",)),
     ({"use_bidirectional_attention": True}, ("use_bidirectional_attention",)),
+    ({"architectures": ["Gemma3ForConditionalGeneration"]}, ("text_config must be an object",)),
     ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5}}, ("llama3", "factor")),
     ({"rope_parameters": {"rope_type": "dynamic", "factor": 2.0}}, ("dynamic", "not supported")),
     ({"rope_parameters": {"rope_type": "llama3", "factor": 8.0}},
