@@ -52,6 +52,9 @@ _LAYER_NAMES = {
 }
 _FUSED_NAMES = {"attn_qkv": "self_attn.qkv_proj", "ffn_up": "mlp.gate_up_proj"}
 _ROPE_TENSORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
+# A model that also sees images, as Ollama keeps Gemma 3: its vision tower and projector in the
+# same file, which are not read
+_VISION_PREFIXES = ("v.", "mm.")
 _GLOBAL_NAMES = {"token_embd.weight": "model.embed_tokens.weight",
                  "output_norm.weight": "model.norm.weight", "output.weight": "lm_head.weight"}
 SHARD_BYTES = 2 * 2 ** 30  # the most a converted weights file holds (and converting holds at once)
@@ -121,7 +124,7 @@ def gguf_config(g: _Gguf) -> dict:
         int(g.get(f"tokenizer.ggml.{key}_token_id", -1)) for key in ("eot", "eom")]
     if arch in GEMMAS and "<end_of_turn>" in tokens:  # llama.cpp ends a turn there by its text
         eos.append(tokens.index("<end_of_turn>"))
-    theta = float(g.get(f"{arch}.rope.freq_base", 10000.0))
+    theta = float(g.get(f"{arch}.rope.freq_base", 1e6 if arch == "gemma3" else 10000.0))
     scaling = (_llama3_scaling(g, head_dim, theta) if "rope_freqs.weight" in names else
                _longrope_scaling(g, arch) if "rope_factors_short.weight" in names else
                _linear_scaling(g, arch))
@@ -137,7 +140,8 @@ def gguf_config(g: _Gguf) -> dict:
         "head_dim": head_dim, **({"partial_rotary_factor": _share(g, rotary, head_dim)}
                                  if rotary != head_dim else {}),
         "rope_theta": theta, **({"rope_scaling": scaling} if scaling else {}),
-        "rms_norm_eps": float(g.get(f"{arch}.attention.layer_norm_rms_epsilon")),
+        "rms_norm_eps": float(g.get(f"{arch}.attention.layer_norm_rms_epsilon",
+                                    1e-6 if arch in GEMMAS else None)),
         "max_position_embeddings": int(g.get(f"{arch}.context_length")),
         "tie_word_embeddings": "output.weight" not in names,
         # in every layer, as llama.cpp slides it, but in Gemma's pattern (the reader's default)
@@ -169,8 +173,12 @@ def _gemma_fields(g: _Gguf, arch: str, hidden: int, heads: int, head_dim: int,
         fields |= {"attn_logit_softcapping": float(g.get("gemma2.attn_logit_softcapping", 50.0)),
                    "final_logit_softcapping": float(g.get("gemma2.final_logit_softcapping",
                                                           30.0))}
-    else:
-        fields["rope_local_base_freq"] = 10000.0
+    else:  # Ollama names the local RoPE base and which layers slide (a flag for each)
+        fields["rope_local_base_freq"] = float(g.get("gemma3.rope.local.freq_base", 10000.0))
+        sliding = g.get("gemma3.attention.sliding_window_pattern", [])
+        if isinstance(sliding, list) and len(sliding) == layers:
+            fields["layer_types"] = ["sliding_attention" if s else "full_attention"
+                                     for s in sliding]
     return fields
 
 
@@ -249,7 +257,8 @@ def _write_weights(g: _Gguf, config: dict, out: Path, progress: Progress,
     """The tensors written as safetensors, a shard of at most SHARD_BYTES at a time (so that
     converting holds no more than that), with the index that names them where there are
     several; the files written."""
-    tensors = [t for t in g.reader.tensors if t.name not in _ROPE_TENSORS]  # in the config
+    tensors = [t for t in g.reader.tensors  # the RoPE ones are in the config
+               if t.name not in _ROPE_TENSORS and not t.name.startswith(_VISION_PREFIXES)]
     sizes = [int(np.prod(t.shape)) * _STORED.get(GGMLQuantizationType(t.tensor_type),
                                                  dequantized).itemsize for t in tensors]
     shards, room = [], 0
@@ -306,9 +315,11 @@ def check_gguf(gguf_path: str | Path, out_dir: Path) -> None:
 
 
 def gguf_shapes(gguf_path: str | Path) -> dict[str, tuple[int, ...]]:
-    """Each tensor's shape, as torch has it, by its GGUF name (read from the header alone)."""
+    """Each tensor's shape, as torch has it, by its GGUF name (read from the header alone);
+    a vision tower's left out, as converting leaves it."""
     return {t.name: tuple(int(d) for d in reversed(t.shape))
-            for t in _Gguf(Path(gguf_path)).reader.tensors}
+            for t in _Gguf(Path(gguf_path)).reader.tensors
+            if not t.name.startswith(_VISION_PREFIXES)}
 
 
 def _write_metadata(g: _Gguf, out: Path) -> dict:

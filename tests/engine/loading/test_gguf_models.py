@@ -236,6 +236,29 @@ def test_a_gemma_gguf_loads_as_the_model_it_holds(tmp_path, arch, fields, slidin
         "<bos><start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n"
 
 
+def test_an_ollama_gemma_3_reads_its_sliding_layers_and_local_base_and_not_its_vision(tmp_path):
+    """Ollama's Gemma 3 files: a flag for each layer that slides, the local RoPE base named,
+    and the vision tower and projector (v.*, mm.*) in the same file, not read."""
+    hf = hf_tiny("gemma3", tie_word_embeddings=True, vocab_size=len(GEMMA_TOKENS),
+                 query_pre_attn_scalar=16, layer_types=["full_attention", "sliding_attention"],
+                 rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 5e3},
+                                  "sliding_attention": {"rope_type": "default",
+                                                        "rope_theta": 50.0}})
+
+    def ollama(writer):
+        writer.add_array("gemma3.attention.sliding_window_pattern", [False, True])
+        writer.add_float32("gemma3.rope.local.freq_base", 50.0)
+        writer.add_tensor("v.blk.0.attn_q.weight", np.ones((4, 4), np.float32))
+        writer.add_tensor("mm.input_projection.weight", np.ones((4, 4), np.float32))
+
+    path = write_tiny_gguf(hf, tmp_path / "gemma3.gguf", arch="gemma3", extra=ollama,
+                           tokenizer=gemma_vocabulary, template=GEMMA_TEMPLATE)
+    loaded = load_model(str(path), dtype="fp32", device="cpu")
+    assert loaded.config.sliding_layers == (1,) and loaded.config.local_rope_theta == 50.0
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT),
+                               reference_logits(as_stored(hf), PROMPT), atol=1e-4, rtol=0)
+
+
 def test_a_sentencepiece_vocabulary_encodes_as_transformers_reads_it(tmp_path):
     transformers = pytest.importorskip("transformers")
     path = write_tiny_gguf(hf_tiny("llama", vocab_size=len(SPM_TOKENS)), tmp_path / "spm.gguf",
