@@ -160,7 +160,7 @@ class DecoderLayer(nn.Module):
         self.local_rope = sliding and c.local_rope_theta is not None
         self.q_size, self.kv_size = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
 
-        def norm(width: int, present: bool = True) -> nn.Parameter | None:
+        def norm(width: int, present: bool) -> nn.Parameter | None:
             return (nn.Parameter(torch.empty(width, dtype=norm_dtype(c, dtype), device=device))
                     if present else None)
 

@@ -244,9 +244,9 @@ def _gemma(cfg: dict, path: Path, arch: str) -> dict:
         if local.get("rope_type", "default") != "default":
             raise ModelLoadError(path, f"the sliding layers' rope_type {local['rope_type']!r} is "
                                        "not supported (default)")
-        fields["local_rope_theta"] = _number(local if "rope_theta" in local else cfg, path,
-                                             "rope_theta" if "rope_theta" in local else
-                                             "rope_local_base_freq", 10000.0)
+        fields["local_rope_theta"] = (_number(local, path, "rope_theta", 10000.0)
+                                      if "rope_theta" in local else
+                                      _number(cfg, path, "rope_local_base_freq", 10000.0))
     return fields
 
 
