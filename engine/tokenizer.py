@@ -83,6 +83,10 @@ class Tokenizer:
     def decode(self, ids: list[int], skip_special: bool = False) -> str:
         return self.inner.decode(list(ids), skip_special_tokens=skip_special)
 
+    def has_token(self, text: str) -> bool:
+        """Whether `text` is one token of the vocabulary."""
+        return self.inner.token_to_id(text) is not None
+
     def chat_prompt(self, user: str, system: str | None = None) -> str:
         """The prompt for a conversation of one user message, after a system message if given
         (`render_chat` folds it into the user's where the template refuses it); ChatTemplateError,
@@ -161,6 +165,9 @@ class ByteTokenizer:
         return ids
 
     encode_plain = encode  # no post-processor: plain text is its bytes
+
+    def has_token(self, text: str) -> bool:
+        return text in self.SPECIALS or len(text.encode("utf-8")) == 1
 
     def decode(self, ids: list[int], skip_special: bool = False) -> str:
         out, run = [], bytearray()

@@ -13,6 +13,7 @@ from engine.output_format import OutputFormat, json_rule, lark_tag
 from engine.sampling import SamplingParams
 from engine.sequence import Prediction
 from engine.serve.call_forms import CallForm, form_of
+from engine.serve.infill import NoInfill, infill_prompt
 from engine.serve.tool_calls import offered_tools, template_calls
 from engine.thinking import answer_format, json_answer, opened, reasons
 
@@ -21,7 +22,7 @@ MAX_STOPS = 4  # stop strings a request may give, as OpenAI's API allows
 # Fields that ask for what this server does not do; refused rather than ignored, so that a
 # client is not answered as if its format had been honoured. (`functions` and `function_call`
 # are OpenAI's old spelling of tools.)
-UNSUPPORTED = ("functions", "function_call", "audio", "suffix", "best_of")
+UNSUPPORTED = ("functions", "function_call", "audio", "best_of")
 FORMATS = ("text", "json_object", "json_schema")  # response_format's types
 MAX_CHOICES = 64  # the most answers one request may ask for: its prompts times n
 LOGIT_BIAS = 100  # the most a token's logit may be moved either way, as OpenAI's API allows
@@ -77,10 +78,12 @@ class ApiRequest:
         if asked:
             raise RequestError(f"{', '.join(asked)}: not supported")
         field = field or ("messages" if chat else "prompt")
+        if chat and body.get("suffix") is not None:
+            raise RequestError("suffix: only /v1/completions fills a hole before a suffix")
         tools, tool_form, forced = _tools(body, tokenizer) if chat else (None, None, None)
         prompt = _chat_prompt(body, tokenizer, tools) if chat else None
         prompt_ids = (tokenizer.encode(prompt) if chat else
-                      _plain_prompt(body.get("prompt"), tokenizer, field))
+                      _plain_prompt(_infilled(body, tokenizer, field), tokenizer, field))
         room = max_context - len(prompt_ids)
         if room < 1:
             raise RequestError(f"{field}: the prompt is {len(prompt_ids)} tokens, which leaves "
@@ -301,6 +304,25 @@ def _plain_prompt(prompt, tokenizer, field: str) -> list[int]:
     if not ids:
         raise RequestError(f"{field}: encodes to no tokens")
     return ids
+
+
+def _infilled(body: dict, tokenizer, field: str):
+    """A text completion's prompt, or, where a `suffix` follows the hole the answer is to fill,
+    the two written around it in the model's fill-in-the-middle tokens (infill.py)."""
+    prompt, suffix = body.get("prompt"), body.get("suffix")
+    if suffix is None:
+        return prompt
+    if not isinstance(suffix, str):
+        raise RequestError("suffix: must be text")
+    if _flag(body, "echo"):
+        raise RequestError("suffix: not with echo (the answer is what fills the hole)")
+    prefix = _one_prompt(prompt)
+    if not isinstance(prefix, str):
+        raise RequestError(f"suffix: needs {field} as text, the code before the hole")
+    try:
+        return infill_prompt(tokenizer, prefix, suffix)
+    except NoInfill as exc:
+        raise RequestError(f"suffix: {exc}") from None
 
 
 def _one_prompt(prompt):

@@ -105,7 +105,7 @@ def test_a_text_prompt_is_encoded_as_given_and_checked():
         with pytest.raises(RequestError, match=None) as caught:
             ApiRequest.parse({"prompt": prompt}, TOK, 256, chat=False)
         assert says in str(caught.value)
-    with pytest.raises(RequestError, match="suffix: not supported"):
+    with pytest.raises(RequestError, match="suffix: this model's vocabulary has no fill-in"):
         ApiRequest.parse({"prompt": "hi", "suffix": "there"}, TOK, 256, chat=False)
     # echo: the prompt as given, or its token ids' text; its log-probabilities where asked
     assert ApiRequest.parse({"prompt": ["hi"], "echo": True}, TOK, 256, chat=False).echo == "hi"
@@ -113,6 +113,41 @@ def test_a_text_prompt_is_encoded_as_given_and_checked():
                            chat=False)
     assert ids.echo == "hi" and ids.prompt_logprobs
     assert not ApiRequest.parse({"prompt": "hi", "logprobs": 1}, TOK, 256, chat=False).echo
+
+
+class FimTokenizer(ByteTokenizer):
+    """The byte tokenizer with one family's fill-in-the-middle tokens (`marks`) as its own."""
+
+    def __init__(self, marks: tuple[str, ...]) -> None:
+        super().__init__()
+        self.marks = marks
+
+    def has_token(self, text: str) -> bool:
+        return text in self.marks or super().has_token(text)
+
+
+@pytest.mark.parametrize("marks,prompt", [
+    (("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),
+     "<|fim_prefix|>def f(<|fim_suffix|>):\n    pass<|fim_middle|>"),
+    (("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),
+     "<fim_prefix>def f(<fim_suffix>):\n    pass<fim_middle>"),
+    (("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"),
+     "<｜fim▁begin｜>def f(<｜fim▁hole｜>):\n    pass<｜fim▁end｜>"),
+    (("[SUFFIX]", "[PREFIX]"), "[SUFFIX]):\n    pass[PREFIX]def f("),  # Codestral's order
+])
+def test_a_suffix_asks_for_what_fills_the_hole_in_the_models_own_tokens(marks, prompt):
+    tok = FimTokenizer(marks)
+    request = ApiRequest.parse({"prompt": "def f(", "suffix": "):\n    pass"}, tok, 256,
+                               chat=False)
+    assert request.prompt_ids == tok.encode_plain(prompt)
+    for body, says in (({"prompt": [1, 2], "suffix": "x"}, "suffix: needs prompt as text"),
+                       ({"prompt": "a", "suffix": 3}, "suffix: must be text"),
+                       ({"prompt": "a", "suffix": "x", "echo": True}, "suffix: not with echo")):
+        with pytest.raises(RequestError, match=says):
+            ApiRequest.parse(body, tok, 256, chat=False)
+    with pytest.raises(RequestError, match="suffix: only /v1/completions"):
+        ApiRequest.parse({"messages": [{"role": "user", "content": "a"}], "suffix": "x"}, tok,
+                         256)
 
 
 def test_each_choice_is_a_request_of_its_own_in_openais_order():

@@ -11,7 +11,9 @@ import threading
 import urllib.parse
 
 import pytest
+import tokenizers
 import torch
+from tokenizers import AddedToken
 
 from engine.controls import Controls
 from engine.errors import SwarmscopeError
@@ -20,8 +22,9 @@ from engine.sampling import SamplingParams
 from engine.cli.options import parse_address
 from engine.serve.http_api import ApiServer
 from engine.telemetry.trace_reader import read_trace
-from tests.engine.loading.conftest import engine_logits
-from tests.engine.serve.serving import serving
+from engine.tokenizer import Tokenizer
+from tests.engine.loading.conftest import engine_logits, make_tokenizer_json
+from tests.engine.serve.serving import scripted_client, serving
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
@@ -279,6 +282,23 @@ def test_an_echoed_prompt_asked_for_no_answer_is_scored_alone(served, tiny):
         assert token_logprobs[1:] == pytest.approx(prompt_logprobs(tiny.model, ids), abs=1e-4)
     status, text = call(server, "POST", "/v1/completions", {"prompt": USER, "max_tokens": 0})
     assert status == 400 and "max_tokens: must be an integer >= 1, got 0" in text
+
+
+def test_a_code_models_hole_is_filled_between_the_prompt_and_its_suffix(tmp_path):
+    """OpenAI's client sends a text completion with a suffix, as a code editor does: the model
+    is prompted in its fill-in-the-middle tokens (Qwen2.5-Coder's here), special tokens as the
+    vocabulary has them, and the answer is the hole's text alone."""
+    inner = tokenizers.Tokenizer.from_file(str(make_tokenizer_json(tmp_path / "tokenizer.json")))
+    marks = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")
+    inner.add_special_tokens([AddedToken(mark, special=True, normalized=False) for mark in marks])
+    tok = Tokenizer(inner, eos_tokens=("<|im_end|>",))
+    with scripted_client(tok, "x, y") as (engine, client):
+        reply = client.completions.create(model="any", prompt="def add(", suffix="):\n",
+                                          max_tokens=8)
+        assert reply.choices[0].text == "x, y"
+        assert engine.prompts == ["<|fim_prefix|>def add(<|fim_suffix|>):\n<|fim_middle|>"]
+        assert [inner.id_to_token(i) for i in tok.encode_plain(engine.prompts[0])
+                if inner.id_to_token(i) in marks] == list(marks)  # one token each
 
 
 def test_echo_without_logprobs_and_streamed_starts_with_the_prompt(served, tiny):
