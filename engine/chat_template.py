@@ -1,6 +1,7 @@
 """Chat templates: render a model's Jinja chat template (or ChatML) into prompt text."""
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import datetime
 from functools import lru_cache
@@ -107,6 +108,8 @@ def render_chat(template: str | None, messages: list[dict[str, str]], *,
         except jinja2.TemplateError as exc:
             raise ChatTemplateError(f"chat template failed to render: {exc}") from exc
 
+    if template and "assistant_tool_call" in template:
+        messages = _granite_roles(messages)
     try:
         return render(messages)
     except ChatTemplateError as exc:
@@ -120,6 +123,27 @@ def render_chat(template: str | None, messages: list[dict[str, str]], *,
                 raise
             raise ChatTemplateError(f"{exc}; with the system message folded into the user's: "
                                     f"{again}") from None
+
+
+def _granite_roles(messages: list[dict]) -> list[dict]:
+    """The conversation in Granite 3's roles: its templates take an assistant's calls as a
+    message of their own, role assistant_tool_call (the calls' JSON list, which is what the model
+    writes after <|tool_call|>), and a tool's answer as role tool_response."""
+    renamed = []
+    for message in messages:
+        calls = message.get("tool_calls") if message.get("role") == "assistant" else None
+        if calls:
+            if message.get("content"):
+                renamed.append({"role": "assistant", "content": message["content"]})
+            listed = [{"name": call["function"]["name"],
+                       "arguments": call["function"].get("arguments", {})} for call in calls]
+            renamed.append({"role": "assistant_tool_call",
+                            "content": json.dumps(listed, ensure_ascii=False)})
+        elif message.get("role") == "tool":
+            renamed.append({**message, "role": "tool_response"})
+        else:
+            renamed.append(message)
+    return renamed
 
 
 def _system_folded(messages: list[dict[str, str]]) -> list[dict[str, str]] | None:

@@ -1,5 +1,5 @@
 """How models write tool calls, and reading them back out of an answer, whole or as it streams,
-as vLLM's and llama.cpp's servers read these models'. Four forms, each asked for by the chat
+as vLLM's and llama.cpp's servers read these models'. Five forms, each asked for by the chat
 templates that hold its marker:
 - tagged (Hermes'): each call a JSON object {"name", "arguments"} between <tool_call> tags,
   anywhere in the answer: Qwen2.5, Qwen3, SmolLM3, Hermes;
@@ -9,7 +9,8 @@ templates that hold its marker:
   text; its templates want call ids of nine letters and digits;
 - named (Mistral's since its v11 tokenizers: Mistral Small 3.2, Devstral, Magistral): each call
   [TOOL_CALLS]name[ARGS] and its arguments as a JSON object ([CALL_ID]id before [ARGS] in some),
-  after any text.
+  after any text;
+- Granite 3's: <|tool_call|> and a JSON list of {"name", "arguments"}, after any text.
 A model writes what it likes: an answer that is not well-formed calls in its form (not JSON, no
 name, a call cut short) is text, as the model wrote it. Where a request forces a call
 (tool_choice), the answer is held to calls in its model's form (`grammar`, output_format.py),
@@ -204,7 +205,13 @@ class NamedCalls(ListedCalls):
                             for i, tool in enumerate(tools))])
 
 
-FORMS = (TaggedCalls(), JsonCalls(), NamedCalls(), ListedCalls())
+class GraniteCalls(ListedCalls):
+    name = "<|tool_call|> and a JSON list"
+    marker = OPEN = "<|tool_call|>"
+    new_id = CallForm.new_id  # its templates take any id
+
+
+FORMS = (TaggedCalls(), JsonCalls(), NamedCalls(), ListedCalls(), GraniteCalls())
 
 
 def form_of(template: str | None) -> CallForm | None:

@@ -93,6 +93,21 @@ def test_a_template_that_refuses_a_system_message_gets_it_before_the_users():
         render_chat(GEMMA2, [{"role": "system", "content": "s"}, messages[2]])
 
 
+def test_granite_3s_roles_take_past_calls_and_tool_answers():
+    """A template with Granite 3's roles gets an assistant's words, then its calls as a JSON list
+    in a message of role assistant_tool_call, and a tool's answer as role tool_response."""
+    template = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}" \
+               "{# assistant_tool_call #}"
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "ls", "arguments": {"dir": "."}}}
+    messages = [{"role": "user", "content": "q"},
+                {"role": "assistant", "content": "Looking.", "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c1", "content": "a.py"}]
+    assert render_chat(template, messages) == (
+        '[user] q\n[assistant] Looking.\n[assistant_tool_call] [{"name": "ls", "arguments": '
+        '{"dir": "."}}]\n[tool_response] a.py\n')
+
+
 def test_chat_template_has_transformers_helpers():
     """Llama 3.1-3.3 templates date their system header with strftime_now when it is defined."""
     template = ("{% if strftime_now is defined %}{{ strftime_now('%Y-%m-%d') }}{% endif %}"

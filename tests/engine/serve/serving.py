@@ -66,6 +66,16 @@ DEVSTRAL = ("[SYSTEM_PROMPT]x[/SYSTEM_PROMPT]{% if tools %}[AVAILABLE_TOOLS]{{ t
             "{{ '[TOOL_CALLS]' + call.function.name + '[ARGS]' + arguments }}{% endfor %}</s>"
             "{% endif %}{% endfor %}")
 DEVSTRAL_CALL = '[TOOL_CALLS]read_file[ARGS]{"path": "a.py"}'
+# Granite 3's, in brief: past calls and tool answers in roles of its own, no 'tool' role
+GRANITE = ("{% if tools %}<|start_of_role|>available_tools<|end_of_role|>{% for tool in tools %}"
+           "\n{{ tool | tojson }}{% endfor %}<|end_of_text|>\n{% endif %}"
+           "{% for message in messages %}{% if message['role'] == 'assistant_tool_call' %}"
+           "{{ '<|start_of_role|>assistant<|end_of_role|><|tool_call|>' + message['content'] + "
+           "'<|end_of_text|>\n' }}{% elif message['role'] in ('system', 'user', 'assistant', "
+           "'tool_response') %}{{ '<|start_of_role|>' + message['role'] + '<|end_of_role|>' + "
+           "message['content'] + '<|end_of_text|>\n' }}{% endif %}{% endfor %}"
+           "{{ '<|start_of_role|>assistant<|end_of_role|>' }}")
+GRANITE_CALL = '<|tool_call|>[{"name": "read_file", "arguments": {"path": "a.py"}}]'
 
 
 @contextlib.contextmanager
@@ -92,7 +102,7 @@ def call_tokenizer(folder, template: str) -> Tokenizer:
     inner = tokenizers.Tokenizer.from_file(str(make_tokenizer_json(folder / "tokenizer.json")))
     inner.add_special_tokens([AddedToken(tag, special=True, normalized=False)
                               for tag in ("<tool_call>", "</tool_call>", "<|python_tag|>",
-                                          "<think>", "</think>")])
+                                          "<think>", "</think>", "<|tool_call|>")])
     return Tokenizer(inner, chat_template=template, eos_tokens=("<|im_end|>",))
 
 

@@ -7,9 +7,9 @@ import pytest
 
 from engine.loading import load_model
 from engine.serve.request import ApiRequest, RequestError
-from tests.engine.serve.serving import (ASK, CALL_TEXT, DEVSTRAL, DEVSTRAL_CALL, HERMES, LLAMA,
-                                        LLAMA_CALL, MISTRAL, MISTRAL_CALL, TOOLS, call_tokenizer,
-                                        serving, thinker)
+from tests.engine.serve.serving import (ASK, CALL_TEXT, DEVSTRAL, DEVSTRAL_CALL, GRANITE,
+                                        GRANITE_CALL, HERMES, LLAMA, LLAMA_CALL, MISTRAL,
+                                        MISTRAL_CALL, TOOLS, call_tokenizer, serving, thinker)
 
 LS = {"type": "function", "function": {"name": "ls", "parameters": {
     "type": "object", "properties": {"all": {"type": "boolean"}}, "required": ["all"],
@@ -17,7 +17,8 @@ LS = {"type": "function", "function": {"name": "ls", "parameters": {
 # Qwen3's, in brief: Hermes' calls, from a model that may reason first
 HERMES_THINKING = HERMES + "{# drops what a past answer reasoned, up to its </think> #}"
 FORMS = {"hermes": (HERMES, CALL_TEXT), "llama": (LLAMA, LLAMA_CALL),
-         "mistral": (MISTRAL, MISTRAL_CALL), "devstral": (DEVSTRAL, DEVSTRAL_CALL)}
+         "mistral": (MISTRAL, MISTRAL_CALL), "devstral": (DEVSTRAL, DEVSTRAL_CALL),
+         "granite": (GRANITE, GRANITE_CALL)}
 
 
 def held_to(tokenizer, **body):

@@ -8,16 +8,17 @@ import pytest
 
 from engine.errors import ModelLoadError
 from engine.loading import load_model
-from engine.serve.call_forms import (CallStream, JsonCalls, ListedCalls, NamedCalls, TaggedCalls,
-                                     form_of)
+from engine.serve.call_forms import (CallStream, GraniteCalls, JsonCalls, ListedCalls,
+                                     NamedCalls, TaggedCalls, form_of)
 from engine.serve.http_api import ApiServer
 from engine.serve.request import ApiRequest, RequestError
 from engine.serve.tool_calls import template_calls
 from engine.tokenizer import ByteTokenizer, Tokenizer
 from tests.engine.loading.conftest import make_tokenizer_json
-from tests.engine.serve.serving import (ASK, CALL_TEXT, DEVSTRAL, DEVSTRAL_CALL, HERMES, LLAMA,
-                                        LLAMA_CALL, MISTRAL, MISTRAL_CALL, TOOLS, call_tokenizer,
-                                        scripted_client, serving)
+from tests.engine.serve.serving import (ASK, CALL_TEXT, DEVSTRAL, DEVSTRAL_CALL, GRANITE,
+                                        GRANITE_CALL, HERMES, LLAMA, LLAMA_CALL, MISTRAL,
+                                        MISTRAL_CALL, TOOLS, call_tokenizer, scripted_client,
+                                        serving)
 
 QWEN3_TOOLS = HERMES + "{# strips </think> from past answers #}"
 split_calls = TaggedCalls().split
@@ -127,6 +128,42 @@ def test_a_newer_mistral_answer_names_each_call_after_its_text(text, content, ca
     assert all(len(c.id) == 9 and c.id.isalnum() for c in found)
 
 
+@pytest.mark.parametrize("text, content, calls", [
+    (GRANITE_CALL, "", [("read_file", {"path": "a.py"})]),
+    ('<|tool_call|>[{"arguments": {"path": "a.py"}, "name": "read_file"}]', "",
+     [("read_file", {"path": "a.py"})]),  # the order IBM's examples write
+    ("Let me look. " + GRANITE_CALL[:-1] + ', {"name": "ls", "arguments": {}}]',
+     "Let me look. ", [("read_file", {"path": "a.py"}), ("ls", {})]),
+    ("<|tool_call|>read_file", None, []),
+    (GRANITE_CALL[:-3], None, []),
+])
+def test_a_granite_answer_lists_its_calls_after_its_text(text, content, calls):
+    said, found = GraniteCalls().split(text)
+    assert [(c.name, json.loads(c.arguments)) for c in found] == calls
+    assert said == (text if content is None else content)
+    assert all(c.id.startswith("call_") for c in found)
+
+
+def test_a_granite_models_call_comes_back_and_goes_back_in_its_templates_roles(tmp_path):
+    """Granite 3's templates have no tool role and leave an assistant's tool_calls out: the
+    calls go back as an assistant_tool_call message, the answer as a tool_response one."""
+    with scripted_client(call_tokenizer(tmp_path, GRANITE), GRANITE_CALL) as (engine, client):
+        whole = client.chat.completions.create(model="x", messages=ASK, tools=TOOLS).choices[0]
+        assert whole.finish_reason == "tool_calls" and whole.message.content is None
+        [call] = whole.message.tool_calls
+        assert (call.function.name, json.loads(call.function.arguments)) == (
+            "read_file", {"path": "a.py"})
+        engine.answer = "It holds x = 1."
+        went_on = client.chat.completions.create(model="x", tools=TOOLS, messages=[
+            *ASK, whole.message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": call.id, "content": "x = 1"}]).choices[0]
+    assert went_on.message.content == "It holds x = 1."
+    assert engine.prompts[-1].endswith(
+        '<|start_of_role|>assistant<|end_of_role|><|tool_call|>[{"name": "read_file", '
+        '"arguments": {"path": "a.py"}}]<|end_of_text|>\n<|start_of_role|>tool_response'
+        '<|end_of_role|>x = 1<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>')
+
+
 def test_a_call_id_the_model_wrote_is_the_calls():
     _, [call] = NamedCalls().split('[TOOL_CALLS]ls[CALL_ID]a1b2c3d4e[ARGS]{"dir": "."}')
     assert (call.name, call.id, json.loads(call.arguments)) == ("ls", "a1b2c3d4e", {"dir": "."})
@@ -150,6 +187,7 @@ def test_a_template_asks_for_the_form_its_marker_names():
     assert isinstance(form_of(MISTRAL), ListedCalls) and not isinstance(form_of(MISTRAL),
                                                                            NamedCalls)
     assert isinstance(form_of(DEVSTRAL), NamedCalls)  # its template holds [TOOL_CALLS] too
+    assert isinstance(form_of(GRANITE), GraniteCalls)
     assert isinstance(form_of(HERMES), TaggedCalls) and isinstance(form_of(LLAMA), JsonCalls)
     assert form_of(None) is None and form_of("{{ messages[0].content }}") is None
 
