@@ -384,15 +384,20 @@ def _text_model_name(name: str) -> str:
 
 def read_tokenizer(folder: Path, config: ModelConfig) -> Tokenizer:
     """tokenizer.json with tokenizer_config.json's special tokens and chat template, or the
-    template in chat_template.jinja, where transformers >= 4.43 saves it (and which wins), and
-    a template for conversations with tools in additional_chat_templates/tool_use.jinja, where
-    later ones save a tokenizer's named templates."""
+    template in chat_template.jinja, where transformers >= 4.43 saves it (and which wins), or in
+    chat_template.json, where a processor keeps it, and a template for conversations with tools
+    in additional_chat_templates/tool_use.jinja, where later ones save a tokenizer's named
+    templates."""
     template_source = folder / "tokenizer_config.json"
     tokenizer_config = read_json(template_source, required=False) or {}
     template_file = folder / "chat_template.jinja"
+    processor_file = folder / "chat_template.json"  # a processor's (Gemma 3's 4B-27B)
     if template_file.is_file():
         tokenizer_config["chat_template"] = _read_template(template_file)
         template_source = template_file
+    elif not tokenizer_config.get("chat_template") and processor_file.is_file():
+        tokenizer_config["chat_template"] = (read_json(processor_file) or {}).get("chat_template")
+        template_source = processor_file
     tool_source = folder / "additional_chat_templates" / "tool_use.jinja"
     if tool_source.is_file():
         named = tokenizer_config.get("chat_template")

@@ -585,6 +585,24 @@ def test_chat_template_file_wins_over_tokenizer_config(tiny_llama_folder):
     assert loaded.tokenizer.chat_prompt("hi") == "<user>hi<assistant>"
 
 
+def test_a_processors_chat_template_json_serves_where_the_tokenizer_has_none(
+        tiny_llama_folder):
+    """Gemma 3's 4B-27B keep theirs in chat_template.json, a processor's file; the tokenizer's
+    own wins where it has one, and a broken one names its file."""
+    folder, _ = tiny_llama_folder
+    (folder / "chat_template.json").write_text(json.dumps({"chat_template": (
+        "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}<model>")}))
+    assert load_model(str(folder), dtype="fp32", device="cpu").tokenizer.chat_prompt("hi") == \
+        "[user] hi\n[assistant] "  # tokenizer_config.json's
+    cfg = json.loads((folder / "tokenizer_config.json").read_text())
+    del cfg["chat_template"]
+    (folder / "tokenizer_config.json").write_text(json.dumps(cfg))
+    assert load_model(str(folder), dtype="fp32", device="cpu").tokenizer.chat_prompt("hi") == \
+        "<user>hi<model>"
+    (folder / "chat_template.json").write_text(json.dumps({"chat_template": "{% if %}"}))
+    _raises(folder, "chat_template.json", "does not parse")
+
+
 # Qwen3's switch, as its template writes it: an empty thought when thinking is off
 QWEN3_STYLE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
                "{% endfor %}<|im_start|>assistant\n"
