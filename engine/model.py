@@ -1,6 +1,6 @@
 """The Llama-family decoder (Llama, Mistral, Qwen2 with qkv bias, Qwen3 with q/k RMSNorm,
-SmolLM, SmolLM3 with layers without RoPE, Phi-3, Granite with its scalars, OLMo 2 with its norms
-after, Gemma 1-3 with theirs and sliding windows) as one forward over packed tokens of many
+SmolLM, SmolLM3 with layers without RoPE, Phi-3, Granite with its scalars, OLMo 2 and EXAONE 4
+with their norms after, Gemma 1-3 with theirs and sliding windows) as one forward over packed tokens of many
 lanes and a paged KV cache.
 
 Weights arrive under Hugging Face names; q/k/v and gate/up are stored fused so each layer runs

@@ -30,6 +30,9 @@ SUPPORTED = {
     "GemmaForCausalLM": ("gemma", {"gemma_norms": True}),
     "Gemma2ForCausalLM": ("gemma2", {"gemma_norms": True, "norm_after": True}),
     "Gemma3ForCausalLM": ("gemma3", {"gemma_norms": True, "norm_after": True, "qk_norm": True}),
+    # OLMo 2's norms after each sublayer, Qwen3's q/k norms
+    "Exaone4ForCausalLM": ("exaone4", {"qk_norm": True, "norm_before": False,
+                                       "norm_after": True}),
 }
 # Models that also see images, whose text model loads alone: its architecture, and the fields
 # its text_config leaves out (as Gemma 3's 4B-27B ship it) with transformers' defaults
@@ -171,6 +174,14 @@ def read_config(folder: Path) -> ModelConfig:
         + _ids(generation.get("eos_token_id"), folder / "generation_config.json", "eos_token_id")))
     heads = _int(cfg, path, "num_attention_heads")
     layers = _int(cfg, path, "num_hidden_layers")
+    sliding = _sliding_window(cfg, path, arch, layers)
+    if arch == "smollm3":
+        nope = _nope_layers(cfg, path, layers)
+    elif arch == "exaone4" and cfg.get("sliding_window") is not None:
+        # with a window, RoPE turns in the sliding layers alone (as transformers has it)
+        nope = tuple(i for i in range(layers) if i not in sliding.get("sliding_layers", ()))
+    else:
+        nope = ()
     rotary_dim = 0  # all of a head
     if rotary_share < 1:
         head_dim = _int(cfg, path, "head_dim", 0) or _int(cfg, path, "hidden_size") // max(heads, 1)
@@ -179,12 +190,11 @@ def read_config(folder: Path) -> ModelConfig:
         config = ModelConfig(
             vocab_size=_int(cfg, path, "vocab_size"), hidden_size=_int(cfg, path, "hidden_size"),
             intermediate_size=_int(cfg, path, "intermediate_size"),
-            num_layers=layers, num_heads=heads,
-            nope_layers=_nope_layers(cfg, path, layers) if arch == "smollm3" else (),
+            num_layers=layers, num_heads=heads, nope_layers=nope,
             **({name: _number(cfg, path, name, default) for name, default in GRANITE.items()}
                if arch == "granite" else {}),
             **(_gemma(cfg, path, arch) if arch.startswith("gemma") else {}),
-            **_sliding_window(cfg, path, arch, layers), activation=activation,
+            **sliding, activation=activation,
             num_kv_heads=_int(cfg, path, "num_key_value_heads", heads) or heads,
             head_dim=_int(cfg, path, "head_dim", 0), rotary_dim=rotary_dim, rope_theta=theta,
             rope_scaling=scaling,
@@ -251,8 +261,8 @@ def _gemma(cfg: dict, path: Path, arch: str) -> dict:
 
 
 # Which layers slide where config.json has no layer_types, as transformers reads it: every layer
-# (Mistral, Phi-3), all but every pattern-th (Gemma 3, pattern 6; Gemma 2, 2), those from
-# max_window_layers (Qwen2 and 3 with use_sliding_window)
+# (Mistral, Phi-3), all but every pattern-th (Gemma 3, pattern 6; Gemma 2, 2; EXAONE 4, 4 or
+# its L and G), those from max_window_layers (Qwen2 and 3 with use_sliding_window)
 def _sliding_window(cfg: dict, path: Path, arch: str, layers: int) -> dict:
     """sliding_window and sliding_layers: the layers where a query sees only the window's keys
     up to its own (and Gemma 3's local RoPE turns, however long its window)."""
@@ -269,8 +279,15 @@ def _sliding_window(cfg: dict, path: Path, arch: str, layers: int) -> dict:
             raise ModelLoadError(path, f"layer_types must name one of {kinds} for each of the "
                                        f"{layers} layers, got {types!r}")
         sliding = [i for i, kind in enumerate(types) if kind == "sliding_attention"]
-    elif arch in ("gemma2", "gemma3"):
-        pattern = 2 if arch == "gemma2" else _int(cfg, path, "sliding_window_pattern", 6)
+    elif arch == "exaone4" and isinstance(cfg.get("sliding_window_pattern"), str):
+        pattern = cfg["sliding_window_pattern"]  # "LLLG": three local layers, then a global one
+        if not pattern or set(pattern) - {"L", "G"}:
+            raise ModelLoadError(path, f"sliding_window_pattern must be of L and G, got "
+                                       f"{pattern!r}")
+        sliding = [i for i in range(layers) if pattern[i % len(pattern)] == "L"]
+    elif arch in ("gemma2", "gemma3", "exaone4"):
+        pattern = 2 if arch == "gemma2" else _int(cfg, path, "sliding_window_pattern",
+                                                   6 if arch == "gemma3" else 4)
         if pattern < 1:
             raise ModelLoadError(path, f"sliding_window_pattern must be at least 1, got {pattern}")
         sliding = [i for i in range(layers) if (i + 1) % pattern]

@@ -83,7 +83,8 @@ def hf_tiny(arch: str, **overrides):
                "olmo2": ("Olmo2Config", "Olmo2ForCausalLM"),
                "gemma": ("GemmaConfig", "GemmaForCausalLM"),
                "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
-               "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM")}
+               "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
+               "exaone4": ("Exaone4Config", "Exaone4ForCausalLM")}
     config_cls, model_cls = (getattr(transformers, n) for n in classes[arch])
     kwargs = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
@@ -91,7 +92,7 @@ def hf_tiny(arch: str, **overrides):
                   bos_token_id=1, eos_token_id=2)
     if arch == "qwen3":
         kwargs["head_dim"] = 24  # Qwen3's head_dim is its own field, not hidden / heads
-    if arch in ("phi3", "smollm3", "olmo2"):
+    if arch in ("phi3", "smollm3", "olmo2", "exaone4"):
         kwargs["pad_token_id"] = 0  # their default is past the tiny vocabulary
     if arch.startswith("gemma"):  # heads of 256 and a window of 4096 unless told
         kwargs.update(head_dim=16, pad_token_id=0)

@@ -153,10 +153,28 @@ def test_a_text_config_that_leaves_fields_out_gets_transformers_defaults(tmp_pat
     assert ours.max_position == theirs.max_position_embeddings
 
 
+@pytest.mark.parametrize("fields,sliding,nope", [
+    ({"sliding_window": 5, "layer_types": ["sliding_attention"] * 3 + ["full_attention"]},
+     (0, 1, 2), (3,)),                                   # 32B's kind: LLLG, RoPE in the Ls
+    ({"sliding_window": None, "layer_types": ["full_attention"] * 4}, (), ()),  # 1.2B's kind
+])
+def test_exaone_4_matches_transformers(tmp_path, fields, sliding, nope):
+    hf = hf_tiny("exaone4", num_hidden_layers=4, tie_word_embeddings=True, **fields)
+    loaded = load_model(str(save_hf_folder(hf, tmp_path / "exaone4")), dtype="fp32",
+                        device="cpu")
+    c = loaded.config
+    assert (c.norm_before, c.norm_after, c.qk_norm, c.qk_norm_whole) == (False, True, True, False)
+    assert (c.sliding_layers, c.nope_layers) == (sliding, nope)
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT), reference_logits(hf, PROMPT),
+                               atol=1e-4, rtol=0)
+
+
 # Windows of 5 tokens (Mistral's and Phi-3's in every layer, Qwen2's from max_window_layers)
 WINDOWED = {"gemma2": {}, "gemma3": {"sliding_window_pattern": 2},
             "mistral": {"sliding_window": 5}, "phi3": {"sliding_window": 5},
-            "qwen2": {"use_sliding_window": True, "sliding_window": 5, "max_window_layers": 1}}
+            "qwen2": {"use_sliding_window": True, "sliding_window": 5, "max_window_layers": 1},
+            "exaone4": {"sliding_window": 5,
+                        "layer_types": ["sliding_attention", "full_attention"]}}
 
 
 @pytest.mark.parametrize("layout", ["packed", "padded"])
@@ -190,6 +208,8 @@ def test_windows_hold_when_prompts_are_fed_in_pieces(tmp_path, arch, layout):
     ("qwen2", {"use_sliding_window": True, "sliding_window": 8, "max_window_layers": 2}, (2, 3)),
     ("qwen2", {"use_sliding_window": False, "sliding_window": 8}, ()),
     ("llama", {"sliding_window": 8}, ()),
+    ("exaone4", {"sliding_window": 8, "sliding_window_pattern": "LLLG"}, (0, 1, 2)),
+    ("exaone4", {"sliding_window": 8, "sliding_window_pattern": 2}, (0, 2)),
 ])
 def test_which_layers_slide_where_the_config_does_not_list_them(tmp_path, arch, fields, sliding):
     folder = save_hf_folder(hf_tiny(arch, num_hidden_layers=4), tmp_path / arch)
