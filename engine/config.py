@@ -14,9 +14,9 @@ class ModelConfig:
     projections fused (and Phi-4-mini turns only part of each head with RoPE), SmolLM3 leaves
     RoPE out of some layers, Granite scales embeddings, residuals, attention and logits, OLMo 2
     norms each sublayer's output (and q and k whole), as EXAONE 4 does (q and k by head), Gemma
-    has GELU, norms by 1 + weight and
-    embeddings scaled, Gemma 2 adds norms around each sublayer, sliding-window layers and capped
-    scores, Gemma 3 q/k norms and a RoPE base of its own in its sliding layers."""
+    has GELU, norms by 1 + weight and embeddings scaled, Gemma 2 adds norms around each sublayer,
+    sliding-window layers and capped scores, Gemma 3 q/k norms and a RoPE base of its own in its
+    sliding layers."""
 
     vocab_size: int
     hidden_size: int
