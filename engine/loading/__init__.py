@@ -4,7 +4,7 @@ from __future__ import annotations
 import contextlib
 import math
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -17,7 +17,7 @@ from engine.devices import (dtype_name, free_memory_bytes, resolve_device, resol
 from engine.errors import ModelLoadError
 from engine.loading import default_model, gguf_file, hub_cache, ollama_store
 from engine.loading.gguf_convert import check_gguf, gguf_shapes
-from engine.loading.hf_folder import Weights, read_config, read_tokenizer
+from engine.loading.hf_folder import Weights, read_config, read_sampling_defaults, read_tokenizer
 from engine.model import WARM_ROWS, LlamaModel, check_shapes, prepacks
 from engine.tokenizer import ByteTokenizer, Tokenizer
 
@@ -34,6 +34,8 @@ class LoadedModel:
     tokenizer: Tokenizer | ByteTokenizer
     dtype: torch.dtype
     device: torch.device
+    # the API's sampling where a request leaves it out (generation_config.json's, as vLLM)
+    sampling_defaults: dict[str, float] = field(default_factory=dict)
 
 
 def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
@@ -74,6 +76,7 @@ def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
         tokenizer = read_tokenizer(folder, config)
         if thinking is not None:
             tokenizer.template_variables["enable_thinking"] = thinking
+        sampling_defaults = read_sampling_defaults(folder)
         report(f"loading weights from {folder}", 0.1)
         weights = Weights(folder)
     _check_room(folder, config, weights.shapes, torch_dtype, torch_device)
@@ -88,7 +91,8 @@ def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
         warmed(0)
         model.warm_up(done=warmed)
     report(f"loaded {name}", 1.0)
-    return LoadedModel(name, str(folder), config, model, tokenizer, torch_dtype, torch_device)
+    return LoadedModel(name, str(folder), config, model, tokenizer, torch_dtype, torch_device,
+                       sampling_defaults)
 
 
 def _one_bar(progress: Progress) -> tuple[Progress, Progress]:

@@ -4,6 +4,7 @@ Every problem a user's folder can have becomes a ModelLoadError naming the file 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -210,6 +211,31 @@ def read_config(folder: Path) -> ModelConfig:
     except ValueError as exc:
         raise ModelLoadError(path, f"rope parameters: {exc}") from None
     return config
+
+
+# generation_config.json's sampling fields that the API takes where a request leaves them out,
+# as vLLM serves them, with the bounds the API holds a request's to (open where the bound is 0)
+SAMPLING = {"temperature": (0.0, 2.0), "top_p": (0.0, 1.0), "top_k": (0, math.inf),
+            "repetition_penalty": (0.0, math.inf)}
+
+
+def read_sampling_defaults(folder: Path) -> dict[str, float]:
+    """The sampling generation_config.json recommends (Qwen2.5's temperature 0.7, top_p 0.8,
+    top_k 20, say): the fields of SAMPLING it gives. A negative top_k is none, as vLLM has it."""
+    path = folder / "generation_config.json"
+    generation = read_json(path, required=False) or {}
+    defaults = {}
+    for name, (low, high) in SAMPLING.items():
+        value = _number(generation, path, name, None)
+        if value is None:
+            continue
+        if name == "top_k":
+            value = max(0, int(value))
+        elif not low <= value <= high or value == 0 and name in ("top_p", "repetition_penalty"):
+            raise ModelLoadError(path, f"{name} {value:g} is outside the API's range for it "
+                                       f"({low:g} to {high:g})")
+        defaults[name] = value
+    return defaults
 
 
 def _text_config(cfg: dict, path: Path, arch: str, defaults: dict) -> dict:

@@ -147,7 +147,8 @@ class _Handler(BaseHTTPRequestHandler):
             if path == "/v1/messages/count_tokens":  # which asks no max_tokens
                 body = {**body, "max_tokens": 1} if isinstance(body, dict) else body
             requests = parse_choices(messages.chat_body(body) if self._anthropic else body,
-                                     tokenizer, room, chat=COMPLETIONS.get(path, True))
+                                     tokenizer, room, chat=COMPLETIONS.get(path, True),
+                                     defaults=engine.loaded.sampling_defaults)
         except RequestError as exc:
             self._error(400, str(exc), "invalid_request_error")
             return

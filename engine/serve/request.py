@@ -136,9 +136,14 @@ class ApiRequest:
             prediction=self.prediction and Prediction(self.prediction.tokens))
 
 
-def parse_choices(body, tokenizer, max_context: int, chat: bool = True) -> list[ApiRequest]:
+def parse_choices(body, tokenizer, max_context: int, chat: bool = True,
+                  defaults: dict | None = None) -> list[ApiRequest]:
     """The answers a request asks for, in the order of its choices (as OpenAI's API numbers
-    them): for each prompt (a text completion's `prompt` may be a list of them), its `n`."""
+    them): for each prompt (a text completion's `prompt` may be a list of them), its `n`.
+    `defaults`: the model's sampling fields, for those the request leaves out."""
+    if isinstance(body, dict) and defaults:
+        body = {**body, **{name: value for name, value in defaults.items()
+                           if body.get(name) is None}}
     prompts = body.get("prompt") if not chat and isinstance(body, dict) else None
     if isinstance(prompts, list) and prompts and all(isinstance(p, (str, list)) for p in prompts):
         requests = [ApiRequest.parse({**body, "prompt": prompt}, tokenizer, max_context, False,

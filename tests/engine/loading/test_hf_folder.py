@@ -623,6 +623,24 @@ def test_a_processors_chat_template_json_serves_where_the_tokenizer_has_none(
     _raises(folder, "chat_template.json", "does not parse")
 
 
+def test_generation_configs_sampling_is_the_apis_default(tiny_llama_folder):
+    """Qwen2.5's kind of generation_config.json: its temperature, top_p, top_k and
+    repetition_penalty serve where an API request leaves them out; a value past the API's range
+    names the file."""
+    folder, _ = tiny_llama_folder
+    path = folder / "generation_config.json"
+    given = json.loads(path.read_text()) if path.is_file() else {}
+    path.write_text(json.dumps({**given, "temperature": 0.7, "top_p": 0.8, "top_k": 20,
+                                "repetition_penalty": 1.05, "do_sample": True}))
+    loaded = load_model(str(folder), dtype="fp32", device="cpu")
+    assert loaded.sampling_defaults == {"temperature": 0.7, "top_p": 0.8, "top_k": 20,
+                                        "repetition_penalty": 1.05}
+    path.write_text(json.dumps({**given, "top_k": -1}))  # none, as vLLM reads it
+    assert load_model(str(folder), dtype="fp32", device="cpu").sampling_defaults == {"top_k": 0}
+    path.write_text(json.dumps({**given, "temperature": 3}))
+    _raises(folder, "generation_config.json", "temperature 3 is outside the API's range")
+
+
 # Qwen3's switch, as its template writes it: an empty thought when thinking is off
 QWEN3_STYLE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
                "{% endfor %}<|im_start|>assistant\n"

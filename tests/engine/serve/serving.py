@@ -126,13 +126,16 @@ class ScriptedEngine:
     write a tool call, so the server's reading of one is tested on text given here."""
 
     def __init__(self, tokenizer: Tokenizer, answer: str) -> None:
-        self.loaded = types.SimpleNamespace(tokenizer=tokenizer, name="scripted")
+        self.loaded = types.SimpleNamespace(tokenizer=tokenizer, name="scripted",
+                                            sampling_defaults={})
+        self.requests = []  # each choice's ApiRequest
         self.max_context = 4096
         self.answer = answer
         self.prompts: list[str] = []
 
     def submit(self, completion) -> None:
         tokenizer = self.loaded.tokenizer
+        self.requests.append(completion.request)
         self.prompts.append(tokenizer.decode(completion.request.prompt_ids))
         ids = tokenizer.encode(self.answer) + list(tokenizer.eos_ids)
         for at in range(0, len(ids), 3):

@@ -284,6 +284,21 @@ def test_an_echoed_prompt_asked_for_no_answer_is_scored_alone(served, tiny):
     assert status == 400 and "max_tokens: must be an integer >= 1, got 0" in text
 
 
+def test_the_models_sampling_serves_where_a_request_leaves_it_out(tmp_path):
+    """As vLLM serves generation_config.json's sampling: a request's own fields win, the
+    model's fill in the rest (OpenAI's defaults where the model has none)."""
+    tok = Tokenizer(tokenizers.Tokenizer.from_file(str(make_tokenizer_json(
+        tmp_path / "tokenizer.json"))), eos_tokens=("<|im_end|>",))
+    with scripted_client(tok, "hi") as (engine, client):
+        engine.loaded.sampling_defaults = {"temperature": 0.7, "top_k": 20}
+        client.chat.completions.create(model="any", messages=[{"role": "user", "content": "a"}])
+        client.chat.completions.create(model="any", temperature=0, top_p=0.5,
+                                       messages=[{"role": "user", "content": "a"}])
+    given, asked = (request.sampling for request in engine.requests)
+    assert (given.temperature, given.top_k, given.top_p) == (0.7, 20, 1.0)
+    assert (asked.temperature, asked.top_k, asked.top_p) == (0.0, 20, 0.5)
+
+
 def test_a_code_models_hole_is_filled_between_the_prompt_and_its_suffix(tmp_path):
     """OpenAI's client sends a text completion with a suffix, as a code editor does: the model
     is prompted in its fill-in-the-middle tokens (Qwen2.5-Coder's here), special tokens as the
