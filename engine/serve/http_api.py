@@ -77,13 +77,17 @@ class ApiServer:
         return f"http://{f'[{host}]' if ':' in host else host}:{port}"
 
     def describe(self, engine) -> str:
-        """What this server offers with `engine`'s model: its address, tools and reasoning."""
+        """What this server offers with `engine`'s model: its address, tools, reasoning and the
+        sampling it gives a request that leaves it out."""
         tokenizer = engine.loaded.tokenizer
         form = form_of(tokenizer.template_for(tools=True))
         tools = (f"tools offered, calls read as {form.name}" if form else
                  "no tools (its chat template asks for tool calls in no form read here)")
         reasoning = "; reasoning apart" if thinks(tokenizer.template_for(tools=False)) else ""
-        return f"{self.url}: {engine.loaded.name}, {tools}{reasoning}"
+        defaults = engine.loaded.sampling_defaults
+        sampling = ("; by default " + ", ".join(f"{name} {value:g}" for name, value in
+                                                 defaults.items()) if defaults else "")
+        return f"{self.url}: {engine.loaded.name}, {tools}{reasoning}{sampling}"
 
     def start(self) -> "ApiServer":
         self._thread.start()

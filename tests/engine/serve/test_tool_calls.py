@@ -177,10 +177,21 @@ def test_a_server_says_what_it_offers_with_its_model(tmp_path, template, says):
     server = ApiServer(lambda: None, "127.0.0.1", 0)
     try:
         said = server.describe(types.SimpleNamespace(loaded=types.SimpleNamespace(
-            name="m", tokenizer=call_tokenizer(tmp_path, template))))
+            name="m", tokenizer=call_tokenizer(tmp_path, template), sampling_defaults={})))
     finally:
         server.close()
     assert said.startswith(server.url + ": " + says)
+
+
+def test_a_server_says_the_sampling_a_request_gets_by_default(tmp_path):
+    server = ApiServer(lambda: None, "127.0.0.1", 0)
+    try:
+        said = server.describe(types.SimpleNamespace(loaded=types.SimpleNamespace(
+            name="m", tokenizer=call_tokenizer(tmp_path, LLAMA),
+            sampling_defaults={"temperature": 0.7, "top_k": 20})))
+    finally:
+        server.close()
+    assert said.endswith("; by default temperature 0.7, top_k 20")
 
 
 def test_a_template_asks_for_the_form_its_marker_names():
