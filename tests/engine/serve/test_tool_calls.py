@@ -105,10 +105,17 @@ def test_a_llama_answer_that_may_be_a_call_is_held_back_whole(answer, sent):
     (MISTRAL_CALL[:-5], None, []),
 ])
 def test_a_mistral_answer_lists_its_calls_after_its_text(text, content, calls):
-    said, found = ListedCalls().split(text)
+    found = _reads(ListedCalls(), text, content, calls)
+    assert all(len(c.id) == 9 and c.id.isalnum() for c in found)
+
+
+def _reads(form, text: str, content: str | None, calls: list) -> list:
+    """The calls `form` reads in `text`, which must be `calls` (name, arguments) after
+    `content` (None: the text is all content, no calls)."""
+    said, found = form.split(text)
     assert [(c.name, json.loads(c.arguments)) for c in found] == calls
     assert said == (text if content is None else content)
-    assert all(len(c.id) == 9 and c.id.isalnum() for c in found)
+    return found
 
 
 @pytest.mark.parametrize("text, content, calls", [
@@ -122,9 +129,7 @@ def test_a_mistral_answer_lists_its_calls_after_its_text(text, content, calls):
     ("[TOOL_CALLS]read_file", None, []),
 ])
 def test_a_newer_mistral_answer_names_each_call_after_its_text(text, content, calls):
-    said, found = NamedCalls().split(text)
-    assert [(c.name, json.loads(c.arguments)) for c in found] == calls
-    assert said == (text if content is None else content)
+    found = _reads(NamedCalls(), text, content, calls)
     assert all(len(c.id) == 9 and c.id.isalnum() for c in found)
 
 
@@ -138,9 +143,7 @@ def test_a_newer_mistral_answer_names_each_call_after_its_text(text, content, ca
     (GRANITE_CALL[:-3], None, []),
 ])
 def test_a_granite_answer_lists_its_calls_after_its_text(text, content, calls):
-    said, found = GraniteCalls().split(text)
-    assert [(c.name, json.loads(c.arguments)) for c in found] == calls
-    assert said == (text if content is None else content)
+    found = _reads(GraniteCalls(), text, content, calls)
     assert all(c.id.startswith("call_") for c in found)
 
 
