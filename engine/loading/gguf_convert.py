@@ -57,6 +57,9 @@ _ROPE_TENSORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_
 _VISION_PREFIXES = ("v.", "mm.")
 _GLOBAL_NAMES = {"token_embd.weight": "model.embed_tokens.weight",
                  "output_norm.weight": "model.norm.weight", "output.weight": "lm_head.weight"}
+# The sampling a GGUF recommends (llama.cpp's general.sampling.*) -> generation_config.json's
+_SAMPLING = (("temp", "temperature"), ("top_k", "top_k"), ("top_p", "top_p"),
+             ("penalty_repeat", "repetition_penalty"))
 SHARD_BYTES = 2 * 2 ** 30  # the most a converted weights file holds (and converting holds at once)
 # Tensor types stored as they are (the rest are dequantized)
 _STORED = {GGMLQuantizationType.F32: torch.float32, GGMLQuantizationType.F16: torch.float16,
@@ -339,8 +342,10 @@ def _write_metadata(g: _Gguf, out: Path) -> dict:
     }
     (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
     (out / "config.json").write_text(json.dumps(config, indent=2))
+    keys = {ours: f"general.sampling.{theirs}" for theirs, ours in _SAMPLING}
     (out / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"]}, indent=2))
+        {"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"],
+         **{ours: g.get(key) for ours, key in keys.items() if key in g.reader.fields}}, indent=2))
     return config
 
 

@@ -276,6 +276,20 @@ def test_a_sentencepiece_vocabulary_encodes_as_transformers_reads_it(tmp_path):
     assert loaded.config.eos_token_ids == (2,)
 
 
+def test_the_sampling_a_gguf_recommends_is_the_apis_default(tmp_path):
+    """llama.cpp's general.sampling.* keys, as the sampling generation_config.json gives."""
+    def recommends(writer):
+        writer.add_float32("general.sampling.temp", 0.6)
+        writer.add_int32("general.sampling.top_k", 20)
+        writer.add_float32("general.sampling.top_p", 0.95)
+
+    path = write_tiny_gguf(hf_tiny("llama"), tmp_path / "tiny.gguf", extra=recommends)
+    defaults = load_model(str(path), dtype="fp32", device="cpu").sampling_defaults
+    assert defaults == pytest.approx({"temperature": 0.6, "top_k": 20, "top_p": 0.95})
+    plain = write_tiny_gguf(hf_tiny("llama"), tmp_path / "plain.gguf")
+    assert load_model(str(plain), dtype="fp32", device="cpu").sampling_defaults == {}
+
+
 def test_end_of_turn_tokens_end_the_answer_and_a_sliding_window_slides_in_every_layer(tmp_path):
     def extra(writer):
         writer.add_eot_token_id(0)
