@@ -76,7 +76,8 @@ def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
         tokenizer = read_tokenizer(folder, config)
         if thinking is not None:
             tokenizer.template_variables["enable_thinking"] = thinking
-        sampling_defaults = read_sampling_defaults(folder)
+        sampling_defaults = read_sampling_defaults(folder) | (
+            ollama_store.sampling(spec) if spec.startswith(ollama_store.PREFIX) else {})
         report(f"loading weights from {folder}", 0.1)
         weights = Weights(folder)
     _check_room(folder, config, weights.shapes, torch_dtype, torch_device)

@@ -221,12 +221,17 @@ SAMPLING = {"temperature": (0.0, 2.0), "top_p": (0.0, 1.0), "top_k": (0, math.in
 
 def read_sampling_defaults(folder: Path) -> dict[str, float]:
     """The sampling generation_config.json recommends (Qwen2.5's temperature 0.7, top_p 0.8,
-    top_k 20, say): the fields of SAMPLING it gives. A negative top_k is none, as vLLM has it."""
+    top_k 20, say)."""
     path = folder / "generation_config.json"
-    generation = read_json(path, required=False) or {}
+    return checked_sampling(read_json(path, required=False) or {}, path)
+
+
+def checked_sampling(given: dict, path: Path) -> dict[str, float]:
+    """The fields of SAMPLING that `given` (read from `path`) has, each checked. A negative
+    top_k is none, as vLLM has it."""
     defaults = {}
     for name, (low, high) in SAMPLING.items():
-        value = _number(generation, path, name, None)
+        value = _number(given, path, name, None)
         if value is None:
             continue
         if name == "top_k":

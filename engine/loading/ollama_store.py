@@ -10,9 +10,14 @@ import os
 from pathlib import Path
 
 from engine.errors import ModelLoadError
+from engine.loading.hf_folder import checked_sampling
 
 PREFIX = "ollama:"
 MODEL_LAYER = "application/vnd.ollama.image.model"
+PARAMS_LAYER = "application/vnd.ollama.image.params"
+# Ollama's parameter names -> generation_config.json's
+SAMPLING = (("temperature", "temperature"), ("top_k", "top_k"), ("top_p", "top_p"),
+            ("repeat_penalty", "repetition_penalty"))
 DEFAULT_HOST, DEFAULT_NAMESPACE, DEFAULT_TAG = "registry.ollama.ai", "library", "latest"
 
 
@@ -28,6 +33,28 @@ def models_dir() -> Path:
 def model_file(spec: str) -> tuple[Path, str]:
     """The GGUF file of the model `spec` (ollama:[HOST/][NAMESPACE/]MODEL[:TAG]) names, and its
     name as Ollama lists it."""
+    return _layer(spec, MODEL_LAYER, required=True)
+
+
+def sampling(spec: str) -> dict[str, float]:
+    """The sampling the model's Ollama parameters give (its params layer: temperature, top_k,
+    top_p, repeat_penalty), under generation_config.json's names; {} where it has none."""
+    blob, _ = _layer(spec, PARAMS_LAYER, required=False)
+    if blob is None:
+        return {}
+    try:
+        params = json.loads(blob.read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(blob, f"Ollama's parameters for the model do not read ({exc})") \
+            from None
+    if not isinstance(params, dict):
+        raise ModelLoadError(blob, "Ollama's parameters for the model are not an object")
+    return checked_sampling({ours: params.get(theirs) for theirs, ours in SAMPLING}, blob)
+
+
+def _layer(spec: str, media_type: str, required: bool) -> tuple[Path | None, str]:
+    """The blob of the model's layer of `media_type` (None where it has none and it is not
+    `required`), and the model's name as Ollama lists it."""
     name, _, tag = spec.removeprefix(PREFIX).partition(":")
     parts = name.split("/")
     if not name or len(parts) > 3 or not all(parts):
@@ -42,11 +69,14 @@ def model_file(spec: str) -> tuple[Path, str]:
                                        f"(in {store}: {', '.join(pulled()) or 'none'})")
     try:
         layers = json.loads(manifest.read_text())["layers"]
-        digest = next(layer["digest"] for layer in layers
-                      if layer.get("mediaType") == MODEL_LAYER)
-    except (OSError, ValueError, KeyError, TypeError, StopIteration):
-        raise ModelLoadError(manifest, "not an Ollama manifest with a model layer") from None
-    blob = store / "blobs" / digest.replace(":", "-")
+        digests = [layer["digest"] for layer in layers if layer.get("mediaType") == media_type]
+    except (OSError, ValueError, KeyError, TypeError):
+        digests = None
+    if digests is None or required and not digests:
+        raise ModelLoadError(manifest, "not an Ollama manifest with a model layer")
+    if not digests:
+        return None, ""
+    blob = store / "blobs" / digests[0].replace(":", "-")
     if not blob.is_file():
         raise ModelLoadError(blob, "the model's file is missing from Ollama's store")
     return blob, f"{parts[-1]}:{tag or DEFAULT_TAG}"

@@ -400,19 +400,41 @@ def test_a_gguf_drafts_for_a_target_that_shares_its_tokenizer(tmp_path):
     assert drafter.name == "draft" and drafter.runner.model.config.num_layers == 1
 
 
-def ollama_store(tmp_path, monkeypatch, gguf, name="tiny", tag="0.5b", namespace="library"):
-    """Ollama's store as `ollama pull` leaves it: a manifest naming the GGUF by digest."""
+def ollama_store(tmp_path, monkeypatch, gguf, name="tiny", tag="0.5b", namespace="library",
+                 params: str | None = None):
+    """Ollama's store as `ollama pull` leaves it: a manifest naming the GGUF by digest, and
+    its parameters' blob (JSON text) where there are `params`."""
     store = tmp_path / "ollama"
     monkeypatch.setenv("OLLAMA_MODELS", str(store))
-    digest = "sha256:" + "ab" * 32
+    digest, params_digest = "sha256:" + "ab" * 32, "sha256:" + "cd" * 32
     (store / "blobs").mkdir(parents=True, exist_ok=True)
     (store / "blobs" / digest.replace(":", "-")).write_bytes(gguf.read_bytes())
+    layers = [{"mediaType": "application/vnd.ollama.image.model", "digest": digest, "size": 1},
+              {"mediaType": "application/vnd.ollama.image.template", "digest": "sha256:00"}]
+    if params is not None:
+        (store / "blobs" / params_digest.replace(":", "-")).write_text(params)
+        layers.append({"mediaType": "application/vnd.ollama.image.params",
+                       "digest": params_digest})
     manifest = store / "manifests" / "registry.ollama.ai" / namespace / name / tag
     manifest.parent.mkdir(parents=True)
-    manifest.write_text(json.dumps({"schemaVersion": 2, "layers": [
-        {"mediaType": "application/vnd.ollama.image.model", "digest": digest, "size": 1},
-        {"mediaType": "application/vnd.ollama.image.template", "digest": "sha256:00"}]}))
+    manifest.write_text(json.dumps({"schemaVersion": 2, "layers": layers}))
     return store, manifest
+
+
+def test_an_ollama_models_parameters_are_the_apis_sampling_defaults(tmp_path, monkeypatch):
+    """As Ollama's gemma3 has them: its temperature, top_k and top_p (and repeat_penalty),
+    beside parameters that are not sampling (stop)."""
+    gguf = write_tiny_gguf(hf_tiny("llama"), tmp_path / "x.gguf")
+    store, _ = ollama_store(tmp_path, monkeypatch, gguf, params=json.dumps(
+        {"stop": ["<end_of_turn>"], "temperature": 1, "top_k": 64, "top_p": 0.95,
+         "repeat_penalty": 1.1}))
+    assert load_model("ollama:tiny:0.5b", dtype="fp32", device="cpu").sampling_defaults == {
+        "temperature": 1.0, "top_k": 64, "top_p": 0.95, "repetition_penalty": 1.1}
+    params = store / "blobs" / ("sha256-" + "cd" * 32)
+    params.write_text('{"top_p": 7}')
+    with pytest.raises(ModelLoadError, match="top_p 7 is outside the API's range") as info:
+        load_model("ollama:tiny:0.5b", dtype="fp32", device="cpu")
+    assert info.value.path == str(params)
 
 
 def test_a_model_ollama_pulled_loads_by_its_name(tmp_path, monkeypatch):
