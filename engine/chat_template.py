@@ -99,7 +99,8 @@ def render_chat(template: str | None, messages: list[dict[str, str]], *,
     `variables`: more of the template's own, e.g. Qwen3's enable_thinking (those a template does
     not read change nothing, as in transformers' apply_chat_template). A template that refuses a
     system message (Mistral v0.1's, Gemma 1's and 2's) gets its text at the head of the first
-    user message instead, as Gemma 3's own template and other tools put it."""
+    user message instead, as Gemma 3's own template and other tools put it; one in Granite 3's
+    roles gets past calls and tool answers in them (`_granite_roles`)."""
     def render(messages: list[dict[str, str]]) -> str:
         try:
             return _compile(template or CHATML).render(

@@ -127,6 +127,10 @@ def gguf_config(g: _Gguf) -> dict:
         int(g.get(f"tokenizer.ggml.{key}_token_id", -1)) for key in ("eot", "eom")]
     if arch in GEMMAS and "<end_of_turn>" in tokens:  # llama.cpp ends a turn there by its text
         eos.append(tokens.index("<end_of_turn>"))
+    # the embedding's rows, where the file does not say (its vocabulary may list more)
+    vocab = int(g.get(f"{arch}.vocab_size", 0) or next(
+        (int(t.shape[-1]) for t in g.reader.tensors if t.name == "token_embd.weight"),
+        len(tokens)))
     theta = float(g.get(f"{arch}.rope.freq_base", 1e6 if arch == "gemma3" else 10000.0))
     scaling = (_llama3_scaling(g, head_dim, theta) if "rope_freqs.weight" in names else
                _longrope_scaling(g, arch) if "rope_factors_short.weight" in names else
@@ -135,7 +139,7 @@ def gguf_config(g: _Gguf) -> dict:
     layers = int(g.get(f"{arch}.block_count"))
     return {
         "architectures": [ARCHITECTURES[arch][0]], "model_type": arch,
-        "vocab_size": int(g.get(f"{arch}.vocab_size", len(tokens))), "hidden_size": hidden,
+        "vocab_size": vocab, "hidden_size": hidden,
         "intermediate_size": int(g.get(f"{arch}.feed_forward_length")),
         "num_hidden_layers": layers,
         "num_attention_heads": heads,
@@ -186,8 +190,12 @@ def _gemma_fields(g: _Gguf, arch: str, hidden: int, heads: int, head_dim: int,
 
 
 def _linear_scaling(g: _Gguf, arch: str) -> dict | None:
-    """Linear RoPE scaling (Gemma 3's larger models'), where the GGUF names it."""
-    if g.get(f"{arch}.rope.scaling.type", "none") != "linear":
+    """Linear RoPE scaling (Gemma 3's 4B-27B's), where the GGUF names it, or where it is a Gemma
+    3 of their 128K context that does not (Ollama's converter left their factor of 8 out)."""
+    kind = g.get(f"{arch}.rope.scaling.type", "none")
+    if kind == "none" and arch == "gemma3" and int(g.get("gemma3.context_length")) >= 131072:
+        return {"rope_type": "linear", "factor": 8.0}
+    if kind != "linear":
         return None
     return {"rope_type": "linear", "factor": float(g.get(f"{arch}.rope.scaling.factor"))}
 
@@ -325,11 +333,22 @@ def gguf_shapes(gguf_path: str | Path) -> dict[str, tuple[int, ...]]:
             if not t.name.startswith(_VISION_PREFIXES)}
 
 
+def _vocabulary_within(g: _Gguf, size: int):
+    """g.get, with the vocabulary's lists cut to the model's `size` tokens: Ollama's Gemma 3
+    lists tokens past its embedding's rows (<image_soft_token>), which no text can use."""
+    per_token = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.scores")
+
+    def get(key: str, default=None):
+        value = g.get(key, default)
+        return value[:size] if key in per_token else value
+    return get
+
+
 def _write_metadata(g: _Gguf, out: Path) -> dict:
     """config.json, tokenizer.json, tokenizer_config.json and generation_config.json; the
     config."""
     config = gguf_config(g)
-    tok, add_bos = gguf_tokenizer(g.path, g.get)
+    tok, add_bos = gguf_tokenizer(g.path, _vocabulary_within(g, config["vocab_size"]))
     tok.save(str(out / "tokenizer.json"))
     tokens = g.get("tokenizer.ggml.tokens")
     eos_id = config["eos_token_id"][0]

@@ -158,11 +158,13 @@ GGUF_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['cont
 
 
 def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smollm",
-                    tokenizer=None, extra=None, template: str = GGUF_TEMPLATE) -> Path:
+                    tokenizer=None, extra=None, template: str = GGUF_TEMPLATE,
+                    vocab_size: bool = True) -> Path:
     """What llama.cpp's converter would write for hf_model: Q/K rows permuted for the llama
     architecture, the token embedding quantized to Q8_0 (so the reference must use its
     dequantized values). `tokenizer(writer)` writes a vocabulary of its own (else the byte-level
-    one of vocab_tokens, split as `pre`); `extra(writer)` adds metadata or tensors."""
+    one of vocab_tokens, split as `pre`); `extra(writer)` adds metadata or tensors;
+    `vocab_size`: the vocabulary's size is written (Ollama's Gemma 3 leaves it out)."""
     c = hf_model.config
     w = GGUFWriter(str(path), arch)
     w.add_block_count(c.num_hidden_layers)
@@ -198,7 +200,8 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
     if arch == "gemma2":
         w.add_attn_logit_softcapping(c.attn_logit_softcapping)
         w.add_final_logit_softcapping(c.final_logit_softcapping)
-    w.add_vocab_size(c.vocab_size)
+    if vocab_size:
+        w.add_vocab_size(c.vocab_size)
     if tokenizer:
         tokenizer(w)
     else:

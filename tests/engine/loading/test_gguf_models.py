@@ -201,13 +201,14 @@ GEMMA_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['ro
                   "{{ m['content'] }}<end_of_turn>\n{% endfor %}{{ '<start_of_turn>model\\n' }}")
 
 
-def gemma_vocabulary(writer):
+def gemma_vocabulary(writer, extra: list[str] = ()):
     """Gemma's kind: SentencePiece, <eos> before <bos>, turns marked by control tokens, no
-    space put before the text."""
+    space put before the text; `extra` control tokens listed past the model's."""
     writer.add_tokenizer_model("llama")
-    writer.add_token_list(GEMMA_TOKENS)
-    writer.add_token_scores([0.0] * 262 + [-float(i) for i in range(len(PIECES))])
-    writer.add_token_types([3, 3, 3, 2, 3, 3, *[6] * 256, *[1] * len(PIECES)])
+    writer.add_token_list(GEMMA_TOKENS + list(extra))
+    writer.add_token_scores([0.0] * 262 + [-float(i) for i in range(len(PIECES))]
+                            + [0.0] * len(extra))
+    writer.add_token_types([3, 3, 3, 2, 3, 3, *[6] * 256, *[1] * len(PIECES), *[3] * len(extra)])
     writer.add_bos_token_id(2)
     writer.add_eos_token_id(1)
     writer.add_add_space_prefix(False)
@@ -234,6 +235,28 @@ def test_a_gemma_gguf_loads_as_the_model_it_holds(tmp_path, arch, fields, slidin
     assert tok.encode("the cat") == [GEMMA_TOKENS.index(t) for t in ("t", "he", "▁cat")]
     assert tok.chat_prompt("hi") == \
         "<bos><start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n"
+
+
+def test_an_ollama_gemma_3_of_128k_context_has_its_rope_scaled_and_its_vocabulary_cut(tmp_path):
+    """Ollama's converter left the 4B-27B's linear RoPE factor of 8 out, and listed tokens past
+    the embedding's rows (<image_soft_token>): both as the model has them."""
+    hf = hf_tiny("gemma3", tie_word_embeddings=True, vocab_size=len(GEMMA_TOKENS),
+                 query_pre_attn_scalar=16, max_position_embeddings=131072,
+                 rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0,
+                                                     "rope_theta": 5e3},
+                                  "sliding_attention": {"rope_type": "default",
+                                                        "rope_theta": 10000.0}})
+
+    def listing_more(writer):
+        gemma_vocabulary(writer, extra=["<image_soft_token>"])
+
+    path = write_tiny_gguf(hf, tmp_path / "gemma3.gguf", arch="gemma3", tokenizer=listing_more,
+                           template=GEMMA_TEMPLATE, vocab_size=False)
+    loaded = load_model(str(path), dtype="fp32", device="cpu")
+    assert loaded.config.rope_scaling.factor == 8.0
+    assert loaded.config.vocab_size == loaded.tokenizer.vocab_size == len(GEMMA_TOKENS)
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT),
+                               reference_logits(as_stored(hf), PROMPT), atol=1e-4, rtol=0)
 
 
 def test_an_ollama_gemma_3_reads_its_sliding_layers_and_local_base_and_not_its_vision(tmp_path):
