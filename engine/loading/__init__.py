@@ -111,21 +111,20 @@ def _one_bar(progress: Progress) -> tuple[Progress, Progress]:
     return loading, preparing
 
 
-def check_model_folder(path: str, chats: bool = True) -> None:
+def check_model_folder(path: str, chats: bool = True) -> ModelConfig | None:
     """What `load_model` checks of a folder before it reads any tensor (the folder, its config
     and tokenizer, the weight files' names and shapes against the config), and, for a model the
     swarm's agents talk to (`chats`; not a draft model), that its chat template renders a
-    conversation as they start one (of a GGUF not yet converted, all but the weights).
-    Raises ModelLoadError naming the file at fault. A window
-    asks first, so a folder that would not load, or whose agents could not start, does not stop
-    the session it has."""
+    conversation as they start one (of a GGUF not yet converted, all but the weights); the
+    config (None for the built-in models). Raises ModelLoadError naming the file at fault. A
+    window asks first, so a folder that would not load, or whose agents could not start, does
+    not stop the session it has."""
     if path in MODEL_NAMES:  # built in
-        return
+        return None
     with _unconverted_gguf(path) as found:
         if found is not None:  # converted only as it loads
-            _check_folder(found[0], chats, weights=False)
-            return
-    _check_folder(model_folder_of(path)[0], chats)
+            return _check_folder(found[0], chats, weights=False)
+    return _check_folder(model_folder_of(path)[0], chats)
 
 
 @contextlib.contextmanager
@@ -146,7 +145,7 @@ def _unconverted_gguf(spec: str):
             raise ModelLoadError(source, exc.problem) from None
 
 
-def _check_folder(folder: Path, chats: bool, weights: bool = True) -> None:
+def _check_folder(folder: Path, chats: bool, weights: bool = True) -> ModelConfig:
     config = read_config(folder)
     tokenizer = read_tokenizer(folder, config)
     if weights:
@@ -155,12 +154,12 @@ def _check_folder(folder: Path, chats: bool, weights: bool = True) -> None:
             check_shapes(config, files.shapes)
         except ValueError as exc:
             raise _mismatch(folder, files, exc) from None
-    if not chats:
-        return
-    try:
-        tokenizer.chat_prompt("Hello.", system="You are a helpful assistant.")
-    except ChatTemplateError as exc:  # names the template's file
-        raise ModelLoadError(folder, f"a swarm's agents could not start: {exc}") from None
+    if chats:
+        try:
+            tokenizer.chat_prompt("Hello.", system="You are a helpful assistant.")
+        except ChatTemplateError as exc:  # names the template's file
+            raise ModelLoadError(folder, f"a swarm's agents could not start: {exc}") from None
+    return config
 
 
 def model_folder_of(path: str, progress: Progress = lambda message, fraction: None

@@ -36,6 +36,27 @@ def test_models_lists_what_model_takes_on_this_machine(tmp_path, monkeypatch, ca
     assert str(tmp_path / "hub") in lines[-1] and str(tmp_path / "ollama") in lines[-1]
 
 
+def test_models_check_says_what_each_is_or_why_it_would_not_load(tmp_path, monkeypatch,
+                                                                  capsys):
+    from tests.engine.loading.conftest import hf_tiny, save_hf_folder
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "ollama"))
+    for repo, config in (("Org--Broken", "{}"), ("Org--Tiny", None)):
+        snapshot = tmp_path / "hub" / f"models--{repo}" / "snapshots" / "abc"
+        if config is None:
+            save_hf_folder(hf_tiny("gemma3"), snapshot)
+        else:
+            snapshot.mkdir(parents=True)
+            (snapshot / "config.json").write_text(config)
+    assert main(["models", "--check"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    said = {line.split()[0]: line for line in lines[:3]}
+    assert said["default"].endswith("loads")
+    assert "would not load:" in said["Org/Broken"] and "architecture None" in said["Org/Broken"]
+    assert said["Org/Tiny"].endswith("loads: gemma3, 2 layers")
+
+
 def test_serve_answers_on_port_8000_of_this_machine_unless_told_otherwise():
     parse = build_parser().parse_args
     assert parse(["serve"]).serve == ("127.0.0.1", 8000) and parse(["serve"]).headless
