@@ -1,6 +1,7 @@
 """The one attention op of the engine: causal GQA attention of packed query tokens over a paged
-KV cache. On a GPU where hip_kernels built its kernels they run instead; this torch version is
-the CPU path and the fallback, with the same signature.
+KV cache, over all of a lane's keys or a sliding window of them, scores capped or not (Gemma 2).
+On a GPU where hip_kernels built its kernels they run instead, for full windows and uncapped
+scores; this torch version is the CPU path and the fallback, with the same signature.
 
 Why it looks like this (measured on the 2-core CPU, SmolLM2-135M shapes, ctx 256): bf16 SDPA with
 `enable_gqa` and one query is ~7x slower than folding each KV head's query-head group into the
