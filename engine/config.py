@@ -91,9 +91,10 @@ class ModelConfig:
             raise ValueError(f"activation {self.activation!r} is not one of {ACTIVATIONS}")
         if not (self.norm_before or self.norm_after):
             raise ValueError("a layer norms its sublayers' inputs, outputs or both")
-        for name in ("attention_softcap", "logits_softcap"):
-            if getattr(self, name) is not None and not getattr(self, name) > 0:
-                raise ValueError(f"ModelConfig.{name} must be positive, got {getattr(self, name)}")
+        for name in ("rope_theta", "attention_softcap", "logits_softcap", "local_rope_theta"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:  # a RoPE base of 0 turns nothing at all
+                raise ValueError(f"ModelConfig.{name} must be positive, got {value}")
         self.eos_token_ids = tuple(self.eos_token_ids)
         outside = [i for i in self.eos_token_ids if not 0 <= i < self.vocab_size]
         if outside:

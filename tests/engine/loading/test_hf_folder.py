@@ -542,6 +542,8 @@ def test_bad_side_files_name_themselves(tiny_llama_folder, file_name, content, w
      ("layer_types must name one of", "each of the 2 layers")),
     ({"sliding_window": -8}, ("sliding_window must not be negative",)),
     ({"use_bidirectional_attention": True}, ("use_bidirectional_attention",)),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 0}},
+     ("ModelConfig.rope_theta must be positive, got 0",)),
     ({"architectures": ["Gemma3ForConditionalGeneration"]}, ("text_config must be an object",)),
     ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5}}, ("llama3", "factor")),
     ({"rope_parameters": {"rope_type": "dynamic", "factor": 2.0}}, ("dynamic", "not supported")),
