@@ -75,7 +75,9 @@ def check_template(source) -> None:
     _compile(source)
 
 
-TURN_MARK = "\x1fswarmscope-turn\x1f"  # stands for the assistant's words; no template writes it
+# Stands for the assistant's words; no template writes it, and no `trim` takes its ends (Gemma's
+# templates trim each message; Python counts \x1f as space, private-use characters not)
+TURN_MARK = "\ue000swarmscope-turn\ue000"
 
 
 def render_follow_up(template: str | None, user: str, *, bos_token: str = "", eos_token: str = "",

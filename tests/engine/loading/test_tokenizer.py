@@ -157,6 +157,8 @@ USER_ONLY = "{% for m in messages %}{% if m['role'] == 'user' %}[{{ m['content']
     (DEFAULT_SYSTEM, "<|im_end|>\n<|im_start|>user\nls: 3 files<|im_end|>\n<|im_start|>assistant\n"),
     (LLAMA2, "<|endoftext|>[INST] ls: 3 files [/INST]"),
     (USER_ONLY, "[ls: 3 files]"),  # the assistant's words not shown: a conversation of its own
+    (GEMMA2, "<end_of_turn>\n<start_of_turn>user\nls: 3 files<end_of_turn>\n"
+             "<start_of_turn>model\n"),  # which trims each message's words
     ("{% if messages | length > 1 %}{{ raise_exception('one only') }}{% endif %}"
      "{{ messages[0]['content'] }}", "ls: 3 files"),
 ])
