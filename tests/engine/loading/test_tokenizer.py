@@ -158,7 +158,12 @@ USER_ONLY = "{% for m in messages %}{% if m['role'] == 'user' %}[{{ m['content']
     (LLAMA2, "<|endoftext|>[INST] ls: 3 files [/INST]"),
     (USER_ONLY, "[ls: 3 files]"),  # the assistant's words not shown: a conversation of its own
     (GEMMA2, "<end_of_turn>\n<start_of_turn>user\nls: 3 files<end_of_turn>\n"
-             "<start_of_turn>model\n"),  # which trims each message's words
+             "<start_of_turn>model\n"),  # which trims each message's words, as Llama 3's:
+    ("{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
+     "{{ m['content'] | trim }}<|eot_id|>{% endfor %}"
+     "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}", "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
+                               "ls: 3 files<|eot_id|><|start_header_id|>assistant"
+                               "<|end_header_id|>\n\n"),
     ("{% if messages | length > 1 %}{{ raise_exception('one only') }}{% endif %}"
      "{{ messages[0]['content'] }}", "ls: 3 files"),
 ])
