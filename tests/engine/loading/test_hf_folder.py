@@ -100,6 +100,26 @@ def test_gemmas_match_transformers(tmp_path, arch):
     torch.testing.assert_close(saved["model.norm.weight"], hf.model.norm.weight)
 
 
+def test_a_gemma_3_config_as_the_hub_ships_it_reads_the_same(tmp_path):
+    """Gemma 3 1B's config.json as transformers 4.50 wrote it: rope_theta and
+    rope_local_base_freq beside each other, sliding_window_pattern, no layer_types."""
+    hf = hf_tiny("gemma3", tie_word_embeddings=True, **GEMMAS["gemma3"])
+    folder = save_hf_folder(hf, tmp_path / "gemma3")
+    cfg = json.loads((folder / "config.json").read_text())
+    for name in ("layer_types", "rope_parameters", "tie_word_embeddings"):
+        cfg.pop(name)
+    cfg |= {"rope_theta": 5e3, "rope_local_base_freq": 50.0, "rope_scaling": None,
+            "sliding_window_pattern": 3, "attn_logit_softcapping": None,
+            "final_logit_softcapping": None, "cache_implementation": "hybrid"}
+    (folder / "config.json").write_text(json.dumps(cfg))
+    loaded = load_model(str(folder), dtype="fp32", device="cpu")
+    c = loaded.config
+    assert (c.rope_theta, c.local_rope_theta, c.sliding_layers) == (5e3, 50.0, (0, 1))
+    assert c.tie_word_embeddings and c.attention_softcap is None and c.logits_softcap is None
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT), reference_logits(hf, PROMPT),
+                               atol=1e-4, rtol=0)
+
+
 def _gemma3_that_sees_images(**text):
     """A tiny Gemma3ForConditionalGeneration: the tiny text model beside a vision tower."""
     transformers = pytest.importorskip("transformers")
