@@ -100,22 +100,31 @@ def test_gemmas_match_transformers(tmp_path, arch):
     torch.testing.assert_close(saved["model.norm.weight"], hf.model.norm.weight)
 
 
-def test_a_gemma_3_config_as_the_hub_ships_it_reads_the_same(tmp_path):
-    """Gemma 3 1B's config.json as transformers 4.50 wrote it: rope_theta and
-    rope_local_base_freq beside each other, sliding_window_pattern, no layer_types."""
-    hf = hf_tiny("gemma3", tie_word_embeddings=True, **GEMMAS["gemma3"])
-    folder = save_hf_folder(hf, tmp_path / "gemma3")
+# The fields transformers 4.42-4.50 wrote where 5.x writes rope_parameters and layer_types
+HUB_STYLE = {
+    "gemma2": ({"rope_theta": 5e3, "hidden_act": "gelu_pytorch_tanh",
+                "cache_implementation": "hybrid"}, (0,)),
+    "gemma3": ({"rope_theta": 5e3, "rope_local_base_freq": 50.0, "rope_scaling": None,
+                "sliding_window_pattern": 3, "attn_logit_softcapping": None,
+                "final_logit_softcapping": None, "cache_implementation": "hybrid"}, (0, 1)),
+}
+
+
+@pytest.mark.parametrize("arch", HUB_STYLE)
+def test_a_gemma_config_as_the_hub_ships_it_reads_the_same(tmp_path, arch):
+    """Gemma 2 2B's and Gemma 3 1B's config.json as the transformers of their day wrote them
+    (RoPE bases beside the other fields, the window's pattern or none, no layer_types)."""
+    hf = hf_tiny(arch, tie_word_embeddings=True, **GEMMAS[arch])
+    folder = save_hf_folder(hf, tmp_path / arch)
     cfg = json.loads((folder / "config.json").read_text())
     for name in ("layer_types", "rope_parameters", "tie_word_embeddings"):
         cfg.pop(name)
-    cfg |= {"rope_theta": 5e3, "rope_local_base_freq": 50.0, "rope_scaling": None,
-            "sliding_window_pattern": 3, "attn_logit_softcapping": None,
-            "final_logit_softcapping": None, "cache_implementation": "hybrid"}
-    (folder / "config.json").write_text(json.dumps(cfg))
+    fields, sliding = HUB_STYLE[arch]
+    (folder / "config.json").write_text(json.dumps(cfg | fields))
     loaded = load_model(str(folder), dtype="fp32", device="cpu")
     c = loaded.config
-    assert (c.rope_theta, c.local_rope_theta, c.sliding_layers) == (5e3, 50.0, (0, 1))
-    assert c.tie_word_embeddings and c.attention_softcap is None and c.logits_softcap is None
+    assert (c.rope_theta, c.sliding_layers, c.tie_word_embeddings) == (5e3, sliding, True)
+    assert c.local_rope_theta == fields.get("rope_local_base_freq")
     torch.testing.assert_close(engine_logits(loaded.model, PROMPT), reference_logits(hf, PROMPT),
                                atol=1e-4, rtol=0)
 
