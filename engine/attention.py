@@ -160,8 +160,8 @@ def plan_attention(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens
     keys up to its own (sliding-window attention); `softcap`: every call is matmuls, the only
     path that can cap the scores."""
     device = block_tables.device
-    may_matmul = softcap or (dtype == torch.bfloat16 and device.type == "cpu"
-                             and cpu_has_fast_bf16() and matmuls_beat_sdpa())
+    may_matmul = (dtype == torch.bfloat16 and device.type == "cpu" and cpu_has_fast_bf16()
+                  and matmuls_beat_sdpa())
     packs = sdpa_packs_for_brgemm(dtype, device)
     cu = cu_q_lens.tolist()
     ctx_list = ctx_lens.tolist()
