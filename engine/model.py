@@ -21,6 +21,7 @@ from engine import rope
 from engine.attention import AttentionPlan, paged_attention, write_kv
 from engine.config import ModelConfig
 from engine.kv_cache import PagedKVCache
+from engine.linear import SLOW_CPU_BF16_GEMM, WARM_ROWS, linear, prepacks
 
 
 @dataclass(slots=True)
@@ -36,86 +37,6 @@ class StepMetadata:
     # sliding-window layers' plan where some lane's context is past the window; None: none is,
     # and they attend as the others do
     sliding_plan: AttentionPlan | None = None
-
-
-# Where oneDNN has no bf16 kernels (an AVX2 CPU), torch's CPU bf16 GEMV still streams at memory
-# speed but its bf16 GEMM runs ~10x slower than upcasting the weight and using fp32 GEMM
-# (measured on the project's 2-core EPYC: 8 rows x [1728, 576], 3.9 ms vs 1.6 ms). With AVX-512
-# but no bf16 dot instructions oneDNN converts on the fly, and that beats upcasting: 4 lanes of
-# SmolLM2-135M on an Ice Lake Xeon, 100 ms a step against 146.
-_SLOW_CPU_BF16_GEMM = not torch.ops.mkldnn._is_mkldnn_bf16_supported()
-_BF16_GEMV_MAX_ROWS = 2
-_ONEDNN_PREPACK = (torch.backends.mkldnn.is_available()
-                   and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-                   and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
-
-
-def prepacks(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether a model's linear weights are handed to oneDNN in its own blocked layout, once at
-    load (`LlamaModel.prepack`). Where oneDNN runs bf16 matmuls, handed a plain weight it reorders
-    it on every call, so a decode step read each weight twice; prepacked, the results are the
-    same bits. SmolLM2-135M's linears and head on the 2-core EPYC (AVX512-BF16), ms a step: 1 row
-    10.2 -> 6.4, 16 rows 13.6 -> 9.3. In fp32 oneDNN's prepacked GEMM replaces MKL's on AVX-512
-    CPUs (row 0's result then no longer depends on the row count): there 1 row 13.2 -> 9.1 and 16
-    rows 47.6 -> 16.7. With oneDNN held to AVX2 it was 10-18 % slower at one row, though a third
-    faster from eight, so AVX2 CPUs keep MKL's path, which was tuned on one."""
-    if device.type != "cpu" or not _ONEDNN_PREPACK:
-        return False
-    if dtype == torch.bfloat16:
-        return not _SLOW_CPU_BF16_GEMM
-    return dtype == torch.float32 and torch.backends.cpu.get_cpu_capability().startswith("AVX512")
-
-
-WARM_ROWS = 128  # the calibrated range: decode steps up to 16 lanes with their drafts
-# oneDNN keeps a kernel for every row count it meets, and prefill chunks (up to 512 tokens a
-# step, beside decoding lanes) meet hundreds past WARM_ROWS: linears at each of 129..512 rows
-# grew the process by 285 MB (SmolLM2-135M, bf16), gigabytes over a day. Past WARM_ROWS rows are
-# padded to a multiple of this, a few percent of a prefill chunk's arithmetic. Split into
-# WARM_ROWS pieces instead, prefill passes took 3-17 % longer on the 2-core Xeon (AMX).
-PREFILL_ROW_BUCKET = 32
-
-
-def onednn_rows(n: int) -> int:
-    """Rows to compute for n with a prepacked weight: n itself in the warmed range, past it
-    the next multiple of PREFILL_ROW_BUCKET."""
-    return n if n <= WARM_ROWS else -(-n // PREFILL_ROW_BUCKET) * PREFILL_ROW_BUCKET
-
-
-def _gemm_rows(n: int) -> int:
-    """Rows to compute for n on the CPU: MKL's fp32 GEMM streams the weights fastest when the
-    row count is 2, 4 or a multiple of 8. Over SmolLM2-135M's weights on the 2-core EPYC (out of
-    cache): 1 row 40 ms, 2 rows 31, 8 rows 48, 15 rows 138, 16 rows 78. Zero rows are cheap
-    where the weights' streaming is the cost."""
-    return 2 if n <= 2 else 4 if n <= 4 else -(-n // 8) * 8
-
-
-def _linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """x @ weight.T (+ bias). A weight prepacked for oneDNN (`prepacks`) goes to it as it is.
-    Otherwise, in fp32 on CPU, it is computed as weight @ x.T over `_gemm_rows` rows: with the
-    weight as the tall left operand, MKL streams it at full speed, while F.linear's small-M GEMM
-    against a transposed weight streams it at about half speed from 2 to 32 rows (same weights
-    on an AVX2 EPYC: 2 rows 83 -> 36 ms, 8 rows 82 -> 57 ms). This is what makes a few draft
-    tokens nearly free on that kind of CPU."""
-    if x.device.type != "cpu":
-        return F.linear(x, weight, bias)
-    if weight.is_mkldnn:  # prepacked
-        n = x.shape[0]
-        pad = onednn_rows(n) - n if n > WARM_ROWS else 0  # decode steps skip the call
-        if not pad:
-            return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
-        x = torch.cat((x, x.new_zeros(pad, x.shape[1])))
-        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")[:n]
-    dtype, n = x.dtype, x.shape[0]
-    if dtype == torch.bfloat16:
-        if not _SLOW_CPU_BF16_GEMM or n <= _BF16_GEMV_MAX_ROWS:
-            return F.linear(x, weight, bias)
-        x, weight = x.float(), weight.float()
-        bias = None if bias is None else bias.float()
-    rows = _gemm_rows(n)
-    if rows > n:
-        x = torch.cat((x, x.new_zeros(rows - n, x.shape[1])))
-    y = weight @ x.t() if bias is None else torch.addmm(bias[:, None], weight, x.t())
-    return y[:, :n].t().contiguous().to(dtype)
 
 
 def _rotated(qk: Tensor, cos: Tensor, sin: Tensor, c: ModelConfig) -> Tensor:
@@ -149,7 +70,7 @@ _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
 
 
 class DecoderLayer(nn.Module):
-    LINEARS = ("qkv", "o_proj", "gate_up", "down")  # the weights `_linear` multiplies by
+    LINEARS = ("qkv", "o_proj", "gate_up", "down")  # the weights `linear` multiplies by
 
     def __init__(self, config: ModelConfig, dtype: torch.dtype, device, rotates: bool = True,
                  sliding: bool = False) -> None:
@@ -189,7 +110,7 @@ class DecoderLayer(nn.Module):
         c = self.config
         n = x.shape[0]                                                    # x: [n, hidden]
         h = x if self.input_norm is None else rms_norm(x, self.input_norm, c.rms_norm_eps)
-        qkv = _linear(h, self.qkv, self.qkv_bias)                        # [n, q + 2 kv]
+        qkv = linear(h, self.qkv, self.qkv_bias)                        # [n, q + 2 kv]
         qk, v = qkv.split((self.q_size + self.kv_size, self.kv_size), dim=-1)
         if c.qk_norm_whole:  # across the heads, before RoPE
             q, k = qk.split((self.q_size, self.kv_size), dim=-1)
@@ -214,13 +135,13 @@ class DecoderLayer(nn.Module):
                             plan=meta.sliding_plan if windowed else meta.plan,
                             window=self.window if windowed else None,
                             softcap=c.attention_softcap)                  # [n, nh, hd]
-        out = _linear(o.reshape(n, self.q_size), self.o_proj)
+        out = linear(o.reshape(n, self.q_size), self.o_proj)
         if self.attn_out_norm is not None:
             out = rms_norm(out, self.attn_out_norm, c.rms_norm_eps)
         x = self._residual(x, out)
         h = x if self.mlp_norm is None else rms_norm(x, self.mlp_norm, c.rms_norm_eps)
-        gate, up = _linear(h, self.gate_up).chunk(2, dim=-1)             # [n, inter] each
-        out = _linear(self.activation(gate) * up, self.down)
+        gate, up = linear(h, self.gate_up).chunk(2, dim=-1)             # [n, inter] each
+        out = linear(self.activation(gate) * up, self.down)
         if self.ff_norm is not None:
             out = rms_norm(out, self.ff_norm, c.rms_norm_eps)
         return self._residual(x, out)
@@ -282,7 +203,7 @@ class LlamaModel(nn.Module):
         return self.num_weight_bytes() - untied_embed
 
     def linear_weights(self) -> list[Tensor]:
-        """The weights `_linear` multiplies by: each layer's four and the LM head."""
+        """The weights `linear` multiplies by: each layer's four and the LM head."""
         return [*(getattr(layer, name) for layer in self.layers for name in layer.LINEARS),
                 self.head]
 
@@ -321,7 +242,7 @@ class LlamaModel(nn.Module):
             x = layer(x, *(local if layer.local_rope else (cos, sin)), kv.k[index], kv.v[index],
                       meta)
         h = rms_norm(x[logit_rows], self.norm, self.config.rms_norm_eps)
-        logits = _linear(h, self.head).float()
+        logits = linear(h, self.head).float()
         if self.config.logits_scaling != 1.0:
             logits /= self.config.logits_scaling
         if self.config.logits_softcap is not None:
@@ -348,7 +269,7 @@ class LlamaModel(nn.Module):
         and a tax on any policy that varies its drafts (goodput meets dozens of row counts where
         fixed K meets one). `warm_up` pays it at load."""
         return self.device.type == "cpu" and (self.head.is_mkldnn or self.dtype == torch.bfloat16
-                                              and not _SLOW_CPU_BF16_GEMM)
+                                              and not SLOW_CPU_BF16_GEMM)
 
     @torch.inference_mode()
     def warm_up(self, max_rows: int = WARM_ROWS,
@@ -358,7 +279,7 @@ class LlamaModel(nn.Module):
         weights = {tuple(w.shape): w for w in self.linear_weights()}
         for rows in range(1, max_rows + 1):
             for weight in weights.values():
-                _linear(torch.zeros(rows, weight.shape[1], dtype=self.dtype, device=self.device),
+                linear(torch.zeros(rows, weight.shape[1], dtype=self.dtype, device=self.device),
                         weight)
             done(rows)
         if max_rows >= WARM_ROWS:

@@ -18,7 +18,8 @@ from engine.errors import ModelLoadError
 from engine.loading import default_model, gguf_file, hub_cache, ollama_store
 from engine.loading.gguf_convert import check_gguf, gguf_shapes
 from engine.loading.hf_folder import Weights, read_config, read_sampling_defaults, read_tokenizer
-from engine.model import WARM_ROWS, LlamaModel, check_shapes, prepacks
+from engine.linear import WARM_ROWS, prepacks
+from engine.model import LlamaModel, check_shapes
 from engine.tokenizer import ByteTokenizer, Tokenizer
 
 Progress = Callable[[str, float], None]

@@ -5,8 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.model import (PREFILL_ROW_BUCKET, WARM_ROWS, _gemm_rows, _linear,
-                          onednn_rows)
+from engine.linear import PREFILL_ROW_BUCKET, WARM_ROWS, _gemm_rows, linear, onednn_rows
 
 TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-12, torch.bfloat16: 2e-2}
 
@@ -18,7 +17,7 @@ def test_linear_matches_f_linear(dtype, rows, with_bias):
     gen = torch.Generator().manual_seed(rows)
     x, weight, bias = (torch.randn(shape, generator=gen) for shape in ((rows, 24), (40, 24), 40))
     x, weight, bias = x.to(dtype), weight.to(dtype), bias.to(dtype) if with_bias else None
-    got = _linear(x, weight, bias)
+    got = linear(x, weight, bias)
     want = F.linear(x.double(), weight.double(), None if bias is None else bias.double())
     assert got.shape == (rows, 40) and got.dtype == dtype and got.is_contiguous()
     tol = TOLERANCE[dtype]
@@ -46,7 +45,7 @@ def test_prepacked_linear_pads_rows_past_the_warmed_range(rows):
     gen = torch.Generator().manual_seed(rows)
     x, weight, bias = (torch.randn(shape, generator=gen) for shape in ((rows, 24), (40, 24), 40))
     packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
-    got = _linear(x, packed, bias)
+    got = linear(x, packed, bias)
     assert got.shape == (rows, 40) and got.is_contiguous()
     torch.testing.assert_close(got.double(), F.linear(x.double(), weight.double(), bias.double()),
                                rtol=1e-5, atol=1e-4)
@@ -54,13 +53,14 @@ def test_prepacked_linear_pads_rows_past_the_warmed_range(rows):
 
 def test_warm_up_runs_every_row_count_and_only_where_kernels_are_built():
     from engine.config import PRESETS
-    from engine.model import LlamaModel, _SLOW_CPU_BF16_GEMM, prepacks
+    from engine.linear import SLOW_CPU_BF16_GEMM, prepacks
+    from engine.model import LlamaModel
     fp32 = LlamaModel.random(PRESETS["tiny-test"], dtype=torch.float32)
     bf16 = LlamaModel.random(PRESETS["tiny-test"], dtype=torch.bfloat16)
     fp64 = LlamaModel.random(PRESETS["tiny-test"], dtype=torch.float64)
     assert not fp64.builds_kernels_per_row_count  # MKL's GEMM, no kernels built
     assert fp32.builds_kernels_per_row_count == prepacks(torch.device("cpu"), torch.float32)
-    assert bf16.builds_kernels_per_row_count == (not _SLOW_CPU_BF16_GEMM)
+    assert bf16.builds_kernels_per_row_count == (not SLOW_CPU_BF16_GEMM)
     seen = []
     bf16.warm_up(max_rows=5, done=seen.append)
     assert seen == [1, 2, 3, 4, 5]
