@@ -16,7 +16,7 @@ class ModelConfig:
     norms each sublayer's output (and q and k whole), as EXAONE 4 does (q and k by head), Gemma
     has GELU, norms by 1 + weight and embeddings scaled, Gemma 2 adds norms around each sublayer,
     sliding-window layers and capped scores, Gemma 3 q/k norms and a RoPE base of its own in its
-    sliding layers."""
+    sliding layers. Mixtral, Qwen2-MoE, Qwen3-MoE and OLMoE are mixtures of experts."""
 
     vocab_size: int
     hidden_size: int
@@ -53,6 +53,17 @@ class ModelConfig:
     sliding_window: int | None = None
     sliding_layers: tuple[int, ...] = ()
     local_rope_theta: float | None = None
+    # A mixture of experts: a layer's MLP output is the weighted sum of those of the
+    # `experts_per_token` MLPs (of `num_experts`, each `expert_size` wide) its router ranks highest
+    # for the token, their weights the router's softmax (rescaled to sum to 1 where
+    # normalize_expert_weights: Mixtral's, and Qwen3-MoE's as it ships); Qwen2-MoE adds a gated
+    # shared expert every token runs. dense_layers keep a plain MLP of intermediate_size.
+    num_experts: int = 0  # 0: every layer's MLP is dense
+    experts_per_token: int = 0
+    expert_size: int = 0
+    normalize_expert_weights: bool = False
+    shared_expert_size: int = 0  # 0: none
+    dense_layers: tuple[int, ...] = ()
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
     architecture: str = "llama"
@@ -78,7 +89,12 @@ class ModelConfig:
                                                or self.attention_multiplier > 0):
             raise ValueError(f"logits_scaling and attention_multiplier must be positive, got "
                              f"{self.logits_scaling} and {self.attention_multiplier}")
-        for name in ("nope_layers", "sliding_layers"):
+        if self.num_experts and not (0 < self.experts_per_token <= self.num_experts
+                                     and self.expert_size > 0 and self.shared_expert_size >= 0):
+            raise ValueError(f"a mixture of {self.num_experts} experts needs 1 to "
+                             f"{self.num_experts} experts a token (got {self.experts_per_token}) "
+                             f"of a positive width (got {self.expert_size})")
+        for name in ("nope_layers", "sliding_layers", "dense_layers"):
             layers = tuple(getattr(self, name))
             setattr(self, name, layers)
             if not all(0 <= i < self.num_layers for i in layers):
@@ -101,6 +117,10 @@ class ModelConfig:
             raise ValueError(f"end-of-sequence ids {outside} are outside the vocabulary "
                              f"({self.vocab_size} ids)")
 
+    def has_experts(self, layer: int) -> bool:
+        """Whether `layer`'s MLP is a mixture of experts."""
+        return self.num_experts > 0 and layer not in self.dense_layers
+
     @property
     def group_size(self) -> int:
         """Query heads per KV head (GQA)."""
@@ -113,7 +133,8 @@ class ModelConfig:
         """The config of this model's first `num_layers` layers (a self-draft's)."""
         return replace(self, num_layers=num_layers,
                        nope_layers=tuple(i for i in self.nope_layers if i < num_layers),
-                       sliding_layers=tuple(i for i in self.sliding_layers if i < num_layers))
+                       sliding_layers=tuple(i for i in self.sliding_layers if i < num_layers),
+                       dense_layers=tuple(i for i in self.dense_layers if i < num_layers))
 
 
 PRESETS: dict[str, ModelConfig] = {

@@ -1,7 +1,8 @@
 """The Llama-family decoder (Llama, Mistral, Qwen2 with qkv bias, Qwen3 with q/k RMSNorm,
 SmolLM, SmolLM3 with layers without RoPE, Phi-3, Granite with its scalars, OLMo 2 and EXAONE 4
-with their norms after, Gemma 1-3 with theirs and sliding windows) as one forward over packed tokens of many
-lanes and a paged KV cache.
+with their norms after, Gemma 1-3 with theirs and sliding windows; Mixtral, Qwen2-MoE, Qwen3-MoE and
+OLMoE with mixtures of experts, engine/mlp.py) as one forward over packed tokens of many lanes and
+a paged KV cache.
 
 Weights arrive under Hugging Face names; q/k/v and gate/up are stored fused so each layer runs
 two matmuls fewer (Python overhead per op matters with 30 layers on CPU), as Phi-3's checkpoints
@@ -22,6 +23,7 @@ from engine.attention import AttentionPlan, paged_attention, write_kv
 from engine.config import ModelConfig
 from engine.kv_cache import PagedKVCache
 from engine.linear import SLOW_CPU_BF16_GEMM, WARM_ROWS, linear, prepacks
+from engine.mlp import MixtureOfExperts, gated_mlp
 
 
 @dataclass(slots=True)
@@ -70,10 +72,8 @@ _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
 
 
 class DecoderLayer(nn.Module):
-    LINEARS = ("qkv", "o_proj", "gate_up", "down")  # the weights `linear` multiplies by
-
     def __init__(self, config: ModelConfig, dtype: torch.dtype, device, rotates: bool = True,
-                 sliding: bool = False) -> None:
+                 sliding: bool = False, experts: bool = False) -> None:
         super().__init__()
         c, kw = config, {"dtype": dtype, "device": device}
         self.rotates = rotates  # RoPE in this layer (SmolLM3 leaves it out of some)
@@ -99,8 +99,13 @@ class DecoderLayer(nn.Module):
         self.mlp_norm = norm(c.hidden_size, c.norm_before)
         self.ff_norm = norm(c.hidden_size, c.norm_after)
         self.activation = _ACTIVATIONS[c.activation]
-        self.gate_up = nn.Parameter(torch.empty(2 * c.intermediate_size, c.hidden_size, **kw))
-        self.down = nn.Parameter(torch.empty(c.hidden_size, c.intermediate_size, **kw))
+        # the MLP: dense, or a mixture of experts
+        self.moe = MixtureOfExperts(c, dtype, device) if experts else None
+        if not experts:
+            self.gate_up = nn.Parameter(torch.empty(2 * c.intermediate_size, c.hidden_size, **kw))
+            self.down = nn.Parameter(torch.empty(c.hidden_size, c.intermediate_size, **kw))
+        # the weights `linear` multiplies by (LlamaModel.prepack)
+        self.LINEARS = ("qkv", "o_proj") + (() if experts else ("gate_up", "down"))
         self.config = config
         self.attention_scale = (c.head_dim ** -0.5 if c.attention_multiplier is None
                                 else c.attention_multiplier) * _folded_rope_factor(c) ** 2
@@ -140,8 +145,8 @@ class DecoderLayer(nn.Module):
             out = rms_norm(out, self.attn_out_norm, c.rms_norm_eps)
         x = self._residual(x, out)
         h = x if self.mlp_norm is None else rms_norm(x, self.mlp_norm, c.rms_norm_eps)
-        gate, up = linear(h, self.gate_up).chunk(2, dim=-1)             # [n, inter] each
-        out = linear(self.activation(gate) * up, self.down)
+        out = (gated_mlp(h, self.gate_up, self.down, self.activation) if self.moe is None else
+               self.moe(h, self.activation))
         if self.ff_norm is not None:
             out = rms_norm(out, self.ff_norm, c.rms_norm_eps)
         return self._residual(x, out)
@@ -162,7 +167,8 @@ class LlamaModel(nn.Module):
         self.embed = nn.Parameter(torch.empty(config.vocab_size, config.hidden_size, **kw))
         self.layers = nn.ModuleList(DecoderLayer(config, dtype, device,
                                                  rotates=i not in config.nope_layers,
-                                                 sliding=i in config.sliding_layers)
+                                                 sliding=i in config.sliding_layers,
+                                                 experts=config.has_experts(i))
                                     for i in range(config.num_layers))
         self.norm = nn.Parameter(torch.empty(config.hidden_size, dtype=norm_dtype(config, dtype),
                                              device=device))
@@ -196,16 +202,19 @@ class LlamaModel(nn.Module):
         return numel * self.dtype.itemsize
 
     def streamed_weight_bytes(self) -> int:
-        """Bytes a decode step must read: every weight except an untied embedding table, of
-        which only the looked-up rows are touched. Divided by memory bandwidth, the step's floor."""
-        untied_embed = (0 if self.config.tie_word_embeddings else
-                        self.config.vocab_size * self.config.hidden_size * self.dtype.itemsize)
-        return self.num_weight_bytes() - untied_embed
+        """Bytes a one-token decode step must read: every weight except an untied embedding
+        table, of which only the looked-up rows are touched, and the experts the token did not
+        choose. Divided by memory bandwidth, the step's floor."""
+        c = self.config
+        untied_embed = 0 if c.tie_word_embeddings else c.vocab_size * c.hidden_size
+        unchosen = sum(c.has_experts(i) for i in range(c.num_layers)) * (
+            c.num_experts - c.experts_per_token) * 3 * c.hidden_size * c.expert_size
+        return self.num_weight_bytes() - (untied_embed + unchosen) * self.dtype.itemsize
 
     def linear_weights(self) -> list[Tensor]:
-        """The weights `linear` multiplies by: each layer's four and the LM head."""
-        return [*(getattr(layer, name) for layer in self.layers for name in layer.LINEARS),
-                self.head]
+        """The weights `linear` multiplies by: those its modules' LINEARS name, and the LM head."""
+        return [*(getattr(module, name) for module in self.layers.modules()
+                  for name in getattr(module, "LINEARS", ())), self.head]
 
     @property
     def head(self) -> Tensor:
@@ -219,11 +228,11 @@ class LlamaModel(nn.Module):
         def packed(weight: Tensor) -> Tensor:
             return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
 
-        for layer in self.layers:
-            for name in layer.LINEARS:
-                weight = packed(getattr(layer, name))
-                delattr(layer, name)  # the plain weight's memory goes with it
-                layer.register_buffer(name, weight, persistent=False)
+        for module in self.layers.modules():
+            for name in getattr(module, "LINEARS", ()):
+                weight = packed(getattr(module, name))
+                delattr(module, name)  # the plain weight's memory goes with it
+                module.register_buffer(name, weight, persistent=False)
         head = packed(self.head)
         delattr(self, "lm_head")
         self.register_buffer("lm_head", head, persistent=False)
@@ -359,13 +368,28 @@ class LlamaModel(nn.Module):
                 (layer.qkv, (p + "self_attn.qkv_proj.weight",) if fused else
                  tuple(p + f"self_attn.{x}_proj.weight" for x in "qkv")),
                 (layer.o_proj, (p + "self_attn.o_proj.weight",)),
-                (layer.gate_up, (p + "mlp.gate_up_proj.weight",) if fused else
-                 (p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight")),
-                (layer.down, (p + "mlp.down_proj.weight",)),
             ]
+            if layer.moe is None:
+                sources += _mlp_sources(layer, p + "mlp.", fused)
+            else:
+                moe = layer.moe
+                sources.append((moe.router, (p + "mlp.gate.weight",)))
+                for e, expert in enumerate(moe.experts):
+                    sources += _mlp_sources(expert, f"{p}mlp.experts.{e}.", False)
+                if moe.shared is not None:
+                    sources += _mlp_sources(moe.shared, p + "mlp.shared_expert.", False)
+                    sources.append((moe.shared_gate, (p + "mlp.shared_expert_gate.weight",)))
             if layer.qkv_bias is not None:
                 sources.append((layer.qkv_bias, tuple(p + f"self_attn.{x}_proj.bias" for x in "qkv")))
         return sources
+
+
+def _mlp_sources(mlp: nn.Module, prefix: str, fused: bool
+                 ) -> list[tuple[Tensor, tuple[str, ...]]]:
+    """A gated MLP's two parameters and the HF tensors they are made of, under `prefix`."""
+    return [(mlp.gate_up, (prefix + "gate_up_proj.weight",) if fused else
+             (prefix + "gate_proj.weight", prefix + "up_proj.weight")),
+            (mlp.down, (prefix + "down_proj.weight",))]
 
 
 def _folded_rope_factor(config: ModelConfig) -> float:
@@ -430,11 +454,17 @@ def _hf_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
                           p + "self_attn.k_proj.weight": (kv, c.hidden_size),
                           p + "self_attn.v_proj.weight": (kv, c.hidden_size)})
         shapes[p + "self_attn.o_proj.weight"] = (c.hidden_size, q)
-        shapes.update({p + "mlp.gate_up_proj.weight": (2 * c.intermediate_size, c.hidden_size)}
-                      if c.fused_projections else {
-                          p + "mlp.gate_proj.weight": (c.intermediate_size, c.hidden_size),
-                          p + "mlp.up_proj.weight": (c.intermediate_size, c.hidden_size)})
-        shapes[p + "mlp.down_proj.weight"] = (c.hidden_size, c.intermediate_size)
+        if c.has_experts(i):
+            shapes[p + "mlp.gate.weight"] = (c.num_experts, c.hidden_size)
+            for e in range(c.num_experts):
+                shapes |= _mlp_shapes(f"{p}mlp.experts.{e}.", c.hidden_size, c.expert_size, False)
+            if c.shared_expert_size:
+                shapes |= _mlp_shapes(p + "mlp.shared_expert.", c.hidden_size,
+                                      c.shared_expert_size, False)
+                shapes[p + "mlp.shared_expert_gate.weight"] = (1, c.hidden_size)
+        else:
+            shapes |= _mlp_shapes(p + "mlp.", c.hidden_size, c.intermediate_size,
+                                  c.fused_projections)
         if c.qkv_bias:
             shapes.update({p + f"self_attn.{x}_proj.bias": (n,) for x, n in (("q", q), ("k", kv), ("v", kv))})
         if c.qk_norm:
@@ -445,3 +475,10 @@ def _hf_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
         if c.norm_after and c.norm_before:
             shapes[p + "pre_feedforward_layernorm.weight"] = (c.hidden_size,)
     return shapes
+
+
+def _mlp_shapes(prefix: str, hidden: int, width: int, fused: bool) -> dict[str, tuple[int, ...]]:
+    """A gated MLP's tensors under `prefix`, with their shapes."""
+    return ({prefix + "gate_up_proj.weight": (2 * width, hidden)} if fused else
+            {prefix + "gate_proj.weight": (width, hidden), prefix + "up_proj.weight": (width, hidden)}
+            ) | {prefix + "down_proj.weight": (hidden, width)}

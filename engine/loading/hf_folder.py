@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -34,7 +35,22 @@ SUPPORTED = {
     # OLMo 2's norms after each sublayer, Qwen3's q/k norms
     "Exaone4ForCausalLM": ("exaone4", {"qk_norm": True, "norm_before": False,
                                        "norm_after": True}),
+    # mixtures of experts (MIXTURES)
+    "MixtralForCausalLM": ("mixtral", {}),
+    "Qwen2MoeForCausalLM": ("qwen2_moe", {}),  # q/k/v biases unless qkv_bias is false
+    "Qwen3MoeForCausalLM": ("qwen3_moe", {"qk_norm": True}),
+    "OlmoeForCausalLM": ("olmoe", {"qk_norm": True, "qk_norm_whole": True}),
 }
+# A mixture's config field for its experts' width, and whether the chosen experts' weights are
+# always rescaled to sum to 1 (else as norm_topk_prob says)
+MIXTURES = {"mixtral": ("intermediate_size", True), "qwen2_moe": ("moe_intermediate_size", False),
+            "qwen3_moe": ("moe_intermediate_size", False), "olmoe": ("intermediate_size", False)}
+# Mixtral's expert tensors, as the other mixtures name them: block_sparse_moe.gate is
+# mlp.gate, block_sparse_moe.experts.E.w1, w3, w2 are mlp.experts.E.gate_proj, up_proj, down_proj
+MIXTRAL_NAME = re.compile(r"(.*)\.block_sparse_moe\.(gate|experts\.\d+\.(w[123]))\.weight")
+MIXTRAL_PROJECTIONS = {"w1": "gate_proj", "w2": "down_proj", "w3": "up_proj"}
+MIXTRAL_NAMING = ("Mixtral's block_sparse_moe.gate and block_sparse_moe.experts.E.w1, w3, w2 "
+                  "named as mlp.gate and mlp.experts.E.gate_proj, up_proj, down_proj")
 # Models that also see images, whose text model loads alone: its architecture, and the fields
 # its text_config leaves out (as Gemma 3's 4B-27B ship it) with transformers' defaults
 MULTIMODAL = {
@@ -163,6 +179,10 @@ def read_config(folder: Path) -> ModelConfig:
     activation = _activation(cfg, path, arch)
     if cfg.get("attention_bias") or cfg.get("mlp_bias"):  # Qwen2's q/k/v biases are implied
         raise ModelLoadError(path, "attention_bias / mlp_bias are not supported for " + arch)
+    if arch == "qwen2_moe":
+        switches = switches | {"qkv_bias": _bool(cfg, path, "qkv_bias", True)}
+    if arch == "olmoe" and cfg.get("clip_qkv") is not None:
+        raise ModelLoadError(path, f"clip_qkv ({cfg['clip_qkv']}) is not supported")
     if cfg.get("use_bidirectional_attention"):
         raise ModelLoadError(path, "use_bidirectional_attention (an encoder's) is not supported")
     max_position = _int(cfg, path, "max_position_embeddings", 8192)
@@ -195,6 +215,7 @@ def read_config(folder: Path) -> ModelConfig:
             **({name: _number(cfg, path, name, default) for name, default in GRANITE.items()}
                if arch == "granite" else {}),
             **(_gemma(cfg, path, arch) if arch.startswith("gemma") else {}),
+            **(_experts(cfg, path, arch, layers) if arch in MIXTURES else {}),
             **sliding, activation=activation,
             num_kv_heads=_int(cfg, path, "num_key_value_heads", heads) or heads,
             head_dim=_int(cfg, path, "head_dim", 0), rotary_dim=rotary_dim, rope_theta=theta,
@@ -267,6 +288,32 @@ def _activation(cfg: dict, path: Path, arch: str) -> str:
     return ACTIVATIONS[named]
 
 
+def _experts(cfg: dict, path: Path, arch: str, layers: int) -> dict:
+    """A mixture of experts' fields (MIXTURES): Qwen's keep a dense MLP in the layers
+    mlp_only_layers lists and in all but every decoder_sparse_step-th, and Qwen2-MoE has a
+    shared expert, as transformers reads them."""
+    width, normalized = MIXTURES[arch]
+    # Mixtral's count is num_local_experts, the others' num_experts, which transformers >= 5
+    # saves under Mixtral's name
+    count = next((name for name in ("num_experts", "num_local_experts") if name in cfg),
+                 "num_local_experts" if arch == "mixtral" else "num_experts")
+    fields = {"num_experts": _int(cfg, path, count),
+              "experts_per_token": _int(cfg, path, "num_experts_per_tok"),
+              "expert_size": _int(cfg, path, width),
+              "normalize_expert_weights": normalized or _bool(cfg, path, "norm_topk_prob", False)}
+    if arch == "qwen2_moe":
+        fields["shared_expert_size"] = _int(cfg, path, "shared_expert_intermediate_size")
+    if arch in ("qwen2_moe", "qwen3_moe"):
+        step = _int(cfg, path, "decoder_sparse_step", 1)
+        dense = cfg.get("mlp_only_layers") or []
+        if step < 1 or not isinstance(dense, list) or not all(
+                isinstance(i, int) and 0 <= i < layers for i in dense):
+            raise ModelLoadError(path, f"decoder_sparse_step ({step}) must be at least 1 and "
+                                       f"mlp_only_layers ({dense!r}) list layers of the {layers}")
+        fields["dense_layers"] = tuple(i for i in range(layers) if i in dense or (i + 1) % step)
+    return fields
+
+
 def _gemma(cfg: dict, path: Path, arch: str) -> dict:
     """Gemma's scalars: embeddings scaled by sqrt(hidden_size); from Gemma 2 on, the
     attention's scale from query_pre_attn_scalar and the caps on scores and logits; Gemma 3's
@@ -292,15 +339,17 @@ def _gemma(cfg: dict, path: Path, arch: str) -> dict:
 
 
 # Which layers slide where config.json has no layer_types, as transformers reads it: every layer
-# (Mistral, Phi-3), all but every pattern-th (Gemma 3, pattern 6; Gemma 2, 2; EXAONE 4, 4 or
-# its L and G), those from max_window_layers (Qwen2 and 3 with use_sliding_window)
+# (Mistral, Phi-3, Mixtral, Qwen3-MoE), all but every pattern-th (Gemma 3, pattern 6; Gemma 2, 2;
+# EXAONE 4, 4 or its L and G), those from max_window_layers (Qwen2 and 3 with use_sliding_window),
+# every other one below it (Qwen2-MoE's)
 def _sliding_window(cfg: dict, path: Path, arch: str, layers: int) -> dict:
     """sliding_window and sliding_layers: the layers where a query sees only the window's keys
     up to its own (and Gemma 3's local RoPE turns, however long its window)."""
     window = _int(cfg, path, "sliding_window", 0)
     if window < 0:
         raise ModelLoadError(path, f"sliding_window must not be negative, got {window}")
-    if arch in ("qwen2", "qwen3") and not _bool(cfg, path, "use_sliding_window", False):
+    if (arch.startswith("qwen") and not _bool(cfg, path, "use_sliding_window", False)
+            or arch == "olmoe"):  # OLMoE's attention never slides, whatever its config says
         window = 0
     types = cfg.get("layer_types")
     if types is not None:
@@ -322,10 +371,13 @@ def _sliding_window(cfg: dict, path: Path, arch: str, layers: int) -> dict:
         if pattern < 1:
             raise ModelLoadError(path, f"sliding_window_pattern must be at least 1, got {pattern}")
         sliding = [i for i in range(layers) if (i + 1) % pattern]
-    elif arch in ("mistral", "phi3"):
+    elif arch in ("mistral", "phi3", "mixtral", "qwen3_moe"):
         sliding = list(range(layers))
     elif arch in ("qwen2", "qwen3"):
         sliding = list(range(_int(cfg, path, "max_window_layers", 28), layers))
+    elif arch == "qwen2_moe":  # every other layer below max_window_layers
+        below = _int(cfg, path, "max_window_layers", 28)
+        sliding = [i for i in range(min(below, layers)) if (i + 1) % 2]
     else:
         sliding = []
     if not sliding or not window:
@@ -399,8 +451,9 @@ class Weights(Mapping[str, torch.Tensor]):
         self._handles = {file: _open(file) for file in set(self.files.values())}
         # a text-only model's name -> the stored one (a model that also sees images keeps its
         # text model's under a prefix, and more that is not read)
-        self.stored = {_text_model_name(name): name for name in self.files
+        self.stored = {_our_name(name): name for name in self.files
                        if not name.startswith(OTHER_PREFIXES)}
+        self.mixtral_names = any(MIXTRAL_NAME.fullmatch(name) for name in self.files)
         self.shapes = {name: tuple(self._read(name, lambda h, s: h.get_slice(s).get_shape()))
                        for name in self.stored}
 
@@ -422,11 +475,17 @@ class Weights(Mapping[str, torch.Tensor]):
             raise ModelLoadError(file, f"cannot read tensor {stored!r} ({exc})") from None
 
 
-def _text_model_name(name: str) -> str:
-    """A stored tensor's name as a text-only model has it (TEXT_PREFIXES)."""
+def _our_name(name: str) -> str:
+    """A stored tensor's name as the model names it: a text-only model's (TEXT_PREFIXES), and
+    Mixtral's experts' as the other mixtures' (MIXTRAL_NAME)."""
     for prefix, ours in TEXT_PREFIXES.items():
         if name.startswith(prefix):
             return ours + name[len(prefix):]
+    mixtral = MIXTRAL_NAME.fullmatch(name)
+    if mixtral:
+        layer, part, projection = mixtral.groups()
+        part = part.replace(projection, MIXTRAL_PROJECTIONS[projection]) if projection else part
+        return f"{layer}.mlp.{part}.weight"
     return name
 
 

@@ -98,19 +98,27 @@ def test_random_is_seeded_and_weight_bytes(tiny_config):
     assert LlamaModel.random(tiny_config, dtype=torch.bfloat16).num_weight_bytes() == 2 * params
 
 
-@pytest.mark.parametrize("tie,bias", [(True, False), (False, True)])
-def test_bf16_weights_prepacked_for_onednn_give_the_same_bits(tie, bias, monkeypatch, make_runner):
+# A mixture of four experts, two a token, with a shared expert; its second layer dense
+EXPERTS = {"num_experts": 4, "experts_per_token": 2, "expert_size": 32, "shared_expert_size": 48,
+           "dense_layers": (1,)}
+
+
+@pytest.mark.parametrize("tie,bias,experts", [(True, False, {}), (False, True, {}),
+                                              (True, False, EXPERTS)])
+def test_bf16_weights_prepacked_for_onednn_give_the_same_bits(tie, bias, experts, monkeypatch,
+                                                              make_runner):
     """Where oneDNN runs bf16 matmuls on this CPU, a bf16 model's linear weights are handed to it
     prepacked at load: its logits are those of the plain weights, bit for bit, at every row
     count, and hf_state_dict gives the plain weights back. Where it does not, nothing is
     packed."""
     from engine import model as model_module
-    config = TINY.with_(tie_word_embeddings=tie, qkv_bias=bias)
+    config = TINY.with_(tie_word_embeddings=tie, qkv_bias=bias, **experts)
     tensors = LlamaModel.random(config, seed=5).hf_state_dict()
     packed = LlamaModel.from_state_dict(config, tensors, torch.bfloat16)
     expected = model_module.prepacks(torch.device("cpu"), torch.bfloat16)
-    assert [w.is_mkldnn for w in packed.linear_weights()] == [expected] * (4 * config.num_layers
-                                                                          + 1)
+    # a dense layer's four; a mixture's q/k/v, o, router, shared gate, and its five experts' two
+    linears = 4 * config.num_layers + 1 + (10 if experts else 0)
+    assert [w.is_mkldnn for w in packed.linear_weights()] == [expected] * linears
     assert packed.builds_kernels_per_row_count == expected
     monkeypatch.setattr(model_module, "prepacks", lambda device, dtype: False)
     plain = LlamaModel.from_state_dict(config, tensors, torch.bfloat16)

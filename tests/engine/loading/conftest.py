@@ -70,6 +70,14 @@ def make_sentencepiece_tokenizer_json(path: Path) -> Path:
     return path
 
 
+MIXTURES = {"mixtral": {"num_local_experts": 4, "num_experts_per_tok": 2},
+            "qwen2_moe": {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                          "shared_expert_intermediate_size": 48},
+            "qwen3_moe": {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                          "head_dim": 24},
+            "olmoe": {"num_experts": 4, "num_experts_per_tok": 2}}
+
+
 def hf_tiny(arch: str, **overrides):
     """A random transformers model of `arch` small enough to build in milliseconds."""
     transformers = pytest.importorskip("transformers")
@@ -84,7 +92,11 @@ def hf_tiny(arch: str, **overrides):
                "gemma": ("GemmaConfig", "GemmaForCausalLM"),
                "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
                "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
-               "exaone4": ("Exaone4Config", "Exaone4ForCausalLM")}
+               "exaone4": ("Exaone4Config", "Exaone4ForCausalLM"),
+               "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
+               "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM"),
+               "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
+               "olmoe": ("OlmoeConfig", "OlmoeForCausalLM")}
     config_cls, model_cls = (getattr(transformers, n) for n in classes[arch])
     kwargs = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
@@ -92,7 +104,9 @@ def hf_tiny(arch: str, **overrides):
                   bos_token_id=1, eos_token_id=2)
     if arch == "qwen3":
         kwargs["head_dim"] = 24  # Qwen3's head_dim is its own field, not hidden / heads
-    if arch in ("phi3", "smollm3", "olmo2", "exaone4"):
+    if arch in MIXTURES:  # four experts, two a token, so that tokens choose differently
+        kwargs.update(MIXTURES[arch])
+    if arch in ("phi3", "smollm3", "olmo2", "exaone4", "olmoe"):
         kwargs["pad_token_id"] = 0  # their default is past the tiny vocabulary
     if arch.startswith("gemma"):  # heads of 256 and a window of 4096 unless told
         kwargs.update(head_dim=16, pad_token_id=0)

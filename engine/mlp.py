@@ -1,0 +1,75 @@
+"""A layer's MLP: gated (a dense layer's, and each expert's), or a mixture of experts that a
+router picks among for every token (Mixtral, Qwen2-MoE with its shared expert, Qwen3-MoE,
+OLMoE). Weights are stored gate and up fused, as the dense layers' are (engine/model.py)."""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+
+from engine.config import ModelConfig
+from engine.linear import linear
+
+Activation = Callable[[Tensor], Tensor]
+
+
+def gated_mlp(h: Tensor, gate_up: Tensor, down: Tensor, activation: Activation) -> Tensor:
+    """down(activation(gate h) * up h)."""
+    gate, up = linear(h, gate_up).chunk(2, dim=-1)                       # [n, inter] each
+    return linear(activation(gate) * up, down)
+
+
+class Expert(nn.Module):
+    LINEARS = ("gate_up", "down")  # the weights `linear` multiplies by (LlamaModel.prepack)
+
+    def __init__(self, hidden: int, width: int, dtype: torch.dtype, device) -> None:
+        super().__init__()
+        self.gate_up = nn.Parameter(torch.empty(2 * width, hidden, dtype=dtype, device=device))
+        self.down = nn.Parameter(torch.empty(hidden, width, dtype=dtype, device=device))
+
+
+class MixtureOfExperts(nn.Module):
+    """Each token's output: the sum over the experts its router ranks highest of the router's
+    weight times that expert's MLP, computed expert by expert over the tokens that chose it, so a
+    step reads only the experts its tokens chose (a decode step's cost grows with the distinct
+    experts its lanes and drafts touch: calibration measures it)."""
+
+    def __init__(self, config: ModelConfig, dtype: torch.dtype, device) -> None:
+        super().__init__()
+        c = config
+        self.per_token, self.normalize = c.experts_per_token, c.normalize_expert_weights
+        self.router = nn.Parameter(torch.empty(c.num_experts, c.hidden_size, dtype=dtype,
+                                               device=device))
+        self.experts = nn.ModuleList(Expert(c.hidden_size, c.expert_size, dtype, device)
+                                     for _ in range(c.num_experts))
+        self.shared = (Expert(c.hidden_size, c.shared_expert_size, dtype, device)
+                       if c.shared_expert_size else None)
+        self.shared_gate = (nn.Parameter(torch.empty(1, c.hidden_size, dtype=dtype, device=device))
+                            if c.shared_expert_size else None)
+        self.LINEARS = ("router",) + (("shared_gate",) if self.shared_gate is not None else ())
+
+    def forward(self, h: Tensor, activation: Activation) -> Tensor:
+        # softmax in fp32, the top few's weights (rescaled) back in the model's dtype, as
+        # transformers routes
+        probs = torch.softmax(linear(h, self.router).float(), dim=-1)   # [n, experts]
+        weights, chosen = probs.topk(self.per_token, dim=-1)             # [n, per_token]
+        if self.normalize:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        weights = weights.to(h.dtype).flatten()
+        # the (token, expert) pairs grouped by expert, tokens in order within each
+        order = chosen.flatten().argsort(stable=True)
+        counts = torch.bincount(chosen.flatten(), minlength=len(self.experts)).tolist()
+        tokens, weights = order // self.per_token, weights[order]
+        out = torch.zeros_like(h)
+        start = 0
+        for expert, count in zip(self.experts, counts):
+            if count:
+                rows = tokens[start:start + count]
+                y = gated_mlp(h[rows], expert.gate_up, expert.down, activation)
+                out.index_add_(0, rows, y * weights[start:start + count, None])
+                start += count
+        if self.shared is not None:
+            shared = gated_mlp(h, self.shared.gate_up, self.shared.down, activation)
+            out = out + torch.sigmoid(linear(h, self.shared_gate)) * shared
+        return out

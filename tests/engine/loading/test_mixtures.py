@@ -1,0 +1,129 @@
+"""Mixtures of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE) from folders transformers saved:
+its logits, whole or fed in pieces beside other lanes, speculation that keeps the output, and
+every config fault named."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from engine.cli.main import main
+from engine.errors import ModelLoadError
+from engine.forward_batch import LaneInput
+from engine.kv_cache import PagedKVCache
+from engine.loading import load_model
+from engine.runner import ModelRunner
+from engine.spec.draft_model import first_layers
+
+from .conftest import engine_logits, hf_tiny, reference_logits, save_hf_folder
+
+PROMPT = [5, 17, 99, 3, 250, 42, 7, 7, 120, 64, 1, 200]
+
+# (arch, config fields, the layers that keep a dense MLP)
+MIXTURES = [("mixtral", {}, ()),
+            ("qwen2_moe", {}, ()),
+            ("qwen2_moe", {"norm_topk_prob": True, "mlp_only_layers": [1]}, (1,)),
+            ("qwen3_moe", {"norm_topk_prob": True}, ()),
+            ("qwen3_moe", {"decoder_sparse_step": 2, "num_hidden_layers": 4}, (0, 2)),
+            ("olmoe", {"tie_word_embeddings": True}, ())]
+
+
+@pytest.mark.parametrize("arch,fields,dense", MIXTURES)
+def test_logits_match_transformers(tmp_path, arch, fields, dense):
+    hf = hf_tiny(arch, **fields)
+    loaded = load_model(str(save_hf_folder(hf, tmp_path / arch)), dtype="fp32", device="cpu")
+    c = loaded.config
+    assert (c.architecture, c.num_experts, c.experts_per_token, c.dense_layers) == (
+        arch, 4, 2, dense)
+    assert c.normalize_expert_weights == (arch == "mixtral" or fields.get("norm_topk_prob", False))
+    assert c.shared_expert_size == (48 if arch == "qwen2_moe" else 0)
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT), reference_logits(hf, PROMPT),
+                               atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("layout", ["packed", "padded"])
+@pytest.mark.parametrize("arch", ["mixtral", "qwen2_moe"])
+def test_lanes_fed_in_pieces_match_their_whole_prompts(tmp_path, arch, layout):
+    """Three lanes fed a few tokens a step, as decoding and verifying drafts feed them: the
+    experts run over whichever lanes' tokens chose them, and each lane's logits are still its
+    whole prompt's."""
+    hf = hf_tiny(arch)
+    loaded = load_model(str(save_hf_folder(hf, tmp_path / arch)), dtype="fp32", device="cpu")
+    prompts = [PROMPT, PROMPT[::-1], PROMPT[3:] + PROMPT[:3]]
+    pieces = [[5, 1, 4, 2], [1, 1, 6, 1, 3], [12]]
+    refs = [reference_logits(hf, p) for p in prompts]
+    runner = ModelRunner(loaded.model, PagedKVCache(loaded.config, 16, 4, torch.float32, "cpu"))
+    fed = [0, 0, 0]
+    for step in range(5):
+        lanes = [LaneInput(i, prompts[i][fed[i]:fed[i] + n[step]], fed[i], n[step])
+                 for i, n in enumerate(pieces) if step < len(n)]
+        out = runner.forward(lanes, layout)
+        for lane, logits in zip(lanes, out.logits):
+            torch.testing.assert_close(logits, refs[lane.seq_id][lane.start_pos:lane.end_pos],
+                                       atol=1e-4, rtol=0)
+            fed[lane.seq_id] = lane.end_pos
+
+
+def test_a_step_streams_the_chosen_experts_only(tmp_path):
+    hf = hf_tiny("qwen3_moe", mlp_only_layers=[1], tie_word_embeddings=True)
+    model = load_model(str(save_hf_folder(hf, tmp_path / "moe")), dtype="fp32",
+                       device="cpu").model
+    expert = 3 * 64 * 32 * 4  # gate, up and down of 32 x 64, fp32
+    # layer 0's four experts of which a token runs two; layer 1 is dense
+    assert model.num_weight_bytes() - model.streamed_weight_bytes() == 2 * expert
+
+
+def test_speculation_keeps_a_mixtures_output(tmp_path, monkeypatch, capsys):
+    """Drafts verified in a batch route their tokens as one token at a time would: greedy
+    answers with speculation (prompt lookup and a self-draft, both layouts) are those without."""
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "cache"))
+    folder = save_hf_folder(hf_tiny("qwen2_moe", num_hidden_layers=3), tmp_path / "moe")
+    assert first_layers(load_model(str(folder), dtype="fp32").model, 1).config.num_experts == 4
+
+    def answers(*spec):
+        assert main(["generate", "--model", str(folder), "--dtype", "fp32", "--no-chat",
+                     "--max-tokens", "16", "--json", "--prompt", "the cat the cat the", "12 12 1",
+                     *spec]) == 0
+        return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+    plain = answers("--spec", "off")
+    for spec in (["--drafter", "lookup", "--ragged", "packed"],
+                 ["--drafter", "self", "--ragged", "padded"]):
+        drafted = answers("--spec", "fixed", "--k", "3", *spec)
+        assert [r["token_ids"] for r in drafted] == [r["token_ids"] for r in plain]
+        assert sum(r["drafted"] for r in drafted) > 0
+
+
+@pytest.mark.parametrize("arch,change,message", [
+    ("mixtral", {"num_experts_per_tok": 5}, "needs 1 to 4 experts a token (got 5)"),
+    ("qwen3_moe", {"num_local_experts": None}, "missing field 'num_experts'"),
+    ("qwen2_moe", {"shared_expert_intermediate_size": None},
+     "missing field 'shared_expert_intermediate_size'"),
+    ("qwen2_moe", {"mlp_only_layers": [2]}, "mlp_only_layers ([2]) list layers of the 2"),
+    ("qwen3_moe", {"decoder_sparse_step": 0}, "decoder_sparse_step (0) must be at least 1"),
+    ("olmoe", {"clip_qkv": 8.0}, "clip_qkv (8.0) is not supported"),
+])
+def test_config_faults_name_the_file_and_field(tmp_path, arch, change, message):
+    folder = save_hf_folder(hf_tiny(arch), tmp_path / arch)
+    path = folder / "config.json"
+    cfg = json.loads(path.read_text())
+    for name, value in change.items():
+        cfg.pop(name) if value is None else cfg.__setitem__(name, value)
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(ModelLoadError) as err:
+        load_model(str(folder), dtype="fp32")
+    assert str(path) in str(err.value) and message in str(err.value)
+
+
+def test_a_missing_expert_is_named_as_mixtral_stores_it(tmp_path):
+    folder = save_hf_folder(hf_tiny("mixtral"), tmp_path / "mixtral")
+    tensors = load_file(folder / "model.safetensors")
+    del tensors["model.layers.1.block_sparse_moe.experts.3.w2.weight"]
+    save_file(tensors, folder / "model.safetensors")
+    with pytest.raises(ModelLoadError) as err:
+        load_model(str(folder), dtype="fp32")
+    assert "missing: model.layers.1.mlp.experts.3.down_proj.weight" in str(err.value)
+    assert "block_sparse_moe.experts.E.w1, w3, w2 named as mlp.gate and mlp.experts.E." in str(
+        err.value)
