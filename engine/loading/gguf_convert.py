@@ -1,8 +1,9 @@
 """GGUF -> Hugging Face folder: dequantized weights, config.json and a rebuilt tokenizer.json.
 
-llama.cpp's llama (Llama, Mistral, SmolLM), smollm3, granite, qwen2, qwen3, olmo2, phi3
-(Phi-3, Phi-3.5, Phi-4-mini), gemma, gemma2 and gemma3 architectures are read, with the
-tokenizers gguf_tokenizer.py rebuilds; other architectures are refused naming theirs."""
+llama.cpp's llama (Llama, Mistral, SmolLM; Mixtral with its experts), smollm3, granite, qwen2,
+qwen3, olmo2, phi3 (Phi-3, Phi-3.5, Phi-4-mini), gemma, gemma2, gemma3, and the mixtures qwen2moe,
+qwen3moe and olmoe are read, with the tokenizers gguf_tokenizer.py rebuilds; other architectures
+are refused naming theirs."""
 from __future__ import annotations
 
 import json
@@ -32,7 +33,14 @@ ARCHITECTURES = {"llama": ("LlamaForCausalLM", True), "qwen2": ("Qwen2ForCausalL
                  "smollm3": ("SmolLM3ForCausalLM", True),
                  "granite": ("GraniteForCausalLM", True),  # llama's, with four scalars
                  "olmo2": ("Olmo2ForCausalLM", False), "gemma": ("GemmaForCausalLM", False),
-                 "gemma2": ("Gemma2ForCausalLM", False), "gemma3": ("Gemma3ForCausalLM", False)}
+                 "gemma2": ("Gemma2ForCausalLM", False), "gemma3": ("Gemma3ForCausalLM", False),
+                 "qwen2moe": ("Qwen2MoeForCausalLM", False),
+                 "qwen3moe": ("Qwen3MoeForCausalLM", False), "olmoe": ("OlmoeForCausalLM", False)}
+# Mixtral is llama.cpp's llama with experts
+MIXTRAL = "MixtralForCausalLM"
+# Whether llama.cpp rescales the chosen experts' weights to sum to 1 (it decides by architecture,
+# whatever a file's expert_weights_norm says): Mixtral's and Qwen3-MoE's it does
+_EXPERT_WEIGHTS_NORMED = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False}
 GEMMAS = ("gemma", "gemma2", "gemma3")  # llama.cpp stored their norms' 1 + weight
 # Gemma 2's and 3's norms around each sublayer: ffn_norm is the one before the MLP
 SANDWICHED = ("gemma2", "gemma3")
@@ -49,7 +57,14 @@ _LAYER_NAMES = {
     "attn_k_norm": "self_attn.k_norm",
     "post_attention_norm": "post_attention_layernorm",  # OLMo 2's norms after
     "post_ffw_norm": "post_feedforward_layernorm",
+    # a mixture's router, its experts (one tensor for all of a layer's: EXPERT marks where each
+    # one's index goes) and its shared expert with its gate (Qwen2-MoE's)
+    "ffn_gate_inp": "mlp.gate", "ffn_gate_exps": "mlp.experts.{expert}.gate_proj",
+    "ffn_up_exps": "mlp.experts.{expert}.up_proj", "ffn_down_exps": "mlp.experts.{expert}.down_proj",
+    "ffn_gate_shexp": "mlp.shared_expert.gate_proj", "ffn_up_shexp": "mlp.shared_expert.up_proj",
+    "ffn_down_shexp": "mlp.shared_expert.down_proj", "ffn_gate_inp_shexp": "mlp.shared_expert_gate",
 }
+EXPERT = "{expert}"
 _FUSED_NAMES = {"attn_qkv": "self_attn.qkv_proj", "ffn_up": "mlp.gate_up_proj"}
 _ROPE_TENSORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
 # A model that also sees images, as Ollama keeps Gemma 3: its vision tower and projector in the
@@ -137,8 +152,10 @@ def gguf_config(g: _Gguf) -> dict:
                _linear_scaling(g, arch))
     window = int(g.get(f"{arch}.attention.sliding_window", 0))
     layers = int(g.get(f"{arch}.block_count"))
+    experts = _experts(g, arch)
     return {
-        "architectures": [ARCHITECTURES[arch][0]], "model_type": arch,
+        "architectures": [MIXTRAL if arch == "llama" and experts else ARCHITECTURES[arch][0]],
+        "model_type": arch, **experts,
         "vocab_size": vocab, "hidden_size": hidden,
         "intermediate_size": int(g.get(f"{arch}.feed_forward_length")),
         "num_hidden_layers": layers,
@@ -164,6 +181,27 @@ def gguf_config(g: _Gguf) -> dict:
         "eos_token_id": list(dict.fromkeys(i for i in eos if i >= 0)),
         "torch_dtype": "float32",
     }
+
+
+def _experts(g: _Gguf, arch: str) -> dict:
+    """A mixture's config fields, where the file has experts: their width is llama.cpp's
+    expert_feed_forward_length, or feed_forward_length (Mixtral's and OLMoE's, which the reader
+    takes as theirs); Qwen2-MoE's shared expert's its own, as llama.cpp falls back."""
+    count = int(g.get(f"{arch}.expert_count", 0))
+    if not count:
+        if arch in ("qwen2moe", "qwen3moe", "olmoe"):
+            raise ModelLoadError(g.path, f"GGUF metadata has no {arch}.expert_count")
+        return {}
+    ff = int(g.get(f"{arch}.feed_forward_length"))
+    fields = {"num_local_experts" if arch == "llama" else "num_experts": count,
+              "num_experts_per_tok": int(g.get(f"{arch}.expert_used_count")),
+              "norm_topk_prob": _EXPERT_WEIGHTS_NORMED[arch]}
+    if arch.startswith("qwen"):
+        fields["moe_intermediate_size"] = int(g.get(f"{arch}.expert_feed_forward_length", ff))
+    if arch == "qwen2moe":
+        fields["shared_expert_intermediate_size"] = int(
+            g.get("qwen2moe.expert_shared_feed_forward_length", ff))
+    return fields
 
 
 def _gemma_fields(g: _Gguf, arch: str, hidden: int, heads: int, head_dim: int,
@@ -238,11 +276,11 @@ def _llama3_scaling(g: _Gguf, head_dim: int, theta: float) -> dict:
                                  "3's scaling; load the model's Hugging Face folder instead")
 
 
-def _tensor(g: _Gguf, t, config: dict, dequantized: torch.dtype,
-            permuted: bool) -> tuple[str, torch.Tensor]:
-    """A GGUF tensor under its Hugging Face name: as stored where that is a float type, else
-    dequantized and kept as `dequantized`; Q/K rows back in rotate-half order where llama.cpp
-    `permuted` them."""
+def _tensors(g: _Gguf, t, config: dict, dequantized: torch.dtype,
+             permuted: bool) -> list[tuple[str, torch.Tensor]]:
+    """A GGUF tensor under its Hugging Face name (a layer's experts' one tensor split into each
+    expert's): as stored where that is a float type, else dequantized and kept as
+    `dequantized`; Q/K rows back in rotate-half order where llama.cpp `permuted` them."""
     arch = g.get("general.architecture")
     name = hf_name(t.name, arch)
     if name is None:
@@ -259,8 +297,14 @@ def _tensor(g: _Gguf, t, config: dict, dequantized: torch.dtype,
                                      else "num_key_value_heads"])
     if arch in GEMMAS and name.endswith("norm.weight"):
         w = w - 1  # back to the checkpoint's weight, which the model scales by 1 + it
-    # a copy: GGUF data is a read-only mmap
-    return name, torch.from_numpy(np.array(w, order="C")).to(_STORED.get(kind, dequantized))
+    if name.endswith("shared_expert_gate.weight"):
+        w = w.reshape(1, -1)  # llama.cpp keeps the gate's one row as a vector
+    dtype = _STORED.get(kind, dequantized)
+    # copies: GGUF data is a read-only mmap
+    if EXPERT not in name:
+        return [(name, torch.from_numpy(np.array(w, order="C")).to(dtype))]
+    return [(name.replace(EXPERT, str(e)), torch.from_numpy(np.array(w[e], order="C")).to(dtype))
+            for e in range(w.shape[0])]
 
 
 def _write_weights(g: _Gguf, config: dict, out: Path, progress: Progress,
@@ -286,8 +330,9 @@ def _write_weights(g: _Gguf, config: dict, out: Path, progress: Progress,
     for shard, file in zip(shards, names):
         weights = {}
         for t in shard:
-            name, weights[name] = _tensor(g, t, config, dequantized, permuted)
-            weight_map[name] = file
+            for name, tensor in _tensors(g, t, config, dequantized, permuted):
+                weights[name] = tensor
+                weight_map[name] = file
             done += 1
             if done % 16 == 0 or done == len(tensors):
                 progress(f"dequantizing {t.name}", done / len(tensors))

@@ -2,6 +2,7 @@
 transformers, and a tiny llama GGUF written with gguf's own writer."""
 from __future__ import annotations
 
+import copy
 import json
 import math
 from pathlib import Path
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from gguf import GGMLQuantizationType, GGUFWriter
-from gguf.quants import quantize
+from gguf.quants import dequantize, quantize
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
 from engine.forward_batch import LaneInput
@@ -151,6 +152,16 @@ def tiny_llama_folder(tmp_path) -> tuple[Path, object]:
     return save_hf_folder(model, tmp_path / "tiny-llama"), model
 
 
+def as_stored(hf):
+    """The model as the GGUF holds it: its embedding through Q8_0, kept as fp16."""
+    hf = copy.deepcopy(hf)
+    embed = hf.model.embed_tokens.weight
+    q8 = quantize(embed.detach().numpy(), GGMLQuantizationType.Q8_0)
+    with torch.no_grad():
+        embed.copy_(torch.from_numpy(dequantize(q8, GGMLQuantizationType.Q8_0).astype(np.float16)))
+    return hf
+
+
 def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
     """llama.cpp convert_hf_to_gguf.py's Q/K permutation, written out independently."""
     return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
@@ -164,7 +175,10 @@ _GGUF_LAYER = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_
                "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
                "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up",  # Phi-3's
                "post_feedforward_layernorm": "post_ffw_norm",  # OLMo 2's
-               "pre_feedforward_layernorm": "ffn_norm"}  # Gemma 2's and 3's
+               "pre_feedforward_layernorm": "ffn_norm",  # Gemma 2's and 3's
+               "mlp.gate": "ffn_gate_inp", "mlp.shared_expert.gate_proj": "ffn_gate_shexp",
+               "mlp.shared_expert.up_proj": "ffn_up_shexp",  # a mixture's
+               "mlp.shared_expert.down_proj": "ffn_down_shexp"}
 
 
 GGUF_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
@@ -206,7 +220,15 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
             w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(original)))
             w.add_tensor("rope_factors_long.weight", np.array(rope["long_factor"], np.float32))
             w.add_tensor("rope_factors_short.weight", np.array(rope["short_factor"], np.float32))
-    if arch in ("qwen3", "gemma", "gemma2", "gemma3"):
+    experts = getattr(c, "num_local_experts", None) or getattr(c, "num_experts", None)
+    if experts:  # as llama.cpp's converters write a mixture
+        w.add_expert_count(experts)
+        w.add_expert_used_count(c.num_experts_per_tok)
+        if getattr(c, "moe_intermediate_size", None):
+            w.add_expert_feed_forward_length(c.moe_intermediate_size)
+        if getattr(c, "shared_expert_intermediate_size", None):
+            w.add_expert_shared_feed_forward_length(c.shared_expert_intermediate_size)
+    if arch in ("qwen3", "qwen3moe", "gemma", "gemma2", "gemma3"):
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
     if arch in ("gemma2", "gemma3"):  # as llama.cpp's Gemma2Model and Gemma3Model write them
@@ -246,6 +268,17 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
             w.add_tensor("output_norm.weight", a)
             continue
         layer, rest = name.removeprefix("model.layers.").split(".", 1)
+        if rest.startswith("mlp.experts."):  # all of a layer's experts, gate and up fused
+            if rest == "mlp.experts.gate_up_proj":
+                gate, up = np.split(a, 2, axis=1)
+                w.add_tensor(f"blk.{layer}.ffn_gate_exps.weight", np.ascontiguousarray(gate))
+                w.add_tensor(f"blk.{layer}.ffn_up_exps.weight", np.ascontiguousarray(up))
+            else:
+                w.add_tensor(f"blk.{layer}.ffn_down_exps.weight", a)
+            continue
+        if rest == "mlp.shared_expert_gate.weight":  # llama.cpp's is a vector
+            w.add_tensor(f"blk.{layer}.ffn_gate_inp_shexp.weight", a.reshape(-1))
+            continue
         module, kind = rest.rsplit(".", 1)
         sandwiched = arch in ("olmo2", "gemma2", "gemma3")  # norms after each sublayer
         gguf_module = ("post_attention_norm" if sandwiched and

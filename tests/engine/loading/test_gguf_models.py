@@ -1,10 +1,9 @@
 """A GGUF file given as the model: llama.cpp's architectures (llama, qwen2, qwen3, phi3, olmo2,
-smollm3, granite, gemma, gemma2, gemma3), their
+smollm3, granite, gemma, gemma2, gemma3; the mixtures' in test_mixtures.py), their
 tokenizers (byte-level BPE split as the file names, SentencePiece), converted once into the user
 cache and loaded as a folder; what cannot be read is refused naming the file."""
 from __future__ import annotations
 
-import copy
 import json
 import math
 import os
@@ -12,14 +11,12 @@ import os
 import numpy as np
 import pytest
 import torch
-from gguf import GGMLQuantizationType
-from gguf.quants import dequantize, quantize
 from safetensors import safe_open
 
 from engine.errors import ModelLoadError
 from engine.loading import check_model_folder, load_model
 
-from .conftest import (MERGES, SPECIALS, engine_logits, hf_tiny, reference_logits,
+from .conftest import (MERGES, SPECIALS, as_stored, engine_logits, hf_tiny, reference_logits,
                        vocab_tokens, write_tiny_gguf)
 
 PROMPT = [1, 40, 77, 3, 200, 264, 10, 90, 90, 15]
@@ -30,16 +27,6 @@ TEXTS = ["the theme in 2024, 12345 tins!", "I'm here; they'll\n\n  go\tnow", "Ü
 @pytest.fixture(autouse=True)
 def own_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "cache"))
-
-
-def as_stored(hf):
-    """The model as the GGUF holds it: its embedding through Q8_0, kept as fp16."""
-    hf = copy.deepcopy(hf)
-    embed = hf.model.embed_tokens.weight
-    q8 = quantize(embed.detach().numpy(), GGMLQuantizationType.Q8_0)
-    with torch.no_grad():
-        embed.copy_(torch.from_numpy(dequantize(q8, GGMLQuantizationType.Q8_0).astype(np.float16)))
-    return hf
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "phi3", "olmo2"])

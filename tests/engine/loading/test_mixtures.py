@@ -17,7 +17,8 @@ from engine.loading import load_model
 from engine.runner import ModelRunner
 from engine.spec.draft_model import first_layers
 
-from .conftest import engine_logits, hf_tiny, reference_logits, save_hf_folder
+from .conftest import (as_stored, engine_logits, hf_tiny, reference_logits, save_hf_folder,
+                       write_tiny_gguf)
 
 PROMPT = [5, 17, 99, 3, 250, 42, 7, 7, 120, 64, 1, 200]
 
@@ -41,6 +42,25 @@ def test_logits_match_transformers(tmp_path, arch, fields, dense):
     assert c.shared_expert_size == (48 if arch == "qwen2_moe" else 0)
     torch.testing.assert_close(engine_logits(loaded.model, PROMPT), reference_logits(hf, PROMPT),
                                atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("arch,gguf_arch", [("mixtral", "llama"), ("qwen2_moe", "qwen2moe"),
+                                            ("qwen3_moe", "qwen3moe"), ("olmoe", "olmoe")])
+def test_a_gguf_of_a_mixture_loads_as_the_model_it_holds(tmp_path, monkeypatch, arch, gguf_arch):
+    """As llama.cpp's converters write them: each layer's experts one tensor of each kind,
+    Mixtral's as llama's (its Q/K rows permuted), the weights rescaled as llama.cpp does by
+    architecture (Qwen3-MoE's and Mixtral's)."""
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "cache"))
+    hf = hf_tiny(arch, norm_topk_prob=arch == "qwen3_moe")
+    loaded = load_model(str(write_tiny_gguf(hf, tmp_path / f"{arch}.gguf", arch=gguf_arch)),
+                        dtype="fp32", device="cpu")
+    c = loaded.config
+    assert (c.architecture, c.num_experts, c.experts_per_token, c.expert_size) == (
+        arch, 4, 2, 32 if arch.startswith("qwen") else 96)
+    assert c.normalize_expert_weights == (arch in ("mixtral", "qwen3_moe"))
+    assert c.shared_expert_size == (48 if arch == "qwen2_moe" else 0)
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT),
+                               reference_logits(as_stored(hf), PROMPT), atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("layout", ["packed", "padded"])
@@ -127,3 +147,11 @@ def test_a_missing_expert_is_named_as_mixtral_stores_it(tmp_path):
     assert "missing: model.layers.1.mlp.experts.3.down_proj.weight" in str(err.value)
     assert "block_sparse_moe.experts.E.w1, w3, w2 named as mlp.gate and mlp.experts.E." in str(
         err.value)
+
+
+def test_a_mixtures_gguf_without_its_experts_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "cache"))
+    path = write_tiny_gguf(hf_tiny("qwen3"), tmp_path / "dense.gguf", arch="qwen3moe")
+    with pytest.raises(ModelLoadError) as err:
+        load_model(str(path), dtype="fp32")
+    assert str(path) in str(err.value) and "no qwen3moe.expert_count" in str(err.value)
