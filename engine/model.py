@@ -313,7 +313,7 @@ class LlamaModel(nn.Module):
                         shapes: Mapping[str, tuple[int, ...]] | None = None) -> "LlamaModel":
         """Build from Hugging Face names; ValueError lists missing, unexpected or misshapen ones.
         Each tensor is read once, when its parameter is filled: `tensors` may read it from a file
-        then (loading/hf_folder.Weights), and `shapes`, its tensors' shapes, are checked first."""
+        then (loading/weights.Weights), and `shapes`, its tensors' shapes, are checked first."""
         if shapes is None:
             shapes = {name: tuple(t.shape) for name, t in tensors.items()}
         check_shapes(config, shapes)

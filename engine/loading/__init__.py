@@ -17,8 +17,8 @@ from engine.devices import (dtype_name, free_memory_bytes, resolve_device, resol
 from engine.errors import ModelLoadError
 from engine.loading import default_model, gguf_file, hub_cache, ollama_store
 from engine.loading.gguf_convert import check_gguf, gguf_shapes
-from engine.loading.hf_folder import (MIXTRAL_NAMING, Weights, read_config, read_sampling_defaults,
-                                      read_tokenizer)
+from engine.loading.hf_folder import read_config, read_sampling_defaults, read_tokenizer
+from engine.loading.weights import NAMINGS, Weights
 from engine.linear import WARM_ROWS, prepacks
 from engine.model import LlamaModel, check_shapes
 from engine.tokenizer import ByteTokenizer, Tokenizer
@@ -238,8 +238,8 @@ def _mismatch(folder: Path, weights: Weights, exc: ValueError) -> ModelLoadError
     index = folder / "model.safetensors.index.json"
     files = sorted({str(p) for p in weights.files.values()})
     where = index if index.is_file() else files[0] if len(files) == 1 else folder
-    naming = f" ({MIXTRAL_NAMING})" if weights.mixtral_names else ""
-    return ModelLoadError(where, f"weights do not match config.json: {exc}{naming}")
+    namings = "".join(f" ({NAMINGS[kind]})" for kind in sorted(weights.namings))
+    return ModelLoadError(where, f"weights do not match config.json: {exc}{namings}")
 
 
 def known_models() -> list[tuple[str, str]]:

@@ -2,7 +2,7 @@
 
 llama.cpp's llama (Llama, Mistral, SmolLM; Mixtral with its experts), smollm3, granite, qwen2,
 qwen3, olmo2, phi3 (Phi-3, Phi-3.5, Phi-4-mini), gemma, gemma2, gemma3, and the mixtures qwen2moe,
-qwen3moe and olmoe are read, with the tokenizers gguf_tokenizer.py rebuilds; other architectures
+qwen3moe, olmoe and granitemoe are read, with the tokenizers gguf_tokenizer.py rebuilds; other architectures
 are refused naming theirs."""
 from __future__ import annotations
 
@@ -35,12 +35,14 @@ ARCHITECTURES = {"llama": ("LlamaForCausalLM", True), "qwen2": ("Qwen2ForCausalL
                  "olmo2": ("Olmo2ForCausalLM", False), "gemma": ("GemmaForCausalLM", False),
                  "gemma2": ("Gemma2ForCausalLM", False), "gemma3": ("Gemma3ForCausalLM", False),
                  "qwen2moe": ("Qwen2MoeForCausalLM", False),
-                 "qwen3moe": ("Qwen3MoeForCausalLM", False), "olmoe": ("OlmoeForCausalLM", False)}
+                 "qwen3moe": ("Qwen3MoeForCausalLM", False), "olmoe": ("OlmoeForCausalLM", False),
+                 "granitemoe": ("GraniteMoeForCausalLM", True)}  # granite's, with experts
 # Mixtral is llama.cpp's llama with experts
 MIXTRAL = "MixtralForCausalLM"
 # Whether llama.cpp rescales the chosen experts' weights to sum to 1 (it decides by architecture,
 # whatever a file's expert_weights_norm says): Mixtral's and Qwen3-MoE's it does
-_EXPERT_WEIGHTS_NORMED = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False}
+_EXPERT_WEIGHTS_NORMED = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False,
+                          "granitemoe": True}
 GEMMAS = ("gemma", "gemma2", "gemma3")  # llama.cpp stored their norms' 1 + weight
 # Gemma 2's and 3's norms around each sublayer: ffn_norm is the one before the MLP
 SANDWICHED = ("gemma2", "gemma3")
@@ -175,7 +177,7 @@ def gguf_config(g: _Gguf) -> dict:
         **(_gemma_fields(g, arch, hidden, heads, head_dim, layers) if arch in GEMMAS else
            {"hidden_act": "silu"}),
         **({ours: float(g.get(f"{arch}.{theirs}", 1.0)) for theirs, ours in _GRANITE.items()}
-           if arch == "granite" else {}),
+           if arch in ("granite", "granitemoe") else {}),
         "attention_bias": False, "mlp_bias": False,
         "bos_token_id": int(g.get("tokenizer.ggml.bos_token_id")),
         "eos_token_id": list(dict.fromkeys(i for i in eos if i >= 0)),
@@ -189,9 +191,12 @@ def _experts(g: _Gguf, arch: str) -> dict:
     takes as theirs); Qwen2-MoE's shared expert's its own, as llama.cpp falls back."""
     count = int(g.get(f"{arch}.expert_count", 0))
     if not count:
-        if arch in ("qwen2moe", "qwen3moe", "olmoe"):
+        if arch in _EXPERT_WEIGHTS_NORMED and arch != "llama":
             raise ModelLoadError(g.path, f"GGUF metadata has no {arch}.expert_count")
         return {}
+    if arch == "granitemoe" and int(g.get("granitemoe.expert_shared_feed_forward_length", 0)):
+        raise ModelLoadError(g.path, "GraniteMoE's shared expert (GraniteMoeShared) is not "
+                                     "supported")
     ff = int(g.get(f"{arch}.feed_forward_length"))
     fields = {"num_local_experts" if arch == "llama" else "num_experts": count,
               "num_experts_per_tok": int(g.get(f"{arch}.expert_used_count")),

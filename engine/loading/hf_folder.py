@@ -1,16 +1,12 @@
-"""Hugging Face model folders: config.json -> ModelConfig, *.safetensors -> tensors, tokenizer.
+"""Hugging Face model folders: config.json -> ModelConfig, and the tokenizer (the weights:
+weights.py).
 
 Every problem a user's folder can have becomes a ModelLoadError naming the file at fault."""
 from __future__ import annotations
 
 import json
 import math
-import re
-from collections.abc import Mapping
 from pathlib import Path
-
-import torch
-from safetensors import SafetensorError, safe_open
 
 from engine import rope
 from engine.chat_template import ChatTemplateError, check_template
@@ -40,17 +36,13 @@ SUPPORTED = {
     "Qwen2MoeForCausalLM": ("qwen2_moe", {}),  # q/k/v biases unless qkv_bias is false
     "Qwen3MoeForCausalLM": ("qwen3_moe", {"qk_norm": True}),
     "OlmoeForCausalLM": ("olmoe", {"qk_norm": True, "qk_norm_whole": True}),
+    "GraniteMoeForCausalLM": ("granitemoe", {}),  # with Granite's scalars
 }
 # A mixture's config field for its experts' width, and whether the chosen experts' weights are
 # always rescaled to sum to 1 (else as norm_topk_prob says)
 MIXTURES = {"mixtral": ("intermediate_size", True), "qwen2_moe": ("moe_intermediate_size", False),
-            "qwen3_moe": ("moe_intermediate_size", False), "olmoe": ("intermediate_size", False)}
-# Mixtral's expert tensors, as the other mixtures name them: block_sparse_moe.gate is
-# mlp.gate, block_sparse_moe.experts.E.w1, w3, w2 are mlp.experts.E.gate_proj, up_proj, down_proj
-MIXTRAL_NAME = re.compile(r"(.*)\.block_sparse_moe\.(gate|experts\.\d+\.(w[123]))\.weight")
-MIXTRAL_PROJECTIONS = {"w1": "gate_proj", "w2": "down_proj", "w3": "up_proj"}
-MIXTRAL_NAMING = ("Mixtral's block_sparse_moe.gate and block_sparse_moe.experts.E.w1, w3, w2 "
-                  "named as mlp.gate and mlp.experts.E.gate_proj, up_proj, down_proj")
+            "qwen3_moe": ("moe_intermediate_size", False), "olmoe": ("intermediate_size", False),
+            "granitemoe": ("intermediate_size", True)}  # its softmax is over the chosen
 # Models that also see images, whose text model loads alone: its architecture, and the fields
 # its text_config leaves out (as Gemma 3's 4B-27B ship it) with transformers' defaults
 MULTIMODAL = {
@@ -62,12 +54,6 @@ MULTIMODAL = {
         "rope_local_base_freq": 10_000.0, "query_pre_attn_scalar": 256, "sliding_window": 4096,
         "sliding_window_pattern": 6, "tie_word_embeddings": True}),
 }
-# Their checkpoints' tensor name prefixes: the text model's, as a text-only model names them
-# (transformers' older layout and its newer), and the rest's, which are not read
-TEXT_PREFIXES = {"language_model.model.": "model.", "model.language_model.": "model.",
-                 "language_model.lm_head.": "lm_head."}
-OTHER_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.",
-                  "model.multi_modal_projector.")
 # The MLP activations transformers names, as ModelConfig.activation names them
 ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
 # Granite's scalars, with transformers' defaults (its attention's scale is 1 unless given)
@@ -213,7 +199,7 @@ def read_config(folder: Path) -> ModelConfig:
             intermediate_size=_int(cfg, path, "intermediate_size"),
             num_layers=layers, num_heads=heads, nope_layers=nope,
             **({name: _number(cfg, path, name, default) for name, default in GRANITE.items()}
-               if arch == "granite" else {}),
+               if arch in ("granite", "granitemoe") else {}),
             **(_gemma(cfg, path, arch) if arch.startswith("gemma") else {}),
             **(_experts(cfg, path, arch, layers) if arch in MIXTURES else {}),
             **sliding, activation=activation,
@@ -399,94 +385,6 @@ def _nope_layers(cfg: dict, path: Path, layers: int) -> tuple[int, ...]:
         raise ModelLoadError(path, f"no_rope_layers must be a 0 or 1 for each of the {layers} "
                                    f"layers, got {flags!r}")
     return tuple(i for i in range(layers) if not flags[i])
-
-
-def weight_files(folder: Path) -> dict[str, Path]:
-    """Tensor name -> the .safetensors file holding it (one file, or sharded with an index)."""
-    index_path = folder / "model.safetensors.index.json"
-    if index_path.is_file():
-        weight_map = read_json(index_path).get("weight_map")
-        if not isinstance(weight_map, dict) or not weight_map:
-            raise ModelLoadError(index_path, "no weight_map")
-        if not all(isinstance(file, str) for file in weight_map.values()):
-            raise ModelLoadError(index_path, "weight_map must name a file for every tensor")
-        return {name: folder / file for name, file in weight_map.items()}
-    single = folder / "model.safetensors"
-    # As transformers, only model.safetensors where it is: Mistral's repos also hold their own
-    # format's consolidated.safetensors, and a merged fine-tune may keep adapter_model.safetensors.
-    files = [single] if single.is_file() else sorted(folder.glob("*.safetensors"))
-    if not files:
-        pickled = sorted(p.name for pattern in ("*.bin", "*.pt", "*.pth")
-                         for p in folder.glob(pattern))
-        hint = (f"; {pickled[0]} is a PyTorch pickle, which is not loaded (it can run code): "
-                "save the model again with transformers' save_pretrained (safetensors is its "
-                "default)") if pickled else ""
-        raise ModelLoadError(folder, "no *.safetensors weights (and no "
-                                     "model.safetensors.index.json)" + hint)
-    names: dict[str, Path] = {}
-    for file in files:
-        for name in _open(file).keys():
-            names[name] = file
-    return names
-
-
-def _open(file: Path):
-    if not file.is_file():
-        raise ModelLoadError(file, "file not found")
-    try:
-        return safe_open(str(file), framework="pt")
-    except (SafetensorError, OSError) as exc:
-        raise ModelLoadError(file, f"not a readable safetensors file ({exc})") from None
-
-
-class Weights(Mapping[str, torch.Tensor]):
-    """A folder's tensors by name, each read from its memory-mapped file when asked for, in the
-    file's dtype: a model cast on load (stored in fp32, run in bf16, or the other way) then holds
-    one cast tensor at a time, not a cast copy of all of them (the default model in bf16 took
-    530 MB of memory beyond the page cache, now 283, its own size). `shapes` come from the
-    files' headers, so names and shapes are checked before any tensor is read."""
-
-    def __init__(self, folder: Path) -> None:
-        self.files = weight_files(folder)  # stored name -> the file holding it
-        self._handles = {file: _open(file) for file in set(self.files.values())}
-        # a text-only model's name -> the stored one (a model that also sees images keeps its
-        # text model's under a prefix, and more that is not read)
-        self.stored = {_our_name(name): name for name in self.files
-                       if not name.startswith(OTHER_PREFIXES)}
-        self.mixtral_names = any(MIXTRAL_NAME.fullmatch(name) for name in self.files)
-        self.shapes = {name: tuple(self._read(name, lambda h, s: h.get_slice(s).get_shape()))
-                       for name in self.stored}
-
-    def __getitem__(self, name: str) -> torch.Tensor:
-        return self._read(name, lambda handle, stored: handle.get_tensor(stored))
-
-    def __iter__(self):
-        return iter(self.stored)
-
-    def __len__(self) -> int:
-        return len(self.stored)
-
-    def _read(self, name: str, read):
-        stored = self.stored[name]
-        file = self.files[stored]
-        try:
-            return read(self._handles[file], stored)
-        except (SafetensorError, OSError) as exc:
-            raise ModelLoadError(file, f"cannot read tensor {stored!r} ({exc})") from None
-
-
-def _our_name(name: str) -> str:
-    """A stored tensor's name as the model names it: a text-only model's (TEXT_PREFIXES), and
-    Mixtral's experts' as the other mixtures' (MIXTRAL_NAME)."""
-    for prefix, ours in TEXT_PREFIXES.items():
-        if name.startswith(prefix):
-            return ours + name[len(prefix):]
-    mixtral = MIXTRAL_NAME.fullmatch(name)
-    if mixtral:
-        layer, part, projection = mixtral.groups()
-        part = part.replace(projection, MIXTRAL_PROJECTIONS[projection]) if projection else part
-        return f"{layer}.mlp.{part}.weight"
-    return name
 
 
 def read_tokenizer(folder: Path, config: ModelConfig) -> Tokenizer:

@@ -76,7 +76,8 @@ MIXTURES = {"mixtral": {"num_local_experts": 4, "num_experts_per_tok": 2},
                           "shared_expert_intermediate_size": 48},
             "qwen3_moe": {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
                           "head_dim": 24},
-            "olmoe": {"num_experts": 4, "num_experts_per_tok": 2}}
+            "olmoe": {"num_experts": 4, "num_experts_per_tok": 2},
+            "granitemoe": {"num_local_experts": 4, "num_experts_per_tok": 2}}
 
 
 def hf_tiny(arch: str, **overrides):
@@ -97,7 +98,8 @@ def hf_tiny(arch: str, **overrides):
                "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
                "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM"),
                "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
-               "olmoe": ("OlmoeConfig", "OlmoeForCausalLM")}
+               "olmoe": ("OlmoeConfig", "OlmoeForCausalLM"),
+               "granitemoe": ("GraniteMoeConfig", "GraniteMoeForCausalLM")}
     config_cls, model_cls = (getattr(transformers, n) for n in classes[arch])
     kwargs = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
@@ -162,6 +164,9 @@ def as_stored(hf):
     return hf
 
 
+LLAMA_CPP_PERMUTED = ("llama", "smollm3", "granite", "granitemoe")  # Q/K rows, as it rotates
+
+
 def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
     """llama.cpp convert_hf_to_gguf.py's Q/K permutation, written out independently."""
     return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
@@ -206,7 +211,7 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
     w.add_layer_norm_rms_eps(c.rms_norm_eps)
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     w.add_rope_dimension_count(int(head_dim * rope.get("partial_rotary_factor", 1.0)))
-    if arch == "granite":  # as llama.cpp's GraniteModel writes them
+    if arch in ("granite", "granitemoe"):  # as llama.cpp's GraniteModel writes them
         w.add_embedding_scale(c.embedding_multiplier)
         w.add_residual_scale(c.residual_multiplier)
         w.add_attention_scale(c.attention_multiplier)
@@ -268,6 +273,7 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
             w.add_tensor("output_norm.weight", a)
             continue
         layer, rest = name.removeprefix("model.layers.").split(".", 1)
+        rest = rest.replace("block_sparse_moe.", "mlp.").replace("mlp.router.", "mlp.gate.")
         if rest.startswith("mlp.experts."):  # all of a layer's experts, gate and up fused
             if rest == "mlp.experts.gate_up_proj":
                 gate, up = np.split(a, 2, axis=1)
@@ -283,9 +289,9 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
         sandwiched = arch in ("olmo2", "gemma2", "gemma3")  # norms after each sublayer
         gguf_module = ("post_attention_norm" if sandwiched and
                        module == "post_attention_layernorm" else _GGUF_LAYER[module])
-        if arch in ("llama", "smollm3", "granite") and module == "self_attn.q_proj":
+        if arch in LLAMA_CPP_PERMUTED and module == "self_attn.q_proj":
             a = llama_cpp_permute(a, c.num_attention_heads)
-        elif arch in ("llama", "smollm3", "granite") and module == "self_attn.k_proj":
+        elif arch in LLAMA_CPP_PERMUTED and module == "self_attn.k_proj":
             a = llama_cpp_permute(a, c.num_key_value_heads)
         w.add_tensor(f"blk.{layer}.{gguf_module}.{kind}", np.ascontiguousarray(a))
     w.write_header_to_file()

@@ -12,7 +12,8 @@ from engine.errors import ModelLoadError, SwarmscopeError
 from engine.forward_batch import LaneInput
 from engine.kv_cache import PagedKVCache
 from engine.loading import load_model
-from engine.loading.hf_folder import Weights, read_config
+from engine.loading.hf_folder import read_config
+from engine.loading.weights import Weights
 from engine.runner import ModelRunner
 from engine.spec.draft_model import first_layers
 

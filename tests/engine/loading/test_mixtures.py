@@ -1,6 +1,6 @@
-"""Mixtures of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE) from folders transformers saved:
-its logits, whole or fed in pieces beside other lanes, speculation that keeps the output, and
-every config fault named."""
+"""Mixtures of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, GraniteMoE) from folders
+transformers saved and from GGUF files: their logits, whole or fed in pieces beside other
+lanes, speculation that keeps the output, and every fault named."""
 from __future__ import annotations
 
 import json
@@ -28,7 +28,10 @@ MIXTURES = [("mixtral", {}, ()),
             ("qwen2_moe", {"norm_topk_prob": True, "mlp_only_layers": [1]}, (1,)),
             ("qwen3_moe", {"norm_topk_prob": True}, ()),
             ("qwen3_moe", {"decoder_sparse_step": 2, "num_hidden_layers": 4}, (0, 2)),
-            ("olmoe", {"tie_word_embeddings": True}, ())]
+            ("olmoe", {"tie_word_embeddings": True}, ()),
+            # with Granite's scalars (its 3.0 1B-A400M's, in kind), its experts stacked
+            ("granitemoe", {"embedding_multiplier": 12.0, "residual_multiplier": 0.22,
+                            "attention_multiplier": 0.1, "logits_scaling": 6.0}, ())]
 
 
 @pytest.mark.parametrize("arch,fields,dense", MIXTURES)
@@ -38,33 +41,37 @@ def test_logits_match_transformers(tmp_path, arch, fields, dense):
     c = loaded.config
     assert (c.architecture, c.num_experts, c.experts_per_token, c.dense_layers) == (
         arch, 4, 2, dense)
-    assert c.normalize_expert_weights == (arch == "mixtral" or fields.get("norm_topk_prob", False))
+    assert c.normalize_expert_weights == (arch in ("mixtral", "granitemoe")
+                                          or fields.get("norm_topk_prob", False))
     assert c.shared_expert_size == (48 if arch == "qwen2_moe" else 0)
     torch.testing.assert_close(engine_logits(loaded.model, PROMPT), reference_logits(hf, PROMPT),
                                atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("arch,gguf_arch", [("mixtral", "llama"), ("qwen2_moe", "qwen2moe"),
-                                            ("qwen3_moe", "qwen3moe"), ("olmoe", "olmoe")])
+                                            ("qwen3_moe", "qwen3moe"), ("olmoe", "olmoe"),
+                                            ("granitemoe", "granitemoe")])
 def test_a_gguf_of_a_mixture_loads_as_the_model_it_holds(tmp_path, monkeypatch, arch, gguf_arch):
     """As llama.cpp's converters write them: each layer's experts one tensor of each kind,
     Mixtral's as llama's (its Q/K rows permuted), the weights rescaled as llama.cpp does by
     architecture (Qwen3-MoE's and Mixtral's)."""
     monkeypatch.setenv("SWARMSCOPE_CACHE", str(tmp_path / "cache"))
-    hf = hf_tiny(arch, norm_topk_prob=arch == "qwen3_moe")
+    hf = hf_tiny(arch, norm_topk_prob=arch == "qwen3_moe",
+                 **({"embedding_multiplier": 12.0, "logits_scaling": 6.0}
+                    if arch == "granitemoe" else {}))
     loaded = load_model(str(write_tiny_gguf(hf, tmp_path / f"{arch}.gguf", arch=gguf_arch)),
                         dtype="fp32", device="cpu")
     c = loaded.config
     assert (c.architecture, c.num_experts, c.experts_per_token, c.expert_size) == (
         arch, 4, 2, 32 if arch.startswith("qwen") else 96)
-    assert c.normalize_expert_weights == (arch in ("mixtral", "qwen3_moe"))
+    assert c.normalize_expert_weights == (arch in ("mixtral", "qwen3_moe", "granitemoe"))
     assert c.shared_expert_size == (48 if arch == "qwen2_moe" else 0)
     torch.testing.assert_close(engine_logits(loaded.model, PROMPT),
                                reference_logits(as_stored(hf), PROMPT), atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("layout", ["packed", "padded"])
-@pytest.mark.parametrize("arch", ["mixtral", "qwen2_moe"])
+@pytest.mark.parametrize("arch", ["mixtral", "qwen2_moe", "granitemoe"])
 def test_lanes_fed_in_pieces_match_their_whole_prompts(tmp_path, arch, layout):
     """Three lanes fed a few tokens a step, as decoding and verifying drafts feed them: the
     experts run over whichever lanes' tokens chose them, and each lane's logits are still its
@@ -147,6 +154,19 @@ def test_a_missing_expert_is_named_as_mixtral_stores_it(tmp_path):
     assert "missing: model.layers.1.mlp.experts.3.down_proj.weight" in str(err.value)
     assert "block_sparse_moe.experts.E.w1, w3, w2 named as mlp.gate and mlp.experts.E." in str(
         err.value)
+
+
+def test_granitemoes_stacked_experts_are_counted_against_its_config(tmp_path):
+    """Five experts said, four stacked: the fifth's tensors are missing, as the model names them,
+    and the message says how GraniteMoE's stacked ones are read."""
+    folder = save_hf_folder(hf_tiny("granitemoe"), tmp_path / "granitemoe")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {"num_local_experts": 5}))
+    with pytest.raises(ModelLoadError) as err:
+        load_model(str(folder), dtype="fp32")
+    assert "missing: model.layers.0.mlp.experts.4.down_proj.weight" in str(err.value)
+    assert "wrong shape: model.layers.0.mlp.gate.weight: (4, 64) != (5, 64)" in str(err.value)
+    assert "expert E's halves of input_linear[E]" in str(err.value)
 
 
 def test_a_mixtures_gguf_without_its_experts_is_refused(tmp_path, monkeypatch):

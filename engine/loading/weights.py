@@ -1,0 +1,158 @@
+"""A Hugging Face folder's safetensors weights, read lazily under the names the model gives
+them (engine/model.py `_hf_shapes`): a multimodal model's text part as a text-only model's,
+Mixtral's experts as the other mixtures name theirs, GraniteMoE's stacked experts as each one's."""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+
+from engine.errors import ModelLoadError
+from engine.loading.hf_folder import read_json
+
+# Multimodal checkpoints' tensor name prefixes: the text model's, as a text-only model names them
+# (transformers' older layout and its newer), and the rest's, which are not read
+TEXT_PREFIXES = {"language_model.model.": "model.", "model.language_model.": "model.",
+                 "language_model.lm_head.": "lm_head."}
+OTHER_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.",
+                  "model.multi_modal_projector.")
+# Mixtral's router and experts: block_sparse_moe.gate and block_sparse_moe.experts.E.w1, w3, w2
+MIXTRAL_NAME = re.compile(r"(.*)\.block_sparse_moe\.(gate|experts\.\d+\.(w[123]))\.weight")
+MIXTRAL_PROJECTIONS = {"w1": "gate_proj", "w2": "down_proj", "w3": "up_proj"}
+# GraniteMoE's router (router.layer) and a layer's experts stacked: input_linear
+# [experts, 2 x width, hidden], each one's gate then up, and output_linear [experts, hidden, width]
+GRANITE_MOE_NAME = re.compile(
+    r"(.*)\.block_sparse_moe\.(router\.layer|input_linear|output_linear)\.weight")
+# What each renaming reads as what, for a mismatch's message (Weights.namings)
+NAMINGS = {
+    "mixtral": "Mixtral's block_sparse_moe.gate and block_sparse_moe.experts.E.w1, w3, w2 named "
+               "as mlp.gate and mlp.experts.E.gate_proj, up_proj, down_proj",
+    "granitemoe": "GraniteMoE's block_sparse_moe.router.layer named as mlp.gate, and expert E's "
+                  "halves of input_linear[E] and output_linear[E] as mlp.experts.E.gate_proj, "
+                  "up_proj and down_proj"}
+
+
+def weight_files(folder: Path) -> dict[str, Path]:
+    """Tensor name -> the .safetensors file holding it (one file, or sharded with an index)."""
+    index_path = folder / "model.safetensors.index.json"
+    if index_path.is_file():
+        weight_map = read_json(index_path).get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise ModelLoadError(index_path, "no weight_map")
+        if not all(isinstance(file, str) for file in weight_map.values()):
+            raise ModelLoadError(index_path, "weight_map must name a file for every tensor")
+        return {name: folder / file for name, file in weight_map.items()}
+    single = folder / "model.safetensors"
+    # As transformers, only model.safetensors where it is: Mistral's repos also hold their own
+    # format's consolidated.safetensors, and a merged fine-tune may keep adapter_model.safetensors.
+    files = [single] if single.is_file() else sorted(folder.glob("*.safetensors"))
+    if not files:
+        pickled = sorted(p.name for pattern in ("*.bin", "*.pt", "*.pth")
+                         for p in folder.glob(pattern))
+        hint = (f"; {pickled[0]} is a PyTorch pickle, which is not loaded (it can run code): "
+                "save the model again with transformers' save_pretrained (safetensors is its "
+                "default)") if pickled else ""
+        raise ModelLoadError(folder, "no *.safetensors weights (and no "
+                                     "model.safetensors.index.json)" + hint)
+    names: dict[str, Path] = {}
+    for file in files:
+        for name in _open(file).keys():
+            names[name] = file
+    return names
+
+
+def _open(file: Path):
+    if not file.is_file():
+        raise ModelLoadError(file, "file not found")
+    try:
+        return safe_open(str(file), framework="pt")
+    except (SafetensorError, OSError) as exc:
+        raise ModelLoadError(file, f"not a readable safetensors file ({exc})") from None
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """Where a tensor is stored: a whole stored tensor, or its expert's matrix in a stacked one
+    (the first or second half of its rows where `half` is 0 or 1)."""
+    name: str
+    expert: int | None = None
+    half: int | None = None
+
+
+class Weights(Mapping[str, torch.Tensor]):
+    """A folder's tensors by the model's names, each read from its memory-mapped file when asked
+    for, in the file's dtype: a model cast on load (stored in fp32, run in bf16, or the other
+    way) then holds one cast tensor at a time, not a cast copy of all of them (the default model
+    in bf16 took 530 MB of memory beyond the page cache, now 283, its own size). `shapes` come
+    from the files' headers, so names and shapes are checked before any tensor is read."""
+
+    def __init__(self, folder: Path) -> None:
+        self.files = weight_files(folder)  # stored name -> the file holding it
+        self._handles = {file: _open(file) for file in set(self.files.values())}
+        self.namings: set[str] = set()  # the NAMINGS these weights were read with
+        self.stored: dict[str, _Part] = {}  # the model's name -> where it is stored
+        for name in self.files:
+            if not name.startswith(OTHER_PREFIXES):  # (a vision tower's, not read)
+                self.stored |= self._parts(name)
+        self.shapes = {ours: self._shape(part) for ours, part in self.stored.items()}
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        part = self.stored[name]
+        if part.expert is None:
+            return self._read(part.name, lambda handle: handle.get_tensor(part.name))
+        rows = self._stored_shape(part.name)[1]
+        start, stop = ((0, rows) if part.half is None else
+                       (part.half * rows // 2, (part.half + 1) * rows // 2))
+        return self._read(part.name,
+                          lambda handle: handle.get_slice(part.name)[part.expert, start:stop])
+
+    def __iter__(self):
+        return iter(self.stored)
+
+    def __len__(self) -> int:
+        return len(self.stored)
+
+    def _parts(self, name: str) -> dict[str, _Part]:
+        """The model's tensors a stored one holds, by the model's names."""
+        for prefix, ours in TEXT_PREFIXES.items():
+            if name.startswith(prefix):
+                return {ours + name[len(prefix):]: _Part(name)}
+        mixtral = MIXTRAL_NAME.fullmatch(name)
+        if mixtral:
+            self.namings.add("mixtral")
+            layer, part, projection = mixtral.groups()
+            if projection:
+                part = part.replace(projection, MIXTRAL_PROJECTIONS[projection])
+            return {f"{layer}.mlp.{part}.weight": _Part(name)}
+        granite = GRANITE_MOE_NAME.fullmatch(name)
+        shape = self._stored_shape(name) if granite else ()
+        if granite and (granite[2] == "router.layer" or len(shape) == 3):
+            self.namings.add("granitemoe")
+            layer, kind = granite.groups()
+            if kind == "router.layer":
+                return {f"{layer}.mlp.gate.weight": _Part(name)}
+            projections = ({"gate_proj": 0, "up_proj": 1} if kind == "input_linear" else
+                           {"down_proj": None})
+            return {f"{layer}.mlp.experts.{e}.{projection}.weight": _Part(name, e, half)
+                    for e in range(shape[0]) for projection, half in projections.items()}
+        return {name: _Part(name)}
+
+    def _shape(self, part: _Part) -> tuple[int, ...]:
+        shape = self._stored_shape(part.name)
+        if part.expert is None:
+            return shape
+        return (shape[1] if part.half is None else shape[1] // 2, *shape[2:])
+
+    def _stored_shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._read(name, lambda handle: handle.get_slice(name).get_shape()))
+
+    def _read(self, name: str, read):
+        file = self.files[name]
+        try:
+            return read(self._handles[file])
+        except (SafetensorError, OSError) as exc:
+            raise ModelLoadError(file, f"cannot read tensor {name!r} ({exc})") from None
