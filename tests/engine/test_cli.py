@@ -42,19 +42,21 @@ def test_models_check_says_what_each_is_or_why_it_would_not_load(tmp_path, monke
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "ollama"))
-    for repo, config in (("Org--Broken", "{}"), ("Org--Tiny", None)):
+    for repo, config in (("Org--Broken", "{}"), ("Org--Tiny", "gemma3"),
+                         ("Org--Mixture", "qwen3_moe")):
         snapshot = tmp_path / "hub" / f"models--{repo}" / "snapshots" / "abc"
-        if config is None:
-            save_hf_folder(hf_tiny("gemma3"), snapshot)
+        if config != "{}":
+            save_hf_folder(hf_tiny(config), snapshot)
         else:
             snapshot.mkdir(parents=True)
             (snapshot / "config.json").write_text(config)
     assert main(["models", "--check"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    said = {line.split()[0]: line for line in lines[:3]}
+    said = {line.split()[0]: line for line in lines[:4]}
     assert said["default"].endswith("loads")
     assert "would not load:" in said["Org/Broken"] and "architecture None" in said["Org/Broken"]
     assert said["Org/Tiny"].endswith("loads: gemma3, 2 layers")
+    assert said["Org/Mixture"].endswith("loads: qwen3_moe, 2 layers, 4 experts (2 a token)")
 
 
 def test_serve_answers_on_port_8000_of_this_machine_unless_told_otherwise():
