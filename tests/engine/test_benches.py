@@ -95,6 +95,35 @@ def test_bench_attention_bad_options_are_messages_that_name_them(capsys, option,
     assert capsys.readouterr().err == f"swarmscope bench attention: {message}\n"
 
 
+TINY_MIXTURE = ["--hidden", "128", "--layers", "2", "--experts", "8", "--per-token", "2",
+                "--expert-size", "64", "--repeats", "1", "--dtype", "fp32"]
+
+
+def test_bench_experts_calibrates_a_mixture_beside_a_dense_model_of_its_active_width(capsys):
+    report = _json_out(capsys, ["bench", "experts", *TINY_MIXTURE, "--json"])
+    dense, mixture = report["rows"]["dense"], report["rows"]["mixture"]
+    for row in (dense, mixture):
+        assert list(row["t_n_over_t1"]) == ["2", "4", "8", "16", "32"]
+        assert list(row["t_b_over_t1"]) == ["2", "4", "8", "16"]
+        assert row["t1_ms"] > 0 and row["budget"] >= 1
+        assert all(r >= 1 for r in row["t_n_over_t1"].values())  # the fit never falls
+    # a token reads 2 of 8 experts of 64 x 3 x 64 x 128 weights in each of 2 layers
+    unchosen = 2 * 6 * 3 * 64 * 128 * 4
+    assert mixture["weight_bytes"] - mixture["streamed_bytes"] == unchosen
+    assert mixture["streamed_bytes"] - dense["streamed_bytes"] == 2 * 8 * 128 * 4  # the routers
+
+
+@pytest.mark.parametrize("option,message", [
+    (["--hidden", "100"], "--hidden must be a multiple of 64 and --per-token at most --experts, "
+                          "got 100, 2 and 8"),
+    (["--per-token", "9"], "--hidden must be a multiple of 64 and --per-token at most --experts, "
+                           "got 128, 9 and 8"),
+    (["--experts", "0"], "--experts must be >= 1, got 0")])
+def test_bench_experts_bad_options_are_messages_that_name_them(capsys, option, message):
+    assert main(["bench", "experts", *TINY_MIXTURE, *option]) == 2
+    assert capsys.readouterr().err == f"swarmscope bench experts: {message}\n"
+
+
 @pytest.mark.parametrize("option", [["--model", "/nonexistent"], ["--ctx", "0"],
                                     ["--repeats", "0"]])
 def test_bench_decode_bad_options_are_messages(capsys, option):
