@@ -82,7 +82,8 @@ class WindowActionsMixin:
             context = ("" if calibration.context is None else
                        f", calibrated with lanes at context {calibration.context}")
             tuned = " (tuned)" if self.engine.thread_tuner is not None else ""
-            lines.append(f"{loaded.name} ({loaded.source}), {calibration.dtype} on "
+            lines.append(f"{loaded.name} ({loaded.source}; {loaded.config.describe()}), "
+                         f"{calibration.dtype} on "
                          f"{calibration.hardware}{tuned}: T = {calibration.budget}, "
                          f"t(1) = {calibration.t_ms(1):.1f} ms{context}")
         if self.server is not None:

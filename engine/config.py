@@ -117,6 +117,13 @@ class ModelConfig:
             raise ValueError(f"end-of-sequence ids {outside} are outside the vocabulary "
                              f"({self.vocab_size} ids)")
 
+    def describe(self) -> str:
+        """What the model is, as a user reads it: "qwen3_moe, 48 layers, 128 experts (8 a
+        token)"."""
+        experts = (f", {self.num_experts} experts ({self.experts_per_token} a token)"
+                   if self.num_experts else "")
+        return f"{self.architecture}, {self.num_layers} layers{experts}"
+
     def has_experts(self, layer: int) -> bool:
         """Whether `layer`'s MLP is a mixture of experts."""
         return self.num_experts > 0 and layer not in self.dense_layers

@@ -39,6 +39,4 @@ def _checked(spec: str) -> str:
         return f"would not load: {exc}"
     if config is None:
         return "loads"
-    experts = (f", {config.num_experts} experts ({config.experts_per_token} a token)"
-               if config.num_experts else "")
-    return f"loads: {config.architecture}, {config.num_layers} layers{experts}"
+    return f"loads: {config.describe()}"

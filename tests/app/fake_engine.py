@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import torch
 
+from engine.config import PRESETS
 from engine.controls import ControlMailbox, Controls
 from engine.engine import KvUsage
 from engine.spec.calibration import Calibration
@@ -30,7 +31,7 @@ class FakeEngine:
         self.events = RingBuffer()
         self.controls = Controls()
         self.calibration = Calibration.make_dummy(knee=12)
-        self.loaded = SimpleNamespace(name="fake", source="fake",
+        self.loaded = SimpleNamespace(name="fake", source="fake", config=PRESETS["tiny-test"],
                                       model=torch.nn.Module())  # the worker hooks its forwards
         self.closed = False
         self.threads_asked: list[int | str] = []

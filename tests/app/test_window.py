@@ -131,7 +131,7 @@ def test_help_lists_every_shortcut_and_says_what_runs(window, qtbot):
     assert "PyTorch" in window.about_text() and "T = " not in window.about_text()
     window.start_live(build=lambda progress: FakeEngine())
     qtbot.waitUntil(lambda: window.engine is not None, timeout=5000)
-    assert "fake (fake), none on dummy: T = 13" in window.about_text()
+    assert "fake (fake; llama, 2 layers), none on dummy: T = 13" in window.about_text()
     assert "context" not in window.about_text()  # a curve that does not say
     window.calibration.context = 300
     assert "T = 13, t(1) = 25.0 ms, calibrated with lanes at context 300" in window.about_text()
