@@ -26,9 +26,11 @@ _TEKKEN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{L
            r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
            r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 SPLITS = {"llama-bpe": _LLAMA3, "llama3": _LLAMA3, "llama-v3": _LLAMA3, "smaug-bpe": _LLAMA3,
-          "falcon3": _LLAMA3, "pixtral": _LLAMA3, "qwen2": _QWEN2, "deepseek-r1-qwen": _QWEN2,
-          "tekken": _TEKKEN}
-GPT2_SPLITS = ("gpt2", "gpt-2", "default")  # GPT-2's own regex (ByteLevel's)
+          "dbrx": _LLAMA3, "falcon3": _LLAMA3, "pixtral": _LLAMA3, "qwen2": _QWEN2,
+          "deepseek-r1-qwen": _QWEN2, "tekken": _TEKKEN}
+# GPT-2's own regex (ByteLevel's), and the same after every digit is made a word of its own
+GPT2_SPLITS = ("gpt2", "gpt-2", "default", "olmo", "mpt", "jais", "trillion")
+DIGIT_SPLITS = ("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva")
 NFC_SPLITS = ("qwen2", "deepseek-r1-qwen")  # Qwen's tokenizer.json composes characters first
 
 
@@ -67,7 +69,7 @@ def _byte_level(path: Path, get, tokens: list[str]) -> Tokenizer:
     tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges,
                                fuse_unk=False, byte_fallback=False))
     pre = get("tokenizer.ggml.pre", "default")
-    if pre == "smollm":  # every digit its own word, then GPT-2's split
+    if pre in DIGIT_SPLITS:
         tok.pre_tokenizer = pre_tokenizers.Sequence([
             pre_tokenizers.Digits(individual_digits=True),
             pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)])
@@ -81,7 +83,7 @@ def _byte_level(path: Path, get, tokens: list[str]) -> Tokenizer:
             pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
     else:
         raise ModelLoadError(path, f"GGUF pre-tokenizer {pre!r} is not supported (known: "
-                                   f"{', '.join(['smollm', *GPT2_SPLITS, *SPLITS])})")
+                                   f"{', '.join([*DIGIT_SPLITS, *GPT2_SPLITS, *SPLITS])})")
     tok.decoder = decoders.ByteLevel()
     return tok
 

@@ -142,6 +142,22 @@ def test_a_byte_level_vocabulary_is_split_as_the_file_names(pre, tmp_path):
                      "gpt2": ["12345", "ĠIt", "'s"]}[pre]
 
 
+@pytest.mark.parametrize("pre,family", [("olmo", "gpt2"), ("mpt", "gpt2"), ("dbrx", "llama-bpe"),
+                                        ("refact", "smollm"), ("starcoder", "smollm"),
+                                        ("exaone", "smollm")])
+def test_splits_llama_cpp_shares_a_regex_among_split_alike(pre, family, tmp_path):
+    """llama.cpp gives several names one regex (llama-vocab.cpp): each splits and encodes as
+    the name its family is tested under."""
+    def tokenizer(name):
+        path = write_tiny_gguf(hf_tiny("qwen2"), tmp_path / f"{name}.gguf", arch="qwen2", pre=name)
+        return load_model(str(path), dtype="fp32", device="cpu").tokenizer
+
+    ours, theirs = tokenizer(pre), tokenizer(family)
+    assert [ours.encode(text) for text in TEXTS] == [theirs.encode(text) for text in TEXTS]
+    assert ours.inner.pre_tokenizer.pre_tokenize_str("12345 It's") == \
+        theirs.inner.pre_tokenizer.pre_tokenize_str("12345 It's")
+
+
 def test_added_tokens_outside_the_byte_alphabet_are_matched_whole(tmp_path):
     """DeepSeek-R1's distills write their BOS as <｜begin▁of▁sentence｜>, no byte-level spelling:
     matched whole, as its own id, the vocabulary no larger."""
