@@ -16,7 +16,7 @@ class ModelConfig:
     norms each sublayer's output (and q and k whole), as EXAONE 4 does (q and k by head), Gemma
     has GELU, norms by 1 + weight and embeddings scaled, Gemma 2 adds norms around each sublayer,
     sliding-window layers and capped scores, Gemma 3 q/k norms and a RoPE base of its own in its
-    sliding layers. Mixtral, Qwen2-MoE, Qwen3-MoE and OLMoE are mixtures of experts."""
+    sliding layers. Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE and GraniteMoE are mixtures of experts."""
 
     vocab_size: int
     hidden_size: int
@@ -56,8 +56,9 @@ class ModelConfig:
     # A mixture of experts: a layer's MLP output is the weighted sum of those of the
     # `experts_per_token` MLPs (of `num_experts`, each `expert_size` wide) its router ranks highest
     # for the token, their weights the router's softmax (rescaled to sum to 1 where
-    # normalize_expert_weights: Mixtral's, and Qwen3-MoE's as it ships); Qwen2-MoE adds a gated
-    # shared expert every token runs. dense_layers keep a plain MLP of intermediate_size.
+    # normalize_expert_weights: Mixtral's, GraniteMoE's, and Qwen3-MoE's as it ships); Qwen2-MoE
+    # adds a gated shared expert every token runs. dense_layers keep a plain MLP of
+    # intermediate_size.
     num_experts: int = 0  # 0: every layer's MLP is dense
     experts_per_token: int = 0
     expert_size: int = 0

@@ -1,8 +1,8 @@
 """The Llama-family decoder (Llama, Mistral, Qwen2 with qkv bias, Qwen3 with q/k RMSNorm,
 SmolLM, SmolLM3 with layers without RoPE, Phi-3, Granite with its scalars, OLMo 2 and EXAONE 4
-with their norms after, Gemma 1-3 with theirs and sliding windows; Mixtral, Qwen2-MoE, Qwen3-MoE and
-OLMoE with mixtures of experts, engine/mlp.py) as one forward over packed tokens of many lanes and
-a paged KV cache.
+with their norms after, Gemma 1-3 with theirs and sliding windows; Mixtral, Qwen2-MoE, Qwen3-MoE,
+OLMoE and GraniteMoE with mixtures of experts, engine/mlp.py) as one forward over packed tokens of
+many lanes and a paged KV cache.
 
 Weights arrive under Hugging Face names; q/k/v and gate/up are stored fused so each layer runs
 two matmuls fewer (Python overhead per op matters with 30 layers on CPU), as Phi-3's checkpoints
@@ -479,6 +479,7 @@ def _hf_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 def _mlp_shapes(prefix: str, hidden: int, width: int, fused: bool) -> dict[str, tuple[int, ...]]:
     """A gated MLP's tensors under `prefix`, with their shapes."""
-    return ({prefix + "gate_up_proj.weight": (2 * width, hidden)} if fused else
-            {prefix + "gate_proj.weight": (width, hidden), prefix + "up_proj.weight": (width, hidden)}
-            ) | {prefix + "down_proj.weight": (hidden, width)}
+    gate_up = ({prefix + "gate_up_proj.weight": (2 * width, hidden)} if fused else
+               {prefix + "gate_proj.weight": (width, hidden),
+                prefix + "up_proj.weight": (width, hidden)})
+    return gate_up | {prefix + "down_proj.weight": (hidden, width)}

@@ -1,9 +1,9 @@
 """GGUF -> Hugging Face folder: dequantized weights, config.json and a rebuilt tokenizer.json.
 
 llama.cpp's llama (Llama, Mistral, SmolLM; Mixtral with its experts), smollm3, granite, qwen2,
-qwen3, olmo2, phi3 (Phi-3, Phi-3.5, Phi-4-mini), gemma, gemma2, gemma3, and the mixtures qwen2moe,
-qwen3moe, olmoe and granitemoe are read, with the tokenizers gguf_tokenizer.py rebuilds; other architectures
-are refused naming theirs."""
+qwen3, olmo2, phi3 (Phi-3, Phi-3.5, Phi-4-mini), gemma, gemma2, gemma3, and the mixtures
+qwen2moe, qwen3moe, olmoe and granitemoe are read, with the tokenizers gguf_tokenizer.py
+rebuilds; other architectures are refused naming theirs."""
 from __future__ import annotations
 
 import json
@@ -37,10 +37,11 @@ ARCHITECTURES = {"llama": ("LlamaForCausalLM", True), "qwen2": ("Qwen2ForCausalL
                  "qwen2moe": ("Qwen2MoeForCausalLM", False),
                  "qwen3moe": ("Qwen3MoeForCausalLM", False), "olmoe": ("OlmoeForCausalLM", False),
                  "granitemoe": ("GraniteMoeForCausalLM", True)}  # granite's, with experts
-# Mixtral is llama.cpp's llama with experts
+# Mixtral is llama.cpp's llama with experts; these are mixtures always
 MIXTRAL = "MixtralForCausalLM"
+MIXTURES = ("qwen2moe", "qwen3moe", "olmoe", "granitemoe")
 # Whether llama.cpp rescales the chosen experts' weights to sum to 1 (it decides by architecture,
-# whatever a file's expert_weights_norm says): Mixtral's and Qwen3-MoE's it does
+# whatever a file's expert_weights_norm says): Mixtral's, Qwen3-MoE's and GraniteMoE's it does
 _EXPERT_WEIGHTS_NORMED = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False,
                           "granitemoe": True}
 GEMMAS = ("gemma", "gemma2", "gemma3")  # llama.cpp stored their norms' 1 + weight
@@ -62,7 +63,8 @@ _LAYER_NAMES = {
     # a mixture's router, its experts (one tensor for all of a layer's: EXPERT marks where each
     # one's index goes) and its shared expert with its gate (Qwen2-MoE's)
     "ffn_gate_inp": "mlp.gate", "ffn_gate_exps": "mlp.experts.{expert}.gate_proj",
-    "ffn_up_exps": "mlp.experts.{expert}.up_proj", "ffn_down_exps": "mlp.experts.{expert}.down_proj",
+    "ffn_up_exps": "mlp.experts.{expert}.up_proj",
+    "ffn_down_exps": "mlp.experts.{expert}.down_proj",
     "ffn_gate_shexp": "mlp.shared_expert.gate_proj", "ffn_up_shexp": "mlp.shared_expert.up_proj",
     "ffn_down_shexp": "mlp.shared_expert.down_proj", "ffn_gate_inp_shexp": "mlp.shared_expert_gate",
 }
@@ -191,7 +193,7 @@ def _experts(g: _Gguf, arch: str) -> dict:
     takes as theirs); Qwen2-MoE's shared expert's its own, as llama.cpp falls back."""
     count = int(g.get(f"{arch}.expert_count", 0))
     if not count:
-        if arch in _EXPERT_WEIGHTS_NORMED and arch != "llama":
+        if arch in MIXTURES:
             raise ModelLoadError(g.path, f"GGUF metadata has no {arch}.expert_count")
         return {}
     if arch == "granitemoe" and int(g.get("granitemoe.expert_shared_feed_forward_length", 0)):
