@@ -16,7 +16,8 @@ class ModelConfig:
     norms each sublayer's output (and q and k whole), as EXAONE 4 does (q and k by head), Gemma
     has GELU, norms by 1 + weight and embeddings scaled, Gemma 2 adds norms around each sublayer,
     sliding-window layers and capped scores, Gemma 3 q/k norms and a RoPE base of its own in its
-    sliding layers. Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE and GraniteMoE are mixtures of experts."""
+    sliding layers (OLMo 3 is OLMo 2 with windows, RoPE unscaled in its sliding layers).
+    Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE and GraniteMoE are mixtures of experts."""
 
     vocab_size: int
     hidden_size: int

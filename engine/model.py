@@ -1,6 +1,7 @@
 """The Llama-family decoder (Llama, Mistral, Qwen2 with qkv bias, Qwen3 with q/k RMSNorm,
-SmolLM, SmolLM3 with layers without RoPE, Phi-3, Granite with its scalars, OLMo 2 and EXAONE 4
-with their norms after, Gemma 1-3 with theirs and sliding windows; Mixtral, Qwen2-MoE, Qwen3-MoE,
+SmolLM, SmolLM3 with layers without RoPE, Phi-3, Granite with its scalars, OLMo 2 and 3 and
+EXAONE 4 with their norms after, Gemma 1-3 with theirs; sliding windows in OLMo 3's, Gemma's and
+others' layers, a RoPE of their own in Gemma 3's and OLMo 3's; Mixtral, Qwen2-MoE, Qwen3-MoE,
 OLMoE and GraniteMoE with mixtures of experts, engine/mlp.py) as one forward over packed tokens of
 many lanes and a paged KV cache.
 
@@ -107,8 +108,10 @@ class DecoderLayer(nn.Module):
         # the weights `linear` multiplies by (LlamaModel.prepack)
         self.LINEARS = ("qkv", "o_proj") + (() if experts else ("gate_up", "down"))
         self.config = config
+        # (a layer with RoPE of its own, unscaled, takes none of the scaling's factor)
         self.attention_scale = (c.head_dim ** -0.5 if c.attention_multiplier is None
-                                else c.attention_multiplier) * _folded_rope_factor(c) ** 2
+                                else c.attention_multiplier) * (
+            1.0 if self.local_rope else _folded_rope_factor(c) ** 2)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, k_cache: Tensor, v_cache: Tensor,
                 meta: StepMetadata) -> Tensor:

@@ -153,12 +153,14 @@ def gguf_config(g: _Gguf) -> dict:
     theta = float(g.get(f"{arch}.rope.freq_base", 1e6 if arch == "gemma3" else 10000.0))
     scaling = (_llama3_scaling(g, head_dim, theta) if "rope_freqs.weight" in names else
                _longrope_scaling(g, arch) if "rope_factors_short.weight" in names else
-               _linear_scaling(g, arch))
+               _named_scaling(g, arch))
     window = int(g.get(f"{arch}.attention.sliding_window", 0))
     layers = int(g.get(f"{arch}.block_count"))
     experts = _experts(g, arch)
+    olmo3 = arch == "olmo2" and window > 0  # llama.cpp's olmo2 with windows is OLMo 3
     return {
-        "architectures": [MIXTRAL if arch == "llama" and experts else ARCHITECTURES[arch][0]],
+        "architectures": [MIXTRAL if arch == "llama" and experts else
+                          "Olmo3ForCausalLM" if olmo3 else ARCHITECTURES[arch][0]],
         "model_type": arch, **experts,
         "vocab_size": vocab, "hidden_size": hidden,
         "intermediate_size": int(g.get(f"{arch}.feed_forward_length")),
@@ -168,6 +170,7 @@ def gguf_config(g: _Gguf) -> dict:
         "head_dim": head_dim, **({"partial_rotary_factor": _share(g, rotary, head_dim)}
                                  if rotary != head_dim else {}),
         "rope_theta": theta, **({"rope_scaling": scaling} if scaling else {}),
+        **(_olmo3_fields(g, theta, scaling, layers) if olmo3 else {}),
         "rms_norm_eps": float(g.get(f"{arch}.attention.layer_norm_rms_epsilon",
                                     1e-6 if arch in GEMMAS else None)),
         "max_position_embeddings": int(g.get(f"{arch}.context_length")),
@@ -175,7 +178,7 @@ def gguf_config(g: _Gguf) -> dict:
         # in every layer, as llama.cpp slides it, but in Gemma's pattern (the reader's default)
         **({"sliding_window": window} if window else {}),
         **({"layer_types": ["sliding_attention"] * layers}
-           if window and arch not in SANDWICHED else {}),
+           if window and arch not in SANDWICHED and not olmo3 else {}),
         **(_gemma_fields(g, arch, hidden, heads, head_dim, layers) if arch in GEMMAS else
            {"hidden_act": "silu"}),
         **({ours: float(g.get(f"{arch}.{theirs}", 1.0)) for theirs, ours in _GRANITE.items()}
@@ -234,15 +237,45 @@ def _gemma_fields(g: _Gguf, arch: str, hidden: int, heads: int, head_dim: int,
     return fields
 
 
-def _linear_scaling(g: _Gguf, arch: str) -> dict | None:
-    """Linear RoPE scaling (Gemma 3's 4B-27B's), where the GGUF names it, or where it is a Gemma
-    3 of their 128K context that does not (Ollama's converter left their factor of 8 out)."""
+def _olmo3_fields(g: _Gguf, theta: float, scaling: dict | None, layers: int) -> dict:
+    """OLMo 3's windows, as llama.cpp reads them from an olmo2 file: sliding layers by
+    sliding_window_pattern (every 4th full unless it says; or a flag for each layer), their RoPE
+    unscaled at freq_base_swa (else the full layers' base), `scaling` the full layers' alone."""
+    pattern = g.get("olmo2.attention.sliding_window_pattern", 4)
+    sliding = ([bool(flag) for flag in pattern] if isinstance(pattern, list) else
+               [(i + 1) % int(pattern) != 0 for i in range(layers)])
+    if len(sliding) != layers:
+        raise ModelLoadError(g.path, f"olmo2.attention.sliding_window_pattern names "
+                                     f"{len(sliding)} layers of {layers}")
+    return {"layer_types": ["sliding_attention" if s else "full_attention" for s in sliding],
+            "rope_parameters": {
+                "full_attention": {"rope_theta": theta, **(scaling or {"rope_type": "default"})},
+                "sliding_attention": {"rope_type": "default",
+                                      "rope_theta": float(g.get("olmo2.rope.freq_base_swa",
+                                                                theta))}}}
+
+
+def _named_scaling(g: _Gguf, arch: str) -> dict | None:
+    """RoPE scaling the GGUF names: linear (Gemma 3's 4B-27B's; a Gemma 3 of their 128K context
+    that names none gets their factor of 8, which Ollama's converter left out) or YaRN, with the
+    fields llama.cpp's converter writes from transformers' (its attention factor, betas)."""
     kind = g.get(f"{arch}.rope.scaling.type", "none")
     if kind == "none" and arch == "gemma3" and int(g.get("gemma3.context_length")) >= 131072:
         return {"rope_type": "linear", "factor": 8.0}
-    if kind != "linear":
+    if kind == "none":
         return None
-    return {"rope_type": "linear", "factor": float(g.get(f"{arch}.rope.scaling.factor"))}
+    factor = float(g.get(f"{arch}.rope.scaling.factor"))
+    if kind == "linear":
+        return {"rope_type": "linear", "factor": factor}
+    if kind != "yarn":
+        raise ModelLoadError(g.path, f"RoPE scaling {kind!r} is not read (linear, yarn, and the "
+                                     "llama3 and longrope factors stored as tensors)")
+    optional = {ours: float(g.get(f"{arch}.rope.scaling.yarn_{theirs}"))
+                for theirs, ours in (("attn_factor", "attention_factor"),
+                                     ("beta_fast", "beta_fast"), ("beta_slow", "beta_slow"))
+                if f"{arch}.rope.scaling.yarn_{theirs}" in g.reader.fields}
+    return {"rope_type": "yarn", "factor": factor, "original_max_position_embeddings":
+            int(g.get(f"{arch}.rope.scaling.original_context_length")), **optional}
 
 
 def _share(g: _Gguf, rotary: int, head_dim: int) -> float:

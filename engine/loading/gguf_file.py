@@ -14,7 +14,7 @@ from engine.loading import converted
 from engine.loading.gguf_convert import Progress, convert_gguf
 from engine.user_cache import cache_root
 
-CONVERTER_VERSION = 2  # bump when the converted folder's contents change
+CONVERTER_VERSION = 3  # bump when the converted folder's contents change (3: YaRN, OLMo 3)
 MAGIC = b"GGUF"  # a GGUF file's first bytes (Ollama's store names its files by digest alone)
 
 

@@ -25,6 +25,9 @@ SUPPORTED = {
     "GraniteForCausalLM": ("granite", {}),
     "Olmo2ForCausalLM": ("olmo2", {"qk_norm": True, "qk_norm_whole": True, "norm_before": False,
                                    "norm_after": True}),
+    # OLMo 2's, three sliding layers to a full one, RoPE scaled in the full ones alone
+    "Olmo3ForCausalLM": ("olmo3", {"qk_norm": True, "qk_norm_whole": True, "norm_before": False,
+                                   "norm_after": True}),
     "GemmaForCausalLM": ("gemma", {"gemma_norms": True}),
     "Gemma2ForCausalLM": ("gemma2", {"gemma_norms": True, "norm_after": True}),
     "Gemma3ForCausalLM": ("gemma3", {"gemma_norms": True, "norm_after": True, "qk_norm": True}),
@@ -202,6 +205,7 @@ def read_config(folder: Path) -> ModelConfig:
                if arch in ("granite", "granitemoe") else {}),
             **(_gemma(cfg, path, arch) if arch.startswith("gemma") else {}),
             **(_experts(cfg, path, arch, layers) if arch in MIXTURES else {}),
+            **(_local_rope(cfg, path, theta) if arch == "olmo3" and sliding else {}),
             **sliding, activation=activation,
             num_kv_heads=_int(cfg, path, "num_key_value_heads", heads) or heads,
             head_dim=_int(cfg, path, "head_dim", 0), rotary_dim=rotary_dim, rope_theta=theta,
@@ -314,20 +318,24 @@ def _gemma(cfg: dict, path: Path, arch: str) -> dict:
                "attention_softcap": _number(cfg, path, "attn_logit_softcapping", 0) or None,
                "logits_softcap": _number(cfg, path, "final_logit_softcapping", 0) or None}
     if arch == "gemma3":
-        local = (cfg.get("rope_parameters") or {}).get("sliding_attention") or {}
-        if local.get("rope_type", "default") != "default":
-            raise ModelLoadError(path, f"the sliding layers' rope_type {local['rope_type']!r} is "
-                                       "not supported (default)")
-        fields["local_rope_theta"] = (_number(local, path, "rope_theta", 10000.0)
-                                      if "rope_theta" in local else
-                                      _number(cfg, path, "rope_local_base_freq", 10000.0))
+        fields |= _local_rope(cfg, path, _number(cfg, path, "rope_local_base_freq", 10000.0))
     return fields
+
+
+def _local_rope(cfg: dict, path: Path, base: float) -> dict:
+    """The sliding layers' own RoPE, unscaled whatever scaling the full ones have (Gemma 3's,
+    OLMo 3's): its base from rope_parameters' sliding_attention where given, else `base`."""
+    local = (cfg.get("rope_parameters") or {}).get("sliding_attention") or {}
+    if local.get("rope_type", "default") != "default":
+        raise ModelLoadError(path, f"the sliding layers' rope_type {local['rope_type']!r} is "
+                                   "not supported (default)")
+    return {"local_rope_theta": _number(local, path, "rope_theta", base)}
 
 
 # Which layers slide where config.json has no layer_types, as transformers reads it: every layer
 # (Mistral, Phi-3, Mixtral, Qwen3-MoE), all but every pattern-th (Gemma 3, pattern 6; Gemma 2, 2;
-# EXAONE 4, 4 or its L and G), those from max_window_layers (Qwen2 and 3 with use_sliding_window),
-# every other one below it (Qwen2-MoE's)
+# EXAONE 4, 4 or its L and G; OLMo 3, 4), those from max_window_layers (Qwen2 and 3 with
+# use_sliding_window), every other one below it (Qwen2-MoE's)
 def _sliding_window(cfg: dict, path: Path, arch: str, layers: int) -> dict:
     """sliding_window and sliding_layers: the layers where a query sees only the window's keys
     up to its own (and Gemma 3's local RoPE turns, however long its window)."""
@@ -351,9 +359,9 @@ def _sliding_window(cfg: dict, path: Path, arch: str, layers: int) -> dict:
             raise ModelLoadError(path, f"sliding_window_pattern must be of L and G, got "
                                        f"{pattern!r}")
         sliding = [i for i in range(layers) if pattern[i % len(pattern)] == "L"]
-    elif arch in ("gemma2", "gemma3", "exaone4"):
-        pattern = 2 if arch == "gemma2" else _int(cfg, path, "sliding_window_pattern",
-                                                   6 if arch == "gemma3" else 4)
+    elif arch in ("gemma2", "gemma3", "exaone4", "olmo3"):
+        pattern = (2 if arch == "gemma2" else 4 if arch == "olmo3" else
+                   _int(cfg, path, "sliding_window_pattern", 6 if arch == "gemma3" else 4))
         if pattern < 1:
             raise ModelLoadError(path, f"sliding_window_pattern must be at least 1, got {pattern}")
         sliding = [i for i in range(layers) if (i + 1) % pattern]

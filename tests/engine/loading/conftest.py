@@ -91,6 +91,7 @@ def hf_tiny(arch: str, **overrides):
                "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM"),
                "granite": ("GraniteConfig", "GraniteForCausalLM"),
                "olmo2": ("Olmo2Config", "Olmo2ForCausalLM"),
+               "olmo3": ("Olmo3Config", "Olmo3ForCausalLM"),
                "gemma": ("GemmaConfig", "GemmaForCausalLM"),
                "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
                "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM"),

@@ -11,6 +11,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from gguf import RopeScalingType
 from safetensors import safe_open
 
 from engine.errors import ModelLoadError
@@ -47,6 +48,63 @@ def test_a_gguf_loads_as_the_model_it_holds(arch, tmp_path):
         assert weights.get_tensor("lm_head.weight").dtype == torch.float32
     assert loaded.tokenizer.chat_prompt("hi") == \
         "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+        "attention_factor": 1.25, "beta_fast": 16.0, "beta_slow": 2.0}
+
+
+def _yarn(writer):
+    """YaRN as llama.cpp's converter writes it from YARN."""
+    writer.add_rope_scaling_type(RopeScalingType.YARN)
+    writer.add_rope_scaling_factor(YARN["factor"])
+    writer.add_rope_scaling_orig_ctx_len(YARN["original_max_position_embeddings"])
+    writer.add_rope_scaling_yarn_attn_factor(YARN["attention_factor"])
+    writer.add_rope_scaling_yarn_beta_fast(YARN["beta_fast"])
+    writer.add_rope_scaling_yarn_beta_slow(YARN["beta_slow"])
+
+
+def test_a_ggufs_yarn_scaling_is_read_back(tmp_path):
+    """A Qwen2 file with YaRN, its attention factor and betas: as transformers scales RoPE."""
+    hf = hf_tiny("qwen2", rope_parameters={"rope_theta": 5000.0, **YARN})
+    loaded = load_model(str(write_tiny_gguf(hf, tmp_path / "yarn.gguf", arch="qwen2",
+                                            extra=_yarn)), dtype="fp32", device="cpu")
+    s = loaded.config.rope_scaling
+    assert (s.kind, s.factor, s.attention_factor, s.beta_fast, s.beta_slow) == (
+        "yarn", 4.0, 1.25, 16.0, 2.0)
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT),
+                               reference_logits(as_stored(hf), PROMPT), atol=1e-4, rtol=0)
+
+
+def test_an_olmo2_gguf_with_windows_is_olmo3(tmp_path):
+    """llama.cpp keeps OLMo 3 as olmo2 with a sliding window: three sliding layers to a full
+    one, YaRN in the full ones alone."""
+    hf = hf_tiny("olmo3", num_hidden_layers=4, sliding_window=5, rope_parameters={
+        "full_attention": {"rope_theta": 5000.0, **YARN},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 5000.0}})
+
+    def windows(writer):
+        writer.add_sliding_window(5)
+        _yarn(writer)
+
+    loaded = load_model(str(write_tiny_gguf(hf, tmp_path / "olmo3.gguf", arch="olmo2",
+                                            extra=windows)), dtype="fp32", device="cpu")
+    c = loaded.config
+    assert (c.architecture, c.sliding_layers, c.local_rope_theta) == ("olmo3", (0, 1, 2), 5000.0)
+    assert c.rope_scaling.kind == "yarn"
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT),
+                               reference_logits(as_stored(hf), PROMPT), atol=1e-4, rtol=0)
+
+
+def test_a_rope_scaling_not_read_is_refused_naming_the_file(tmp_path):
+    def scaled(writer):
+        writer.add_rope_scaling_type(RopeScalingType.LONGROPE)  # without its factors' tensors
+        writer.add_rope_scaling_factor(4.0)
+
+    path = write_tiny_gguf(hf_tiny("qwen2"), tmp_path / "odd.gguf", arch="qwen2", extra=scaled)
+    with pytest.raises(ModelLoadError) as err:
+        load_model(str(path), dtype="fp32")
+    assert str(path) in str(err.value) and "RoPE scaling 'longrope' is not read" in str(err.value)
 
 
 def test_a_smollm3_gguf_leaves_rope_out_of_every_fourth_layer(tmp_path):

@@ -204,7 +204,8 @@ WINDOWED = {"gemma2": {}, "gemma3": {"sliding_window_pattern": 2},
             "mistral": {"sliding_window": 5}, "phi3": {"sliding_window": 5},
             "qwen2": {"use_sliding_window": True, "sliding_window": 5, "max_window_layers": 1},
             "exaone4": {"sliding_window": 5,
-                        "layer_types": ["sliding_attention", "full_attention"]}}
+                        "layer_types": ["sliding_attention", "full_attention"]},
+            "olmo3": {"sliding_window": 5, "num_hidden_layers": 4}}
 
 
 @pytest.mark.parametrize("layout", ["packed", "padded"])
@@ -262,6 +263,23 @@ ROPE_SCALINGS = {
                  "short_factor": [1.0, 1.3, 2.1, 3.4, 5.5, 8.9], "long_factor": [9.0] * 6,
                  "original_max_position_embeddings": 64},
 }
+
+
+def test_olmo3_scales_rope_in_its_full_layers_alone(tmp_path):
+    """OLMo 3's long-context form: YaRN in its full layers (every 4th), plain RoPE and no YaRN
+    factor on the attention's scale in its sliding ones, as transformers gives rope_scaling to
+    full_attention alone."""
+    hf = hf_tiny("olmo3", num_hidden_layers=4, sliding_window=5, rope_parameters={
+        "full_attention": {"rope_theta": 5000.0, **ROPE_SCALINGS["yarn"]},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 5000.0}})
+    loaded = load_model(str(save_hf_folder(hf, tmp_path / "olmo3")), dtype="fp32", device="cpu")
+    c = loaded.config
+    assert (c.architecture, c.sliding_layers, c.local_rope_theta) == ("olmo3", (0, 1, 2), 5000.0)
+    assert c.rope_scaling.kind == "yarn" and c.norm_after and c.qk_norm_whole
+    ref = reference_logits(hf, PROMPT)
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT), ref, atol=1e-4, rtol=0)
+    plain = reference_logits(hf_tiny("olmo3", num_hidden_layers=4, sliding_window=5), PROMPT)
+    assert (ref - plain).abs().max() > 1e-3  # the scaling shows, so the match means it
 
 
 @pytest.mark.parametrize("arch,kind", [("llama", "linear"), ("llama", "llama3"),
