@@ -66,6 +66,10 @@ class ModelConfig:
     normalize_expert_weights: bool = False
     shared_expert_size: int = 0  # 0: none
     dense_layers: tuple[int, ...] = ()
+    # Ministral 3's queries scaled by 1 + beta log(1 + floor(position / context)) (Llama 4's
+    # long-context attention scale: 1 within the original context); beta 0: none
+    query_scaling_beta: float = 0.0
+    query_scaling_context: int = 0
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
     architecture: str = "llama"
@@ -96,6 +100,9 @@ class ModelConfig:
             raise ValueError(f"a mixture of {self.num_experts} experts needs 1 to "
                              f"{self.num_experts} experts a token (got {self.experts_per_token}) "
                              f"of a positive width (got {self.expert_size})")
+        if self.query_scaling_beta and not self.query_scaling_context > 0:
+            raise ValueError(f"query scaling needs a positive context, got "
+                             f"{self.query_scaling_context}")
         for name in ("nope_layers", "sliding_layers", "dense_layers"):
             layers = tuple(getattr(self, name))
             setattr(self, name, layers)

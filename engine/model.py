@@ -133,6 +133,8 @@ class DecoderLayer(nn.Module):
         if self.rotates:
             qk = _rotated(qk, cos, sin, c)
         q, k = qk.split((c.num_heads, c.num_kv_heads), dim=1)
+        if c.query_scaling_beta:
+            q = q * _query_scale(meta.positions, c).to(q.dtype)[:, None, None]
         if meta.write_rows is None:
             write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         else:
@@ -393,6 +395,11 @@ def _mlp_sources(mlp: nn.Module, prefix: str, fused: bool
     return [(mlp.gate_up, (prefix + "gate_up_proj.weight",) if fused else
              (prefix + "gate_proj.weight", prefix + "up_proj.weight")),
             (mlp.down, (prefix + "down_proj.weight",))]
+
+
+def _query_scale(positions: Tensor, c: ModelConfig) -> Tensor:
+    """Each position's query scale (ModelConfig.query_scaling_beta)."""
+    return 1 + c.query_scaling_beta * torch.log1p(torch.floor(positions / c.query_scaling_context))
 
 
 def _folded_rope_factor(config: ModelConfig) -> float:

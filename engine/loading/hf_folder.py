@@ -40,15 +40,21 @@ SUPPORTED = {
     "Qwen3MoeForCausalLM": ("qwen3_moe", {"qk_norm": True}),
     "OlmoeForCausalLM": ("olmoe", {"qk_norm": True, "qk_norm_whole": True}),
     "GraniteMoeForCausalLM": ("granitemoe", {}),  # with Granite's scalars
+    # Mistral's, its queries scaled past the original context as Llama 4's are
+    "Ministral3ForCausalLM": ("ministral3", {}),
 }
 # A mixture's config field for its experts' width, and whether the chosen experts' weights are
 # always rescaled to sum to 1 (else as norm_topk_prob says)
 MIXTURES = {"mixtral": ("intermediate_size", True), "qwen2_moe": ("moe_intermediate_size", False),
             "qwen3_moe": ("moe_intermediate_size", False), "olmoe": ("intermediate_size", False),
             "granitemoe": ("intermediate_size", True)}  # its softmax is over the chosen
-# Models that also see images, whose text model loads alone: its architecture, and the fields
-# its text_config leaves out (as Gemma 3's 4B-27B ship it) with transformers' defaults
+# Models that also see images, whose text model loads alone: its architecture (or by its
+# text_config's model_type, the architecture of each), and the fields its text_config leaves out
+# (as Gemma 3's 4B-27B ship it) with transformers' defaults
 MULTIMODAL = {
+    # Mistral Small 3.1 and 3.2 (Mistral's), Ministral 3
+    "Mistral3ForConditionalGeneration": ({"mistral": "MistralForCausalLM",
+                                          "ministral3": "Ministral3ForCausalLM"}, {}),
     "Gemma3ForConditionalGeneration": ("Gemma3ForCausalLM", {
         "vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216,
         "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
@@ -206,6 +212,7 @@ def read_config(folder: Path) -> ModelConfig:
             **(_gemma(cfg, path, arch) if arch.startswith("gemma") else {}),
             **(_experts(cfg, path, arch, layers) if arch in MIXTURES else {}),
             **(_local_rope(cfg, path, theta) if arch == "olmo3" and sliding else {}),
+            **(_query_scaling(cfg, path) if arch == "ministral3" else {}),
             **sliding, activation=activation,
             num_kv_heads=_int(cfg, path, "num_key_value_heads", heads) or heads,
             head_dim=_int(cfg, path, "head_dim", 0), rotary_dim=rotary_dim, rope_theta=theta,
@@ -254,15 +261,25 @@ def checked_sampling(given: dict, path: Path) -> dict[str, float]:
     return defaults
 
 
-def _text_config(cfg: dict, path: Path, arch: str, defaults: dict) -> dict:
-    """A model's text_config, as a text-only model of `arch` has its config: transformers'
-    defaults where it leaves a field out, the end-of-sequence ids and tying from beside it."""
+def _text_config(cfg: dict, path: Path, arch: str | dict[str, str], defaults: dict) -> dict:
+    """A model's text_config, as a text-only model of `arch` (or of the architecture `arch`
+    names for its model_type) has its config: transformers' defaults where it leaves a field
+    out, the end-of-sequence ids and quantization from beside it, and tying from beside it where
+    it says (transformers 5 ties the whole model's head by it, whatever the text_config says)."""
     text = cfg.get("text_config")
     if not isinstance(text, dict):
         raise ModelLoadError(path, f"text_config must be an object, got {text!r}")
-    beside = {name: cfg[name] for name in ("eos_token_id", "bos_token_id", "tie_word_embeddings")
+    if isinstance(arch, dict):
+        kind = text.get("model_type")
+        if kind not in arch:
+            raise ModelLoadError(path, f"text_config's model_type {kind!r} is not supported "
+                                       f"({', '.join(arch)})")
+        arch = arch[kind]
+    beside = {name: cfg[name] for name in ("eos_token_id", "bos_token_id", "quantization_config")
               if cfg.get(name) is not None}
-    return defaults | beside | text | {"architectures": [arch]}
+    tying = ({"tie_word_embeddings": cfg["tie_word_embeddings"]}
+             if cfg.get("tie_word_embeddings") is not None else {})
+    return defaults | beside | text | tying | {"architectures": [arch]}
 
 
 def _activation(cfg: dict, path: Path, arch: str) -> str:
@@ -322,6 +339,20 @@ def _gemma(cfg: dict, path: Path, arch: str) -> dict:
     return fields
 
 
+def _query_scaling(cfg: dict, path: Path) -> dict:
+    """Ministral 3's queries scaled by 1 + beta log(1 + floor(position / its original context))
+    (Llama 4's long-context attention scale), from its rope_parameters (or rope_scaling)."""
+    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    beta = _number(params, path, "llama_4_scaling_beta", 0.0)
+    if not beta:
+        return {}
+    context = _int(params, path, "original_max_position_embeddings")
+    if context < 1:
+        raise ModelLoadError(path, f"original_max_position_embeddings must be positive, got "
+                                   f"{context}")
+    return {"query_scaling_beta": beta, "query_scaling_context": context}
+
+
 def _local_rope(cfg: dict, path: Path, base: float) -> dict:
     """The sliding layers' own RoPE, unscaled whatever scaling the full ones have (Gemma 3's,
     OLMo 3's): its base from rope_parameters' sliding_attention where given, else `base`."""
@@ -333,7 +364,7 @@ def _local_rope(cfg: dict, path: Path, base: float) -> dict:
 
 
 # Which layers slide where config.json has no layer_types, as transformers reads it: every layer
-# (Mistral, Phi-3, Mixtral, Qwen3-MoE), all but every pattern-th (Gemma 3, pattern 6; Gemma 2, 2;
+# (Mistral, Ministral 3, Phi-3, Mixtral, Qwen3-MoE), all but every pattern-th (Gemma 3, pattern 6; Gemma 2, 2;
 # EXAONE 4, 4 or its L and G; OLMo 3, 4), those from max_window_layers (Qwen2 and 3 with
 # use_sliding_window), every other one below it (Qwen2-MoE's)
 def _sliding_window(cfg: dict, path: Path, arch: str, layers: int) -> dict:
@@ -365,7 +396,7 @@ def _sliding_window(cfg: dict, path: Path, arch: str, layers: int) -> dict:
         if pattern < 1:
             raise ModelLoadError(path, f"sliding_window_pattern must be at least 1, got {pattern}")
         sliding = [i for i in range(layers) if (i + 1) % pattern]
-    elif arch in ("mistral", "phi3", "mixtral", "qwen3_moe"):
+    elif arch in ("mistral", "ministral3", "phi3", "mixtral", "qwen3_moe"):
         sliding = list(range(layers))
     elif arch in ("qwen2", "qwen3"):
         sliding = list(range(_int(cfg, path, "max_window_layers", 28), layers))
