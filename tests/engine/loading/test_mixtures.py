@@ -14,6 +14,7 @@ from engine.errors import ModelLoadError
 from engine.forward_batch import LaneInput
 from engine.kv_cache import PagedKVCache
 from engine.loading import load_model
+from engine.loading.hf_folder import read_config
 from engine.runner import ModelRunner
 from engine.spec.draft_model import first_layers
 
@@ -175,3 +176,78 @@ def test_a_mixtures_gguf_without_its_experts_is_refused(tmp_path, monkeypatch):
     with pytest.raises(ModelLoadError) as err:
         load_model(str(path), dtype="fp32")
     assert str(path) in str(err.value) and "no qwen3moe.expert_count" in str(err.value)
+
+
+# The hub's configs, as their models ship them (the fields that shape the model): a mixture's
+# count, width and routing read from each as transformers reads it
+HUB_CONFIGS = {
+    "Qwen3-30B-A3B": ({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+                       "attention_bias": False, "decoder_sparse_step": 1, "head_dim": 128,
+                       "hidden_size": 2048, "intermediate_size": 6144,
+                       "max_position_embeddings": 40960, "max_window_layers": 48,
+                       "mlp_only_layers": [], "moe_intermediate_size": 768,
+                       "norm_topk_prob": True, "num_attention_heads": 32, "num_experts": 128,
+                       "num_experts_per_tok": 8, "num_hidden_layers": 48,
+                       "num_key_value_heads": 4, "rms_norm_eps": 1e-06, "rope_scaling": None,
+                       "rope_theta": 1000000.0, "sliding_window": None,
+                       "tie_word_embeddings": False, "use_sliding_window": False,
+                       "vocab_size": 151936, "bos_token_id": 151643, "eos_token_id": 151645},
+                      ("qwen3_moe", 128, 8, 768, True, 0, ())),
+    "Mixtral-8x7B-Instruct-v0.1": ({"architectures": ["MixtralForCausalLM"],
+                                    "model_type": "mixtral", "hidden_size": 4096,
+                                    "intermediate_size": 14336, "max_position_embeddings": 32768,
+                                    "num_attention_heads": 32, "num_experts_per_tok": 2,
+                                    "num_hidden_layers": 32, "num_key_value_heads": 8,
+                                    "num_local_experts": 8, "rms_norm_eps": 1e-05,
+                                    "rope_theta": 1000000.0, "sliding_window": None,
+                                    "tie_word_embeddings": False, "vocab_size": 32000,
+                                    "bos_token_id": 1, "eos_token_id": 2},
+                                   ("mixtral", 8, 2, 14336, True, 0, ())),
+    "Qwen1.5-MoE-A2.7B": ({"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe",
+                           "hidden_size": 2048, "intermediate_size": 5632,
+                           "max_position_embeddings": 8192, "max_window_layers": 21,
+                           "num_attention_heads": 16, "num_hidden_layers": 24,
+                           "num_key_value_heads": 16, "rms_norm_eps": 1e-06,
+                           "rope_theta": 1000000.0, "sliding_window": 32768,
+                           "tie_word_embeddings": False, "use_sliding_window": False,
+                           "vocab_size": 151936, "decoder_sparse_step": 1,
+                           "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
+                           "num_experts_per_tok": 4, "num_experts": 60, "norm_topk_prob": False,
+                           "bos_token_id": 151643, "eos_token_id": 151643},
+                          ("qwen2_moe", 60, 4, 1408, False, 5632, ())),
+    "OLMoE-1B-7B-0924": ({"architectures": ["OlmoeForCausalLM"], "model_type": "olmoe",
+                          "attention_bias": False, "clip_qkv": None, "hidden_size": 2048,
+                          "intermediate_size": 1024, "max_position_embeddings": 4096,
+                          "norm_topk_prob": False, "num_attention_heads": 16, "num_experts": 64,
+                          "num_experts_per_tok": 8, "num_hidden_layers": 16,
+                          "num_key_value_heads": 16, "pad_token_id": 1, "rms_norm_eps": 1e-05,
+                          "rope_scaling": None, "rope_theta": 10000.0,
+                          "tie_word_embeddings": False, "vocab_size": 50304,
+                          "eos_token_id": 50279},
+                         ("olmoe", 64, 8, 1024, False, 0, ())),
+    "granite-3.1-1b-a400m": ({"architectures": ["GraniteMoeForCausalLM"],
+                              "model_type": "granitemoe", "attention_bias": False,
+                              "attention_multiplier": 0.015625, "embedding_multiplier": 12.0,
+                              "hidden_size": 1024, "intermediate_size": 512,
+                              "logits_scaling": 6.0, "max_position_embeddings": 131072,
+                              "num_attention_heads": 16, "num_experts_per_tok": 8,
+                              "num_hidden_layers": 24, "num_key_value_heads": 8,
+                              "num_local_experts": 32, "residual_multiplier": 0.22,
+                              "rms_norm_eps": 1e-06, "rope_scaling": None,
+                              "rope_theta": 10000000.0, "tie_word_embeddings": True,
+                              "vocab_size": 49155, "bos_token_id": 0, "eos_token_id": 0},
+                             ("granitemoe", 32, 8, 512, True, 0, ())),
+}
+
+
+@pytest.mark.parametrize("name", HUB_CONFIGS)
+def test_the_hubs_mixture_configs_read_as_their_models(tmp_path, name):
+    config, (arch, experts, per_token, width, normalized, shared, dense) = HUB_CONFIGS[name]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    c = read_config(tmp_path)
+    assert (c.architecture, c.num_experts, c.experts_per_token, c.expert_size,
+            c.normalize_expert_weights, c.shared_expert_size, c.dense_layers) == (
+        arch, experts, per_token, width, normalized, shared, dense)
+    assert c.sliding_layers == () and c.num_layers == config["num_hidden_layers"]
+    if arch == "granitemoe":
+        assert (c.embedding_multiplier, c.logits_scaling) == (12.0, 6.0)
