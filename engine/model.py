@@ -203,8 +203,7 @@ class LlamaModel(nn.Module):
 
     def num_weight_bytes(self) -> int:
         """Bytes of the model's weights (a tied LM head counted once)."""
-        numel = sum(math.prod(shape) for shape in _hf_shapes(self.config).values())
-        return numel * self.dtype.itemsize
+        return num_weights(self.config) * self.dtype.itemsize
 
     def streamed_weight_bytes(self) -> int:
         """Bytes a one-token decode step must read: every weight except an untied embedding
@@ -408,6 +407,11 @@ def _folded_rope_factor(config: ModelConfig) -> float:
     square); none where it turns part of them, whose other dimensions it leaves unscaled."""
     return rope.attention_factor(config.rope_scaling) if config.rotary_dim == config.head_dim \
         else 1.0
+
+
+def num_weights(config: ModelConfig) -> int:
+    """The weights a checkpoint of `config` holds (a tied LM head counted once)."""
+    return sum(math.prod(shape) for shape in _hf_shapes(config).values())
 
 
 def check_shapes(config: ModelConfig, shapes: Mapping[str, tuple[int, ...]]) -> None:

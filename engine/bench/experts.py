@@ -18,13 +18,15 @@ import argparse
 import json
 import sys
 
+import torch
+
 from engine.cli.options import add_device_options, check_at_least
 from engine.config import ModelConfig
-from engine.devices import (cpu_threads, dtype_name, hardware, resolve_device, resolve_dtype,
-                            set_cpu_threads)
+from engine.devices import (cpu_threads, dtype_name, free_memory_bytes, hardware,
+                            resolve_device, resolve_dtype, set_cpu_threads)
 from engine.errors import SwarmscopeError
 from engine.kv_cache import PagedKVCache
-from engine.model import LlamaModel
+from engine.model import LlamaModel, num_weights
 from engine.runner import ModelRunner
 from engine.spec.calibration import BATCH_SHAPES, DEFAULT_CONTEXT, measure
 
@@ -71,6 +73,12 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
     set_cpu_threads(args.threads)
+    # random weights are drawn in fp32 on the CPU, then cast: the mixture's both at once
+    needed = num_weights(configs(args)["mixture"]) * (4 + dtype.itemsize)
+    free = free_memory_bytes(torch.device("cpu"))
+    if free is not None and needed > free:
+        raise SwarmscopeError(f"the mixture's random weights need {needed / 1e9:.1f} GB and "
+                              f"{free / 1e9:.1f} GB is free; give fewer --layers or --experts")
     say = (lambda message: None) if args.json else (lambda message: print(message,
                                                                           file=sys.stderr))
     rows = {}

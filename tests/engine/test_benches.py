@@ -1,5 +1,6 @@
 """The benchmarks run end to end on the tiny model and report every row they promise."""
 import json
+import re
 
 import pytest
 
@@ -122,6 +123,13 @@ def test_bench_experts_calibrates_a_mixture_beside_a_dense_model_of_its_active_w
 def test_bench_experts_bad_options_are_messages_that_name_them(capsys, option, message):
     assert main(["bench", "experts", *TINY_MIXTURE, *option]) == 2
     assert capsys.readouterr().err == f"swarmscope bench experts: {message}\n"
+
+
+def test_bench_experts_says_when_its_random_weights_would_not_fit(capsys):
+    assert main(["bench", "experts", *TINY_MIXTURE, "--expert-size", str(10 ** 9)]) == 2
+    err = capsys.readouterr().err
+    assert re.fullmatch(r"swarmscope bench experts: the mixture's random weights need [\d.]+ GB "
+                        r"and [\d.]+ GB is free; give fewer --layers or --experts\n", err), err
 
 
 @pytest.mark.parametrize("option", [["--model", "/nonexistent"], ["--ctx", "0"],
