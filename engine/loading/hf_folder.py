@@ -42,6 +42,7 @@ SUPPORTED = {
     "GraniteMoeForCausalLM": ("granitemoe", {}),  # with Granite's scalars
     # Mistral's, its queries scaled past the original context as Llama 4's are
     "Ministral3ForCausalLM": ("ministral3", {}),
+    "SeedOssForCausalLM": ("seed_oss", {}),  # Llama's, q/k/v biases where attention_bias says
 }
 # A mixture's config field for its experts' width, and whether the chosen experts' weights are
 # always rescaled to sum to 1 (else as norm_topk_prob says)
@@ -172,8 +173,13 @@ def read_config(folder: Path) -> ModelConfig:
                                    f"{method or quantization!r}) are not supported; use the "
                                    "model's unquantized weights (bf16, fp16 or fp32)")
     activation = _activation(cfg, path, arch)
-    if cfg.get("attention_bias") or cfg.get("mlp_bias"):  # Qwen2's q/k/v biases are implied
-        raise ModelLoadError(path, "attention_bias / mlp_bias are not supported for " + arch)
+    if arch == "seed_oss":  # its attention_bias is q's, k's and v's (o's is attention_out_bias)
+        switches = switches | {"qkv_bias": _bool(cfg, path, "attention_bias", True)}
+        cfg = {name: value for name, value in cfg.items() if name != "attention_bias"}
+    if cfg.get("attention_bias") or cfg.get("attention_out_bias") or cfg.get("mlp_bias"):
+        # (Qwen2's q/k/v biases are implied)
+        raise ModelLoadError(path, "attention_bias / attention_out_bias / mlp_bias are not "
+                                   "supported for " + arch)
     if arch == "qwen2_moe":
         switches = switches | {"qkv_bias": _bool(cfg, path, "qkv_bias", True)}
     if arch == "olmoe" and cfg.get("clip_qkv") is not None:

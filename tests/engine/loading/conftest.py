@@ -92,6 +92,7 @@ def hf_tiny(arch: str, **overrides):
                "granite": ("GraniteConfig", "GraniteForCausalLM"),
                "olmo2": ("Olmo2Config", "Olmo2ForCausalLM"),
                "olmo3": ("Olmo3Config", "Olmo3ForCausalLM"),
+               "seed_oss": ("SeedOssConfig", "SeedOssForCausalLM"),
                "gemma": ("GemmaConfig", "GemmaForCausalLM"),
                "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
                "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM"),

@@ -24,13 +24,13 @@ PROMPT = [5, 17, 99, 3, 250, 42, 7, 7, 120, 64, 1, 200]
 
 @pytest.mark.parametrize("arch,tie", [("llama", False), ("llama", True), ("mistral", False),
                                       ("qwen2", False), ("qwen3", True), ("phi3", False),
-                                      ("phi3", True), ("olmo2", False)])
+                                      ("phi3", True), ("olmo2", False), ("seed_oss", False)])
 def test_saved_folder_logits_match_transformers(tmp_path, arch, tie):
     hf = hf_tiny(arch, tie_word_embeddings=tie)
     folder = save_hf_folder(hf, tmp_path / f"tiny-{arch}")
     loaded = load_model(str(folder), dtype="fp32", device="cpu")
     assert loaded.name == f"tiny-{arch}" and loaded.config.architecture == arch
-    assert loaded.config.qkv_bias == (arch == "qwen2")
+    assert loaded.config.qkv_bias == (arch in ("qwen2", "seed_oss"))
     assert loaded.config.qk_norm == (arch in ("qwen3", "olmo2"))
     assert loaded.config.norm_after == (arch == "olmo2")  # its sublayers' outputs normed
     assert loaded.config.fused_projections == (arch == "phi3")  # qkv_proj, gate_up_proj
@@ -638,6 +638,8 @@ def test_bad_side_files_name_themselves(tiny_llama_folder, file_name, content, w
 @pytest.mark.parametrize("changes,words", [
     ({"hidden_act": "relu2"}, ("relu2", "gelu_pytorch_tanh")),
     ({"attention_bias": True}, ("attention_bias", "not supported")),
+    ({"architectures": ["SeedOssForCausalLM"], "attention_out_bias": True},
+     ("attention_out_bias", "not supported for seed_oss")),
     ({"sliding_window": 8, "layer_types": ["sliding_attention"]},
      ("layer_types must name one of", "each of the 2 layers")),
     ({"sliding_window": -8}, ("sliding_window must not be negative",)),
