@@ -1,9 +1,9 @@
 """The Llama-family decoder (Llama, Mistral, Qwen2 and Seed-OSS with qkv bias, Qwen3 with q/k
-RMSNorm, SmolLM, SmolLM3 with layers without RoPE, Phi-3, Granite with its scalars, OLMo 2 and 3
-and EXAONE 4 with their norms after, Gemma 1-3 with theirs; sliding windows in OLMo 3's, Gemma's and
-others' layers, a RoPE of their own in Gemma 3's and OLMo 3's; Mixtral, Qwen2-MoE, Qwen3-MoE,
-OLMoE and GraniteMoE with mixtures of experts, engine/mlp.py) as one forward over packed tokens of
-many lanes and a paged KV cache.
+RMSNorm, SmolLM, SmolLM3 with layers without RoPE, Phi-3, Granite with its scalars, OLMo 2 and 3 and
+EXAONE 4 with their norms after, Gemma 1-3 with theirs; sliding windows in OLMo 3's, Gemma's and
+others' layers, a RoPE of their own in Gemma 3's and OLMo 3's; Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE
+and GraniteMoE with mixtures of experts, engine/mlp.py) as one forward over packed tokens of many
+lanes and a paged KV cache.
 
 Weights arrive under Hugging Face names; q/k/v and gate/up are stored fused so each layer runs
 two matmuls fewer (Python overhead per op matters with 30 layers on CPU), as Phi-3's checkpoints
