@@ -1,9 +1,9 @@
-"""The Llama-family decoder (Llama, Mistral, Qwen2 and Seed-OSS with qkv bias, Qwen3 with q/k
-RMSNorm, SmolLM, SmolLM3 with layers without RoPE, Phi-3, Granite with its scalars, OLMo 2 and 3 and
-EXAONE 4 with their norms after, Gemma 1-3 with theirs; sliding windows in OLMo 3's, Gemma's and
-others' layers, a RoPE of their own in Gemma 3's and OLMo 3's; Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE
-and GraniteMoE with mixtures of experts, engine/mlp.py) as one forward over packed tokens of many
-lanes and a paged KV cache.
+"""The Llama-family decoder (Llama, Mistral, Qwen2 and Seed-OSS with qkv bias, GLM-4 with it, norms
+around each sublayer and RoPE on adjacent pairs, Qwen3 with q/k RMSNorm, SmolLM, SmolLM3 with layers
+without RoPE, Phi-3, Granite with its scalars, OLMo 2 and 3 and EXAONE 4 with their norms after,
+Gemma 1-3 with theirs; sliding windows in OLMo 3's, Gemma's and others' layers, a RoPE of their own
+in Gemma 3's and OLMo 3's; Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE and GraniteMoE with mixtures of
+experts, engine/mlp.py) as one forward over packed tokens of many lanes and a paged KV cache.
 
 Weights arrive under Hugging Face names; q/k/v and gate/up are stored fused so each layer runs
 two matmuls fewer (Python overhead per op matters with 30 layers on CPU), as Phi-3's checkpoints
@@ -329,8 +329,9 @@ class LlamaModel(nn.Module):
         model = cls(config, dtype, device)
         with torch.no_grad():
             for param, names in model._hf_sources():
-                param.copy_(torch.cat([tensors[name].to(param.dtype) for name in names])
-                            if len(names) > 1 else tensors[names[0]])
+                parts = [_halves_turned(config, name, tensors[name]) for name in names]
+                param.copy_(torch.cat([part.to(param.dtype) for part in parts])
+                            if len(parts) > 1 else parts[0])
                 if config.gemma_norms and names[0].endswith("norm.weight"):
                     param.add_(1)  # scaled by 1 + weight
         if prepacks(model.device, dtype):
@@ -346,7 +347,8 @@ class LlamaModel(nn.Module):
             if self.config.gemma_norms and names[0].endswith("norm.weight"):
                 param = param - 1
             for name, part in zip(names, param.split([shapes[n][0] for n in names])):
-                out[name] = part.clone()
+                order = _rope_rows(self.config, name)
+                out[name] = part.clone() if order is None else part[order.argsort()]
         return out
 
     def _hf_sources(self) -> list[tuple[Tensor, tuple[str, ...]]]:
@@ -394,6 +396,26 @@ def _mlp_sources(mlp: nn.Module, prefix: str, fused: bool
     return [(mlp.gate_up, (prefix + "gate_up_proj.weight",) if fused else
              (prefix + "gate_proj.weight", prefix + "up_proj.weight")),
             (mlp.down, (prefix + "down_proj.weight",))]
+
+
+def _rope_rows(config: ModelConfig, name: str) -> Tensor | None:
+    """Where RoPE turns adjacent pairs (ModelConfig.rope_interleaved), the order of a q or k
+    projection's rows (weight or bias) that turns halves instead: in each head, the rotary
+    dimensions' even rows, then their odd ones, then the rest. None for other tensors."""
+    kind = name.rsplit(".", 2)[-2]
+    if not config.rope_interleaved or kind not in ("q_proj", "k_proj"):
+        return None
+    heads = config.num_heads if kind == "q_proj" else config.num_kv_heads
+    rotary, width = config.rotary_dim, config.head_dim
+    head = torch.cat((torch.arange(0, rotary, 2), torch.arange(1, rotary, 2),
+                      torch.arange(rotary, width)))
+    return (torch.arange(heads)[:, None] * width + head).flatten()
+
+
+def _halves_turned(config: ModelConfig, name: str, tensor: Tensor) -> Tensor:
+    """A checkpoint's tensor with its rows in the order RoPE's halves turn (_rope_rows)."""
+    order = _rope_rows(config, name)
+    return tensor if order is None else tensor[order]
 
 
 def _query_scale(positions: Tensor, c: ModelConfig) -> Tensor:

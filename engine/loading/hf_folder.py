@@ -43,6 +43,8 @@ SUPPORTED = {
     # Mistral's, its queries scaled past the original context as Llama 4's are
     "Ministral3ForCausalLM": ("ministral3", {}),
     "SeedOssForCausalLM": ("seed_oss", {}),  # Llama's, q/k/v biases where attention_bias says
+    # norms around each sublayer, q/k/v biases as Seed-OSS's, RoPE on adjacent pairs of half a head
+    "Glm4ForCausalLM": ("glm4", {"norm_after": True, "rope_interleaved": True}),
 }
 # A mixture's config field for its experts' width, and whether the chosen experts' weights are
 # always rescaled to sum to 1 (else as norm_topk_prob says)
@@ -173,7 +175,7 @@ def read_config(folder: Path) -> ModelConfig:
                                    f"{method or quantization!r}) are not supported; use the "
                                    "model's unquantized weights (bf16, fp16 or fp32)")
     activation = _activation(cfg, path, arch)
-    if arch == "seed_oss":  # its attention_bias is q's, k's and v's (o's is attention_out_bias)
+    if arch in ("seed_oss", "glm4"):  # their attention_bias is q's, k's and v's
         switches = switches | {"qkv_bias": _bool(cfg, path, "attention_bias", True)}
         cfg = {name: value for name, value in cfg.items() if name != "attention_bias"}
     if cfg.get("attention_bias") or cfg.get("attention_out_bias") or cfg.get("mlp_bias"):

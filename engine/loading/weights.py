@@ -1,6 +1,7 @@
 """A Hugging Face folder's safetensors weights, read lazily under the names the model gives
 them (engine/model.py `_hf_shapes`): a multimodal model's text part as a text-only model's,
-Mixtral's experts as the other mixtures name theirs, GraniteMoE's stacked experts as each one's."""
+Mixtral's experts as the other mixtures name theirs, GraniteMoE's stacked experts as each one's,
+GLM-4's norms and fused gate and up as the others'."""
 from __future__ import annotations
 
 import re
@@ -27,13 +28,23 @@ MIXTRAL_PROJECTIONS = {"w1": "gate_proj", "w2": "down_proj", "w3": "up_proj"}
 # [experts, 2 x width, hidden], each one's gate then up, and output_linear [experts, hidden, width]
 GRANITE_MOE_NAME = re.compile(
     r"(.*)\.block_sparse_moe\.(router\.layer|input_linear|output_linear)\.weight")
+# GLM-4's norms around each sublayer, as Gemma 2's are named, and its gate and up fused
+GLM4_NORMS = {"post_self_attn_layernorm": "post_attention_layernorm",
+              "post_attention_layernorm": "pre_feedforward_layernorm",
+              "post_mlp_layernorm": "post_feedforward_layernorm"}
+GLM4_NAME = re.compile(r"(.*)\.(post_self_attn_layernorm|post_attention_layernorm|"
+                       r"post_mlp_layernorm|mlp\.gate_up_proj)\.weight")
 # What each renaming reads as what, for a mismatch's message (Weights.namings)
 NAMINGS = {
     "mixtral": "Mixtral's block_sparse_moe.gate and block_sparse_moe.experts.E.w1, w3, w2 named "
                "as mlp.gate and mlp.experts.E.gate_proj, up_proj, down_proj",
     "granitemoe": "GraniteMoE's block_sparse_moe.router.layer named as mlp.gate, and expert E's "
                   "halves of input_linear[E] and output_linear[E] as mlp.experts.E.gate_proj, "
-                  "up_proj and down_proj"}
+                  "up_proj and down_proj",
+    "glm4": "GLM-4's post_self_attn_layernorm, post_attention_layernorm and post_mlp_layernorm "
+            "named as post_attention_layernorm, pre_feedforward_layernorm and "
+            "post_feedforward_layernorm, and mlp.gate_up_proj's halves as mlp.gate_proj and "
+            "up_proj"}
 
 
 def weight_files(folder: Path) -> dict[str, Path]:
@@ -76,8 +87,8 @@ def _open(file: Path):
 
 @dataclass(frozen=True, slots=True)
 class _Part:
-    """Where a tensor is stored: a whole stored tensor, or its expert's matrix in a stacked one
-    (the first or second half of its rows where `half` is 0 or 1)."""
+    """Where a tensor is stored: a whole stored tensor, or its expert's matrix in a stacked one,
+    or the first or second half of its (its expert's) rows where `half` is 0 or 1."""
     name: str
     expert: int | None = None
     half: int | None = None
@@ -94,6 +105,8 @@ class Weights(Mapping[str, torch.Tensor]):
         self.files = weight_files(folder)  # stored name -> the file holding it
         self._handles = {file: _open(file) for file in set(self.files.values())}
         self.namings: set[str] = set()  # the NAMINGS these weights were read with
+        # GLM-4's names mean others' where its own norm after the attention is among them
+        self.glm4 = any(name.endswith(".post_self_attn_layernorm.weight") for name in self.files)
         self.stored: dict[str, _Part] = {}  # the model's name -> where it is stored
         for name in self.files:
             if not name.startswith(OTHER_PREFIXES):  # (a vision tower's, not read)
@@ -102,11 +115,13 @@ class Weights(Mapping[str, torch.Tensor]):
 
     def __getitem__(self, name: str) -> torch.Tensor:
         part = self.stored[name]
-        if part.expert is None:
+        if part.expert is None and part.half is None:
             return self._read(part.name, lambda handle: handle.get_tensor(part.name))
-        rows = self._stored_shape(part.name)[1]
+        rows = self._stored_shape(part.name)[part.expert is not None]
         start, stop = ((0, rows) if part.half is None else
                        (part.half * rows // 2, (part.half + 1) * rows // 2))
+        if part.expert is None:
+            return self._read(part.name, lambda handle: handle.get_slice(part.name)[start:stop])
         return self._read(part.name,
                           lambda handle: handle.get_slice(part.name)[part.expert, start:stop])
 
@@ -128,6 +143,14 @@ class Weights(Mapping[str, torch.Tensor]):
             if projection:
                 part = part.replace(projection, MIXTRAL_PROJECTIONS[projection])
             return {f"{layer}.mlp.{part}.weight": _Part(name)}
+        glm4 = GLM4_NAME.fullmatch(name) if self.glm4 else None
+        if glm4:
+            self.namings.add("glm4")
+            layer, kind = glm4.groups()
+            if kind == "mlp.gate_up_proj":
+                return {f"{layer}.mlp.gate_proj.weight": _Part(name, half=0),
+                        f"{layer}.mlp.up_proj.weight": _Part(name, half=1)}
+            return {f"{layer}.{GLM4_NORMS[kind]}.weight": _Part(name)}
         granite = GRANITE_MOE_NAME.fullmatch(name)
         shape = self._stored_shape(name) if granite else ()
         if granite and (granite[2] == "router.layer" or len(shape) == 3):
@@ -143,9 +166,9 @@ class Weights(Mapping[str, torch.Tensor]):
 
     def _shape(self, part: _Part) -> tuple[int, ...]:
         shape = self._stored_shape(part.name)
-        if part.expert is None:
-            return shape
-        return (shape[1] if part.half is None else shape[1] // 2, *shape[2:])
+        if part.expert is not None:
+            shape = shape[1:]
+        return shape if part.half is None else (shape[0] // 2, *shape[1:])
 
     def _stored_shape(self, name: str) -> tuple[int, ...]:
         return tuple(self._read(name, lambda handle: handle.get_slice(name).get_shape()))

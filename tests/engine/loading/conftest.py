@@ -93,6 +93,7 @@ def hf_tiny(arch: str, **overrides):
                "olmo2": ("Olmo2Config", "Olmo2ForCausalLM"),
                "olmo3": ("Olmo3Config", "Olmo3ForCausalLM"),
                "seed_oss": ("SeedOssConfig", "SeedOssForCausalLM"),
+               "glm4": ("Glm4Config", "Glm4ForCausalLM"),
                "gemma": ("GemmaConfig", "GemmaForCausalLM"),
                "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
                "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
@@ -111,7 +112,7 @@ def hf_tiny(arch: str, **overrides):
         kwargs["head_dim"] = 24  # Qwen3's head_dim is its own field, not hidden / heads
     if arch in MIXTURES:  # four experts, two a token, so that tokens choose differently
         kwargs.update(MIXTURES[arch])
-    if arch in ("phi3", "smollm3", "olmo2", "exaone4", "olmoe"):
+    if arch in ("phi3", "smollm3", "olmo2", "exaone4", "olmoe", "glm4"):
         kwargs["pad_token_id"] = 0  # their default is past the tiny vocabulary
     if arch.startswith("gemma"):  # heads of 256 and a window of 4096 unless told
         kwargs.update(head_dim=16, pad_token_id=0)

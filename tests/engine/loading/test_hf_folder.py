@@ -14,6 +14,7 @@ from engine.kv_cache import PagedKVCache
 from engine.loading import load_model
 from engine.loading.hf_folder import read_config
 from engine.loading.weights import Weights
+from engine.model import LlamaModel
 from engine.runner import ModelRunner
 from engine.spec.draft_model import first_layers
 
@@ -24,15 +25,16 @@ PROMPT = [5, 17, 99, 3, 250, 42, 7, 7, 120, 64, 1, 200]
 
 @pytest.mark.parametrize("arch,tie", [("llama", False), ("llama", True), ("mistral", False),
                                       ("qwen2", False), ("qwen3", True), ("phi3", False),
-                                      ("phi3", True), ("olmo2", False), ("seed_oss", False)])
+                                      ("phi3", True), ("olmo2", False), ("seed_oss", False),
+                                      ("glm4", False)])
 def test_saved_folder_logits_match_transformers(tmp_path, arch, tie):
     hf = hf_tiny(arch, tie_word_embeddings=tie)
     folder = save_hf_folder(hf, tmp_path / f"tiny-{arch}")
     loaded = load_model(str(folder), dtype="fp32", device="cpu")
     assert loaded.name == f"tiny-{arch}" and loaded.config.architecture == arch
-    assert loaded.config.qkv_bias == (arch in ("qwen2", "seed_oss"))
+    assert loaded.config.qkv_bias == (arch in ("qwen2", "seed_oss", "glm4"))
     assert loaded.config.qk_norm == (arch in ("qwen3", "olmo2"))
-    assert loaded.config.norm_after == (arch == "olmo2")  # its sublayers' outputs normed
+    assert loaded.config.norm_after == (arch in ("olmo2", "glm4"))  # sublayers' outputs normed
     assert loaded.config.fused_projections == (arch == "phi3")  # qkv_proj, gate_up_proj
     assert loaded.config.tie_word_embeddings == tie
     ours, ref = engine_logits(loaded.model, PROMPT), reference_logits(hf, PROMPT)
@@ -315,6 +317,22 @@ def test_mistral3_with_another_text_model_is_refused_naming_its_type(tmp_path):
         "text_config"] | {"model_type": "llama"})
     _raises(folder, "config.json", "text_config's model_type 'llama' is not supported "
                                    "(mistral, ministral3)")
+
+
+def test_glm4s_names_and_interleaved_rope_are_read_as_the_others(tmp_path):
+    """GLM-4: its norms named apart, gate and up fused, RoPE on adjacent pairs of half of each
+    head (its q and k rows reordered at load, and back in hf_state_dict)."""
+    hf = hf_tiny("glm4", tie_word_embeddings=True, head_dim=16)
+    loaded = load_model(str(save_hf_folder(hf, tmp_path / "glm4")), dtype="fp32", device="cpu")
+    c = loaded.config
+    assert (c.rope_interleaved, c.rotary_dim, c.head_dim) == (True, 8, 16)
+    ref = reference_logits(hf, PROMPT)
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT), ref, atol=1e-4, rtol=0)
+    saved = loaded.model.hf_state_dict()
+    assert torch.equal(saved["model.layers.0.self_attn.q_proj.weight"],
+                       hf.state_dict()["model.layers.0.self_attn.q_proj.weight"])
+    again = LlamaModel.from_state_dict(c, saved)
+    torch.testing.assert_close(engine_logits(again, PROMPT), ref, atol=1e-4, rtol=0)
 
 
 def test_olmo3_scales_rope_in_its_full_layers_alone(tmp_path):
