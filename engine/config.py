@@ -10,7 +10,8 @@ ACTIVATIONS = ("silu", "gelu_tanh", "gelu")
 
 @dataclass(slots=True)
 class ModelConfig:
-    """A Llama-family decoder. Qwen2 adds qkv bias, Qwen3 adds q/k RMSNorm, Phi-3 stores its
+    """A Llama-family decoder. Qwen2 adds qkv bias (as Seed-OSS does, and GLM-4 with norms around
+    each sublayer and RoPE on adjacent pairs), Qwen3 adds q/k RMSNorm, Phi-3 stores its
     projections fused (and Phi-4-mini turns only part of each head with RoPE), SmolLM3 leaves
     RoPE out of some layers, Granite scales embeddings, residuals, attention and logits, OLMo 2
     norms each sublayer's output (and q and k whole), as EXAONE 4 does (q and k by head), Gemma
