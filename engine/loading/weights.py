@@ -115,15 +115,13 @@ class Weights(Mapping[str, torch.Tensor]):
 
     def __getitem__(self, name: str) -> torch.Tensor:
         part = self.stored[name]
-        if part.expert is None and part.half is None:
+        index: tuple = () if part.expert is None else (part.expert,)  # what the slice reads
+        if part.half is not None:
+            rows = self._stored_shape(part.name)[len(index)]
+            index += (slice(part.half * rows // 2, (part.half + 1) * rows // 2),)
+        if not index:
             return self._read(part.name, lambda handle: handle.get_tensor(part.name))
-        rows = self._stored_shape(part.name)[part.expert is not None]
-        start, stop = ((0, rows) if part.half is None else
-                       (part.half * rows // 2, (part.half + 1) * rows // 2))
-        if part.expert is None:
-            return self._read(part.name, lambda handle: handle.get_slice(part.name)[start:stop])
-        return self._read(part.name,
-                          lambda handle: handle.get_slice(part.name)[part.expert, start:stop])
+        return self._read(part.name, lambda handle: handle.get_slice(part.name)[index])
 
     def __iter__(self):
         return iter(self.stored)
