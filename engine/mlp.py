@@ -22,6 +22,7 @@ def gated_mlp(h: Tensor, gate_up: Tensor, down: Tensor, activation: Activation) 
 
 
 class Expert(nn.Module):
+    """One gated MLP's weights: an expert's, or Qwen2-MoE's shared one."""
     LINEARS = ("gate_up", "down")  # the weights `linear` multiplies by (LlamaModel.prepack)
 
     def __init__(self, hidden: int, width: int, dtype: torch.dtype, device) -> None:
