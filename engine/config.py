@@ -41,8 +41,8 @@ class ModelConfig:
     activation: str = "silu"  # the MLP gate's: silu, or gelu_tanh (Gemma), gelu
     fused_projections: bool = False  # checkpoints hold qkv_proj and gate_up_proj (Phi-3)
     rotary_dim: int = 0  # a head's leading dimensions RoPE turns; 0: all (head_dim)
-    # RoPE turns adjacent pairs of those dimensions (GLM-4's), not their two halves: the q and k
-    # rows are reordered at load so that the halves turn (LlamaModel.from_state_dict)
+    # RoPE turns adjacent pairs of those dimensions (GLM-4's, ERNIE 4.5's), not their halves:
+    # the q and k rows are reordered at load so that the halves turn (LlamaModel.from_state_dict)
     rope_interleaved: bool = False
     nope_layers: tuple[int, ...] = ()  # layers that use no RoPE at all (SmolLM3's every 4th)
     # Granite's scalars (the others' are 1, and head_dim ** -0.5 for the attention)

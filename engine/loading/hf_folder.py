@@ -45,6 +45,7 @@ SUPPORTED = {
     "SeedOssForCausalLM": ("seed_oss", {}),  # Llama's, q/k/v biases where attention_bias says
     # norms around each sublayer, q/k/v biases as Seed-OSS's, RoPE on adjacent pairs of half a head
     "Glm4ForCausalLM": ("glm4", {"norm_after": True, "rope_interleaved": True}),
+    "Ernie4_5ForCausalLM": ("ernie4_5", {"rope_interleaved": True}),  # Llama's, RoPE as GLM-4's
 }
 # A mixture's config field for its experts' width, and whether the chosen experts' weights are
 # always rescaled to sum to 1 (else as norm_topk_prob says)
@@ -178,10 +179,10 @@ def read_config(folder: Path) -> ModelConfig:
     if arch in ("seed_oss", "glm4"):  # their attention_bias is q's, k's and v's
         switches = switches | {"qkv_bias": _bool(cfg, path, "attention_bias", True)}
         cfg = {name: value for name, value in cfg.items() if name != "attention_bias"}
-    if cfg.get("attention_bias") or cfg.get("attention_out_bias") or cfg.get("mlp_bias"):
-        # (Qwen2's q/k/v biases are implied)
-        raise ModelLoadError(path, "attention_bias / attention_out_bias / mlp_bias are not "
-                                   "supported for " + arch)
+    if any(cfg.get(name) for name in ("attention_bias", "attention_out_bias", "mlp_bias",
+                                      "use_bias")):  # (Qwen2's q/k/v biases are implied)
+        raise ModelLoadError(path, "attention_bias / attention_out_bias / mlp_bias / use_bias "
+                                   "are not supported for " + arch)
     if arch == "qwen2_moe":
         switches = switches | {"qkv_bias": _bool(cfg, path, "qkv_bias", True)}
     if arch == "olmoe" and cfg.get("clip_qkv") is not None:

@@ -94,6 +94,7 @@ def hf_tiny(arch: str, **overrides):
                "olmo3": ("Olmo3Config", "Olmo3ForCausalLM"),
                "seed_oss": ("SeedOssConfig", "SeedOssForCausalLM"),
                "glm4": ("Glm4Config", "Glm4ForCausalLM"),
+               "ernie4_5": ("Ernie4_5Config", "Ernie4_5ForCausalLM"),
                "gemma": ("GemmaConfig", "GemmaForCausalLM"),
                "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
                "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM"),

@@ -26,7 +26,7 @@ PROMPT = [5, 17, 99, 3, 250, 42, 7, 7, 120, 64, 1, 200]
 @pytest.mark.parametrize("arch,tie", [("llama", False), ("llama", True), ("mistral", False),
                                       ("qwen2", False), ("qwen3", True), ("phi3", False),
                                       ("phi3", True), ("olmo2", False), ("seed_oss", False),
-                                      ("glm4", False)])
+                                      ("glm4", False), ("ernie4_5", True)])
 def test_saved_folder_logits_match_transformers(tmp_path, arch, tie):
     hf = hf_tiny(arch, tie_word_embeddings=tie)
     folder = save_hf_folder(hf, tmp_path / f"tiny-{arch}")
@@ -658,6 +658,8 @@ def test_bad_side_files_name_themselves(tiny_llama_folder, file_name, content, w
     ({"attention_bias": True}, ("attention_bias", "not supported")),
     ({"architectures": ["SeedOssForCausalLM"], "attention_out_bias": True},
      ("attention_out_bias", "not supported for seed_oss")),
+    ({"architectures": ["Ernie4_5ForCausalLM"], "use_bias": True},
+     ("use_bias", "not supported for ernie4_5")),
     ({"sliding_window": 8, "layer_types": ["sliding_attention"]},
      ("layer_types must name one of", "each of the 2 layers")),
     ({"sliding_window": -8}, ("sliding_window must not be negative",)),
