@@ -114,11 +114,11 @@ class DecoderLayer(nn.Module):
             1.0 if self.local_rope else _folded_rope_factor(c) ** 2)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, k_cache: Tensor, v_cache: Tensor,
-                meta: StepMetadata) -> Tensor:
+                meta: StepMetadata, query_scale: Tensor | None = None) -> Tensor:
         c = self.config
         n = x.shape[0]                                                    # x: [n, hidden]
         h = x if self.input_norm is None else rms_norm(x, self.input_norm, c.rms_norm_eps)
-        qkv = linear(h, self.qkv, self.qkv_bias)                        # [n, q + 2 kv]
+        qkv = linear(h, self.qkv, self.qkv_bias)                         # [n, q + 2 kv]
         qk, v = qkv.split((self.q_size + self.kv_size, self.kv_size), dim=-1)
         if c.qk_norm_whole:  # across the heads, before RoPE
             q, k = qk.split((self.q_size, self.kv_size), dim=-1)
@@ -133,8 +133,8 @@ class DecoderLayer(nn.Module):
         if self.rotates:
             qk = _rotated(qk, cos, sin, c)
         q, k = qk.split((c.num_heads, c.num_kv_heads), dim=1)
-        if c.query_scaling_beta:
-            q = q * _query_scale(meta.positions, c).to(q.dtype)[:, None, None]
+        if query_scale is not None:  # [n, 1, 1]
+            q = q * query_scale
         if meta.write_rows is None:
             write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         else:
@@ -251,9 +251,11 @@ class LlamaModel(nn.Module):
         cos, sin = self._rope(meta.positions, self.inv_freq, self.rope_factor, x.dtype)
         local = (None if self.local_inv_freq is None else
                  self._rope(meta.positions, self.local_inv_freq, 1.0, x.dtype))
+        query_scale = (_query_scale(meta.positions, self.config).to(x.dtype)[:, None, None]
+                       if self.config.query_scaling_beta else None)  # once for every layer
         for index, layer in enumerate(self.layers):
             x = layer(x, *(local if layer.local_rope else (cos, sin)), kv.k[index], kv.v[index],
-                      meta)
+                      meta, query_scale)
         h = rms_norm(x[logit_rows], self.norm, self.config.rms_norm_eps)
         logits = linear(h, self.head).float()
         if self.config.logits_scaling != 1.0:
@@ -293,7 +295,7 @@ class LlamaModel(nn.Module):
         for rows in range(1, max_rows + 1):
             for weight in weights.values():
                 linear(torch.zeros(rows, weight.shape[1], dtype=self.dtype, device=self.device),
-                        weight)
+                       weight)
             done(rows)
         if max_rows >= WARM_ROWS:
             self.warm_threads.add(torch.get_num_threads())

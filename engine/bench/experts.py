@@ -73,8 +73,9 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
     set_cpu_threads(args.threads)
+    models = configs(args)
     # random weights are drawn in fp32 on the CPU, then cast: the mixture's both at once
-    needed = num_weights(configs(args)["mixture"]) * (4 + dtype.itemsize)
+    needed = num_weights(models["mixture"]) * (4 + dtype.itemsize)
     free = free_memory_bytes(torch.device("cpu"))
     if free is not None and needed > free:
         raise SwarmscopeError(f"the mixture's random weights need {needed / 1e9:.1f} GB and "
@@ -82,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     say = (lambda message: None) if args.json else (lambda message: print(message,
                                                                           file=sys.stderr))
     rows = {}
-    for name, config in configs(args).items():
+    for name, config in models.items():
         say(f"{name}: random weights, building matmul kernels")
         model = LlamaModel.random(config, dtype=dtype, device=device)
         if model.builds_kernels_per_row_count:  # as loading does (model.warm_up)
