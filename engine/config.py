@@ -77,6 +77,7 @@ class ModelConfig:
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
     architecture: str = "llama"
+    quantization: str = ""  # how a quantized checkpoint stored the weights ("fp8"); "": plain
 
     def __post_init__(self) -> None:
         if self.head_dim == 0:
@@ -132,10 +133,11 @@ class ModelConfig:
 
     def describe(self) -> str:
         """What the model is, as a user reads it: "qwen3_moe, 48 layers, 128 experts (8 a
-        token)"."""
+        token), fp8 weights dequantized"."""
         experts = (f", {self.num_experts} experts ({self.experts_per_token} a token)"
                    if self.num_experts else "")
-        return f"{self.architecture}, {self.num_layers} layers{experts}"
+        stored = f", {self.quantization} weights dequantized" if self.quantization else ""
+        return f"{self.architecture}, {self.num_layers} layers{experts}{stored}"
 
     def has_experts(self, layer: int) -> bool:
         """Whether `layer`'s MLP is a mixture of experts."""

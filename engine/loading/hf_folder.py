@@ -12,6 +12,7 @@ from engine import rope
 from engine.chat_template import ChatTemplateError, check_template
 from engine.config import ModelConfig
 from engine.errors import ModelLoadError
+from engine.loading.quantized import read_quantization
 from engine.tokenizer import Tokenizer
 
 # architectures[0] in config.json -> (our architecture name, its switches).
@@ -169,12 +170,7 @@ def read_config(folder: Path) -> ModelConfig:
         raise ModelLoadError(path, f"architecture {named!r}{kind} is not supported; supported: "
                                    f"{', '.join(SUPPORTED)}")
     arch, switches = SUPPORTED[named]
-    quantization = cfg.get("quantization_config")
-    if quantization:  # packed integer weights, or fp8 with scales: none of them a plain matrix
-        method = (quantization.get("quant_method") if isinstance(quantization, dict) else None)
-        raise ModelLoadError(path, f"quantized checkpoints (quantization_config: "
-                                   f"{method or quantization!r}) are not supported; use the "
-                                   "model's unquantized weights (bf16, fp16 or fp32)")
+    quantization = read_quantization(cfg, path)  # one not read is refused here
     activation = _activation(cfg, path, arch)
     if arch in ("seed_oss", "glm4"):  # their attention_bias is q's, k's and v's
         switches = switches | {"qkv_bias": _bool(cfg, path, "attention_bias", True)}
@@ -230,7 +226,7 @@ def read_config(folder: Path) -> ModelConfig:
             tie_word_embeddings=_bool(cfg, path, "tie_word_embeddings",
                                       arch.startswith("gemma")),  # transformers' defaults
             bos_token_id=cfg.get("bos_token_id"), eos_token_ids=eos, architecture=arch,
-            **switches)
+            quantization=quantization.label if quantization else "", **switches)
     except (TypeError, ValueError) as exc:
         raise ModelLoadError(path, f"invalid model shape: {exc}") from None
     try:  # a longrope factor for each frequency

@@ -1,7 +1,8 @@
 """A Hugging Face folder's safetensors weights, read lazily under the names the model gives
 them (engine/model.py `_hf_shapes`): a multimodal model's text part as a text-only model's,
 Mixtral's experts as the other mixtures name theirs, GraniteMoE's stacked experts as each one's,
-GLM-4's norms and fused gate and up as the others'."""
+GLM-4's norms and fused gate and up as the others'; a quantized checkpoint's weights dequantized
+(quantized.py)."""
 from __future__ import annotations
 
 import re
@@ -14,6 +15,7 @@ from safetensors import SafetensorError, safe_open
 
 from engine.errors import ModelLoadError
 from engine.loading.hf_folder import read_json
+from engine.loading.quantized import read_plain, read_quantization
 
 # Multimodal checkpoints' tensor name prefixes: the text model's, as a text-only model names them
 # (transformers' older layout and its newer), and the rest's, which are not read
@@ -104,17 +106,25 @@ class Weights(Mapping[str, torch.Tensor]):
     def __init__(self, folder: Path) -> None:
         self.files = weight_files(folder)  # stored name -> the file holding it
         self._handles = {file: _open(file) for file in set(self.files.values())}
+        config = folder / "config.json"
+        self.quantization = read_quantization(read_json(config, required=False) or {}, config)
+        # the model's tensors' stored names by their plain ones (a quantized weight's scales are
+        # not among them, a packed one's plain name is its unpacked one's)
+        self.plain = (self.quantization.plain_names(self.files) if self.quantization else
+                      {name: name for name in self.files})
         self.namings: set[str] = set()  # the NAMINGS these weights were read with
         # GLM-4's names mean others' where its own norm after the attention is among them
-        self.glm4 = any(name.endswith(".post_self_attn_layernorm.weight") for name in self.files)
+        self.glm4 = any(name.endswith(".post_self_attn_layernorm.weight") for name in self.plain)
         self.stored: dict[str, _Part] = {}  # the model's name -> where it is stored
-        for name in self.files:
+        for name in self.plain:
             if not name.startswith(OTHER_PREFIXES):  # (a vision tower's, not read)
                 self.stored |= self._parts(name)
         self.shapes = {ours: self._shape(part) for ours, part in self.stored.items()}
 
     def __getitem__(self, name: str) -> torch.Tensor:
         part = self.stored[name]
+        if self.quantization:
+            return self._dequantized(part)
         index: tuple = () if part.expert is None else (part.expert,)  # what the slice reads
         if part.half is not None:
             rows = self._stored_shape(part.name)[len(index)]
@@ -122,6 +132,27 @@ class Weights(Mapping[str, torch.Tensor]):
         if not index:
             return self._read(part.name, lambda handle: handle.get_tensor(part.name))
         return self._read(part.name, lambda handle: handle.get_slice(part.name)[index])
+
+    def _dequantized(self, part: _Part) -> torch.Tensor:
+        """A quantized checkpoint's tensor, dequantized where it is stored quantized."""
+        stored = self.plain[part.name]
+
+        def read(name: str) -> torch.Tensor | None:
+            """A stored tensor (its expert's part, scales and all, of stacked experts)."""
+            if name not in self.files:
+                return None
+            return self._read(name, lambda handle: handle.get_tensor(name) if part.expert is None
+                              else handle.get_slice(name)[part.expert])
+
+        try:
+            tensor = read_plain(part.name, stored, self._stored_shape(part.name), read,
+                                self.quantization)
+        except ValueError as exc:
+            raise ModelLoadError(self.files[stored], f"{stored}: {exc}") from None
+        if part.half is None:
+            return tensor
+        rows = tensor.shape[0]
+        return tensor[part.half * rows // 2:(part.half + 1) * rows // 2]
 
     def __iter__(self):
         return iter(self.stored)
@@ -169,6 +200,17 @@ class Weights(Mapping[str, torch.Tensor]):
         return shape if part.half is None else (shape[0] // 2, *shape[1:])
 
     def _stored_shape(self, name: str) -> tuple[int, ...]:
+        """A model's tensor's shape as stored whole (a packed one's as unpacked)."""
+        stored = self.plain[name]
+        if stored == name:
+            return self._header_shape(name)
+        shape_name = name.removesuffix("weight") + "weight_shape"
+        if shape_name not in self.files:
+            raise ModelLoadError(self.files[stored], f"{stored} has no {shape_name} beside it")
+        shape = self._read(shape_name, lambda handle: handle.get_tensor(shape_name))
+        return tuple(int(n) for n in shape.flatten())
+
+    def _header_shape(self, name: str) -> tuple[int, ...]:
         return tuple(self._read(name, lambda handle: handle.get_slice(name).get_shape()))
 
     def _read(self, name: str, read):

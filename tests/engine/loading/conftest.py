@@ -129,6 +129,31 @@ def hf_tiny(arch: str, **overrides):
     return model
 
 
+# Ministral 3's RoPE in kind, its original context 8 tokens, so that the prompt's last four
+# queries are scaled by 1 + 0.1 log 2 (Llama 4's scale)
+MINISTRAL3_ROPE = {"rope_type": "yarn", "rope_theta": 5000.0, "factor": 16.0,
+                   "original_max_position_embeddings": 8, "llama_4_scaling_beta": 0.1,
+                   "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}
+
+
+def hf_mistral3(text_type: str, tie: bool = False, **text):
+    """A random Mistral3ForConditionalGeneration (a vision tower, a projector and the text model
+    of `text_type`), as Mistral Small 3.1 and 3.2 (mistral) and Ministral 3 (ministral3) ship."""
+    transformers = pytest.importorskip("transformers")
+    config_cls = {"mistral": transformers.MistralConfig, "ministral3": transformers.Ministral3Config}
+    text = config_cls[text_type](
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=1024,
+        rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, **text)
+    vision = transformers.PixtralVisionConfig(hidden_size=32, intermediate_size=64,
+                                              num_hidden_layers=1, num_attention_heads=2,
+                                              image_size=32, patch_size=16, head_dim=16)
+    torch.manual_seed(0)
+    return transformers.Mistral3ForConditionalGeneration(transformers.Mistral3Config(
+        vision_config=vision, text_config=text, image_token_index=10,
+        tie_word_embeddings=tie)).eval()
+
+
 def save_hf_folder(model, folder: Path, **save_kwargs) -> Path:
     model.save_pretrained(folder, **save_kwargs)
     make_tokenizer_json(folder / "tokenizer.json")

@@ -18,7 +18,8 @@ from engine.model import LlamaModel
 from engine.runner import ModelRunner
 from engine.spec.draft_model import first_layers
 
-from .conftest import VOCAB, engine_logits, hf_tiny, reference_logits, save_hf_folder
+from .conftest import (MINISTRAL3_ROPE, VOCAB, engine_logits, hf_mistral3, hf_tiny,
+                       reference_logits, save_hf_folder)
 
 PROMPT = [5, 17, 99, 3, 250, 42, 7, 7, 120, 64, 1, 200]
 
@@ -267,38 +268,13 @@ ROPE_SCALINGS = {
 }
 
 
-def _mistral3(text_type: str, tie: bool = False, **text):
-    """A random Mistral3ForConditionalGeneration (a vision tower, a projector and the text model
-    of `text_type`), as Mistral Small 3.1 and 3.2 (mistral) and Ministral 3 (ministral3) ship."""
-    transformers = pytest.importorskip("transformers")
-    config_cls = {"mistral": transformers.MistralConfig, "ministral3": transformers.Ministral3Config}
-    text = config_cls[text_type](
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=1024,
-        rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, **text)
-    vision = transformers.PixtralVisionConfig(hidden_size=32, intermediate_size=64,
-                                              num_hidden_layers=1, num_attention_heads=2,
-                                              image_size=32, patch_size=16, head_dim=16)
-    torch.manual_seed(0)
-    return transformers.Mistral3ForConditionalGeneration(transformers.Mistral3Config(
-        vision_config=vision, text_config=text, image_token_index=10,
-        tie_word_embeddings=tie)).eval()
-
-
-# Ministral 3's RoPE in kind, its original context 8 tokens, so that the prompt's last four
-# queries are scaled by 1 + 0.1 log 2 (Llama 4's scale)
-MINISTRAL3_ROPE = {"rope_type": "yarn", "rope_theta": 5000.0, "factor": 16.0,
-                   "original_max_position_embeddings": 8, "llama_4_scaling_beta": 0.1,
-                   "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}
-
-
 @pytest.mark.parametrize("text_type,tie", [("mistral", False), ("ministral3", False),
                                            ("ministral3", True)])
 def test_mistral3s_text_model_loads_alone(tmp_path, text_type, tie):
     """Mistral3ForConditionalGeneration: the text model its text_config names, its
     language_model tensors read, the vision tower's and projector's not; its head tied as the
     whole model's config says (transformers 5 ties by it, and saves no head then)."""
-    hf = _mistral3(text_type, tie, **({"rope_parameters": MINISTRAL3_ROPE}
+    hf = hf_mistral3(text_type, tie, **({"rope_parameters": MINISTRAL3_ROPE}
                                       if text_type == "ministral3" else {"rope_theta": 5000.0}))
     loaded = load_model(str(save_hf_folder(hf, tmp_path / f"{text_type}-{tie}")), dtype="fp32",
                         device="cpu")
@@ -312,7 +288,7 @@ def test_mistral3s_text_model_loads_alone(tmp_path, text_type, tie):
 
 
 def test_mistral3_with_another_text_model_is_refused_naming_its_type(tmp_path):
-    folder = save_hf_folder(_mistral3("mistral"), tmp_path / "mistral3")
+    folder = save_hf_folder(hf_mistral3("mistral"), tmp_path / "mistral3")
     _edit_config(folder, text_config=json.loads((folder / "config.json").read_text())[
         "text_config"] | {"model_type": "llama"})
     _raises(folder, "config.json", "text_config's model_type 'llama' is not supported "
@@ -701,8 +677,6 @@ def test_bad_side_files_name_themselves(tiny_llama_folder, file_name, content, w
     ({"eos_token_id": "x"}, ("eos_token_id", "'x'")),
     ({"eos_token_id": [2, -1]}, ("eos_token_id",)),
     ({"eos_token_id": 10**12}, ("outside the vocabulary",)),
-    ({"quantization_config": {"quant_method": "gptq", "bits": 4}},
-     ("quantized checkpoints (quantization_config: 'gptq') are not supported",)),
 ])
 def test_bad_config_values(tiny_llama_folder, changes, words):
     folder, _ = tiny_llama_folder
