@@ -12,7 +12,7 @@ from engine import rope
 from engine.chat_template import ChatTemplateError, check_template
 from engine.config import ModelConfig
 from engine.errors import ModelLoadError
-from engine.loading.quantized import read_quantization
+from engine.loading.quantization_config import read_quantization
 from engine.tokenizer import Tokenizer
 
 # architectures[0] in config.json -> (our architecture name, its switches).

@@ -15,7 +15,8 @@ from safetensors import SafetensorError, safe_open
 
 from engine.errors import ModelLoadError
 from engine.loading.hf_folder import read_json
-from engine.loading.quantized import read_plain, read_quantization
+from engine.loading.quantization_config import read_quantization
+from engine.loading.quantized import plain_names, plain_shape, read_plain
 
 # Multimodal checkpoints' tensor name prefixes: the text model's, as a text-only model names them
 # (transformers' older layout and its newer), and the rest's, which are not read
@@ -110,7 +111,7 @@ class Weights(Mapping[str, torch.Tensor]):
         self.quantization = read_quantization(read_json(config, required=False) or {}, config)
         # the model's tensors' stored names by their plain ones (a quantized weight's scales are
         # not among them, a packed one's plain name is its unpacked one's)
-        self.plain = (self.quantization.plain_names(self.files) if self.quantization else
+        self.plain = (plain_names(self.files) if self.quantization else
                       {name: name for name in self.files})
         self.namings: set[str] = set()  # the NAMINGS these weights were read with
         # GLM-4's names mean others' where its own norm after the attention is among them
@@ -145,8 +146,8 @@ class Weights(Mapping[str, torch.Tensor]):
                               else handle.get_slice(name)[part.expert])
 
         try:
-            tensor = read_plain(part.name, stored, self._stored_shape(part.name), read,
-                                self.quantization)
+            tensor = read_plain(self.quantization, part.name, stored,
+                                self._stored_shape(part.name), read)
         except ValueError as exc:
             raise ModelLoadError(self.files[stored], f"{stored}: {exc}") from None
         if part.half is None:
@@ -204,11 +205,16 @@ class Weights(Mapping[str, torch.Tensor]):
         stored = self.plain[name]
         if stored == name:
             return self._header_shape(name)
-        shape_name = name.removesuffix("weight") + "weight_shape"
-        if shape_name not in self.files:
-            raise ModelLoadError(self.files[stored], f"{stored} has no {shape_name} beside it")
-        shape = self._read(shape_name, lambda handle: handle.get_tensor(shape_name))
-        return tuple(int(n) for n in shape.flatten())
+        try:
+            return plain_shape(self.quantization, name, stored, self._header_shape,
+                               self._tensor)
+        except ValueError as exc:
+            raise ModelLoadError(self.files[stored], f"{stored}: {exc}") from None
+
+    def _tensor(self, name: str) -> torch.Tensor | None:
+        if name not in self.files:
+            return None
+        return self._read(name, lambda handle: handle.get_tensor(name))
 
     def _header_shape(self, name: str) -> tuple[int, ...]:
         return tuple(self._read(name, lambda handle: handle.get_slice(name).get_shape()))

@@ -292,6 +292,125 @@ def _reference_dequantized(stored: dict, name: str, form: str, weights: dict | N
         | {"weight_shape": shape[1:]}, scheme)["weight"] for e in range(shape[0])])
 
 
+def _groupwise(weight: torch.Tensor, bits: int, group: int, order: torch.Tensor | None = None,
+               symmetric: bool = False):
+    """Round-to-nearest in groups of `group` input columns, as GPTQ and AWQ store it: (values
+    [in, out] in 0..2^bits - 1, zeros [groups, out], scales [groups, out], each column's
+    group); with `order` (GPTQ's desc_act), the columns taken into groups in that order;
+    symmetric as GPTQ's sym (every zero 2^(bits - 1))."""
+    top = (1 << bits) - 1
+    columns = weight.T  # [in, out]
+    order = torch.arange(columns.shape[0]) if order is None else order
+    groups = torch.empty(columns.shape[0], dtype=torch.int32)
+    groups[order] = torch.arange(columns.shape[0], dtype=torch.int32) // group
+    count = int(groups.max()) + 1
+    low = torch.stack([columns[groups == g].amin(0) for g in range(count)]).clamp(max=0)
+    high = torch.stack([columns[groups == g].amax(0) for g in range(count)]).clamp(min=0)
+    if symmetric:
+        high = torch.maximum(-low, high)
+        low = -high
+    scales = ((high - low) / top).clamp(min=1e-8)
+    zeros = (torch.full_like(scales, (top + 1) // 2) if symmetric else
+             torch.round(-low / scales).clamp(0, top))
+    values = torch.round(columns / scales[groups] + zeros[groups]).clamp(0, top)
+    return values.int(), zeros.int(), scales, groups
+
+
+def _pack(values: torch.Tensor, bits: int, order=None) -> torch.Tensor:
+    """Values [rows, columns] packed along each row into int32 words, value j of a word at bit
+    j x bits (`order`: the columns a word holds, in its order)."""
+    per_word = 32 // bits
+    grouped = values.reshape(values.shape[0], -1, per_word)
+    if order is not None:
+        grouped = grouped[:, :, order]
+    words = torch.zeros(grouped.shape[:2], dtype=torch.int64)
+    for j in range(per_word):
+        words |= grouped[:, :, j].long() << (bits * j)
+    return (words - (words >= 1 << 31).long() * (1 << 32)).int()  # as int32's bits
+
+
+@pytest.mark.parametrize("bits,form,desc_act", [(4, "gptq", False), (4, "gptq", True),
+                                                (8, "gptq_v2", False), (2, "gptq_v2", True)])
+def test_gptq_checkpoints_read_as_autogptq_packs_them(tmp_path, bits, form, desc_act):
+    """As AutoGPTQ's QuantLinear.pack writes them (and GPTQModel, in its v2): qweight packed
+    down the input columns, qzeros along the output rows (the first layout stores each zero
+    less 1, so its releases are symmetric: a zero of 0 would not pack), g_idx each input
+    column's group (out of order with desc_act). No GPTQ library installs here, so the
+    reference is the model holding scale x (value - zero) by g_idx."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    hf = hf_tiny("llama")
+    folder = save_hf_folder(hf, tmp_path / "gptq")
+    expected = {}
+
+    def quantize(name: str, weight: torch.Tensor) -> dict[str, torch.Tensor]:
+        order = torch.randperm(weight.shape[1]) if desc_act else None
+        values, zeros, scales, groups = _groupwise(weight, bits, 16, order,  # values [in, out]
+                                                   symmetric=form == "gptq")
+        scales = scales.half()  # as stored
+        expected[name] = ((values - zeros[groups]) * scales[groups].float()).T
+        base = name.removesuffix("weight")
+        stored_zeros = zeros - (1 if form == "gptq" else 0)
+        return {base + "qweight": _pack(values.T, bits).T.contiguous(),
+                base + "qzeros": _pack(stored_zeros, bits), base + "scales": scales,
+                base + "g_idx": groups}
+
+    _rewrite(folder, {"quant_method": "gptq", "bits": bits, "group_size": 16,
+                      "desc_act": desc_act, "sym": form == "gptq", "checkpoint_format": form},
+             quantize)
+    reference = _holding(transformers, hf, tmp_path / "reference", expected)
+    loaded = load_model(str(folder), dtype="fp32", device="cpu")
+    assert loaded.config.quantization == f"gptq int{bits}"
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT),
+                               reference_logits(reference, PROMPT), atol=1e-5, rtol=0)
+
+
+def test_awq_checkpoints_read_as_compressed_tensors_converts_them(tmp_path):
+    """AutoAWQ's GEMM layout: qweight [in, out / 8] and qzeros packed along each row in its
+    column order (0 2 4 6 1 3 5 7 of each eight), scales [groups, out]. The reference is
+    compressed-tensors' own converter from that layout to its pack-quantized one, read by
+    transformers (scales kept in fp32: it computes in theirs, fp16 as AutoAWQ stores them)."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("compressed_tensors")
+    from compressed_tensors.entrypoints.convert.converters.autoawq import AutoAWQConverter
+
+    awq_order = [0, 2, 4, 6, 1, 3, 5, 7]
+
+    def quantize(name: str, weight: torch.Tensor) -> dict[str, torch.Tensor]:
+        values, zeros, scales, _ = _groupwise(weight, 4, 16)
+        base = name.removesuffix("weight")
+        return {base + "qweight": _pack(values, 4, awq_order),
+                base + "qzeros": _pack(zeros, 4, awq_order), base + "scales": scales}
+
+    awq_config = {"quant_method": "awq", "bits": 4, "group_size": 16, "zero_point": True,
+                  "version": "gemm"}
+    folder = save_hf_folder(hf_tiny("llama"), tmp_path / "awq")
+    _rewrite(folder, awq_config, quantize)
+    converter = AutoAWQConverter.from_autoawq_config(awq_config)
+    converted = save_hf_folder(hf_tiny("llama"), tmp_path / "converted")
+    save_file({k: v.contiguous() for k, v in converter.process(
+        load_file(folder / "model.safetensors")).items()}, converted / "model.safetensors")
+    config = json.loads((converted / "config.json").read_text())
+    config["quantization_config"] = converter.update_config(None).model_dump(
+        exclude_none=True) | {"quant_method": "compressed-tensors"}
+    (converted / "config.json").write_text(json.dumps(config))
+    reference = transformers.AutoModelForCausalLM.from_pretrained(
+        converted, dtype=torch.float32,
+        quantization_config=transformers.CompressedTensorsConfig(dequantize=True))
+    loaded = load_model(str(folder), dtype="fp32", device="cpu")
+    assert loaded.config.quantization == "awq int4"
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT),
+                               reference_logits(reference.eval(), PROMPT), atol=1e-5, rtol=0)
+
+
+def _holding(transformers, hf, folder, matrices: dict):
+    """transformers' model `hf` saved to `folder` with `matrices` for its weights, read back."""
+    save_hf_folder(hf, folder)
+    tensors = load_file(folder / "model.safetensors")
+    save_file(tensors | matrices, folder / "model.safetensors")
+    return transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+
+
 def test_columns_grouped_out_of_order_take_their_groups_scales():
     """Older GPTQ-made compressed-tensors checkpoints (actorder "group") give each column's
     group in weight_g_idx: the matrix is as if its columns were sorted by group, each group
@@ -317,8 +436,9 @@ def test_unpack_reads_every_bit_width_compressed_tensors_packs():
 
 
 @pytest.mark.parametrize("config,named", [
-    ({"quant_method": "gptq", "bits": 4}, "gptq"),
-    ({"quant_method": "awq", "bits": 4}, "awq"),
+    ({"quant_method": "gptq", "bits": 3}, "3-bit"),
+    ({"quant_method": "gptq", "bits": 4, "checkpoint_format": "marlin"}, "marlin"),
+    ({"quant_method": "awq", "bits": 4, "version": "gemv"}, "gemv"),
     ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "bitsandbytes"),
     ({"quant_method": "fp8", "weight_block_size": [128]}, "weight_block_size"),
     ({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
