@@ -85,7 +85,7 @@ def read_plain(quantization: Quantization, plain: str, stored: str, shape: tuple
 def _gptq(quantization: Quantization, base: str, words: torch.Tensor, rows: int, columns: int,
           read: Read) -> torch.Tensor:
     bits = quantization.packed_bits[0]
-    values = unpack(words.T, bits, rows, columns)  # [out, in]
+    values = unpack(words.T.contiguous(), bits, rows, columns)  # [out, in]
     zeros, scales = _needed(read, base, "qzeros", "scales")  # [groups, out / n], [groups, out]
     zero = unpack(zeros, bits, zeros.shape[0], rows).T + quantization.zero_offset
     return dequantize(values, scales.T, zero, read(base + "g_idx"), quantization.blocks)
@@ -122,10 +122,22 @@ def dequantize(stored: torch.Tensor, scale: torch.Tensor | None, zero: torch.Ten
     assert stored.ndim == 2, stored.shape
     if scale is None:
         raise ValueError("has no weight_scale or weight_scale_inv beside it")
-    values = stored.float()
+    values, scale = stored.float(), _scale_values(scale)
+    rows, columns = values.shape
+    if groups is not None and scale.ndim == 2 and torch.equal(
+            groups, torch.arange(columns) * scale.shape[1] // columns):
+        groups = None  # (GPTQ stores each column's group even where they are in order)
+    if groups is None and scale.ndim == 2:
+        high, wide = _block(rows, columns, *scale.shape, blocks)
+        if rows % high == 0 and columns % wide == 0:  # whole blocks: each a broadcast view
+            tiles = values.view(rows // high, high, columns // wide, wide)
+            if zero is not None:
+                tiles -= zero.float()[:, None, :, None]
+            tiles *= scale[:, None, :, None]
+            return values
     if zero is not None:
         values -= _spread(zero.float(), values.shape, groups, blocks)
-    return values.mul_(_spread(_scale_values(scale), values.shape, groups, blocks))
+    return values.mul_(_spread(scale, values.shape, groups, blocks))
 
 
 def _scale_values(scale: torch.Tensor) -> torch.Tensor:
