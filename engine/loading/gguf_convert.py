@@ -1,9 +1,9 @@
 """GGUF -> Hugging Face folder: dequantized weights, config.json and a rebuilt tokenizer.json.
 
 llama.cpp's llama (Llama, Mistral, SmolLM; Mixtral with its experts), smollm3, granite, qwen2,
-qwen3, olmo2, phi3 (Phi-3, Phi-3.5, Phi-4-mini), gemma, gemma2, gemma3, and the mixtures
-qwen2moe, qwen3moe, olmoe and granitemoe are read, with the tokenizers gguf_tokenizer.py
-rebuilds; other architectures are refused naming theirs."""
+qwen3, olmo2, phi3 (Phi-3, Phi-3.5, Phi-4-mini), gemma, gemma2, gemma3, exaone4, ernie4_5, glm4
+(the 0414 models), and the mixtures qwen2moe, qwen3moe, olmoe and granitemoe are read, with the
+tokenizers gguf_tokenizer.py rebuilds; other architectures are refused naming theirs."""
 from __future__ import annotations
 
 import json
@@ -36,7 +36,10 @@ ARCHITECTURES = {"llama": ("LlamaForCausalLM", True), "qwen2": ("Qwen2ForCausalL
                  "gemma2": ("Gemma2ForCausalLM", False), "gemma3": ("Gemma3ForCausalLM", False),
                  "qwen2moe": ("Qwen2MoeForCausalLM", False),
                  "qwen3moe": ("Qwen3MoeForCausalLM", False), "olmoe": ("OlmoeForCausalLM", False),
-                 "granitemoe": ("GraniteMoeForCausalLM", True)}  # granite's, with experts
+                 "granitemoe": ("GraniteMoeForCausalLM", True),  # granite's, with experts
+                 "exaone4": ("Exaone4ForCausalLM", False),
+                 # RoPE on adjacent pairs, as in their Hugging Face rows: llama.cpp keeps those
+                 "ernie4_5": ("Ernie4_5ForCausalLM", False), "glm4": ("Glm4ForCausalLM", False)}
 # Mixtral is llama.cpp's llama with experts; these are mixtures always
 MIXTRAL = "MixtralForCausalLM"
 MIXTURES = ("qwen2moe", "qwen3moe", "olmoe", "granitemoe")
@@ -51,6 +54,12 @@ SANDWICHED = ("gemma2", "gemma3")
 _GRANITE = {"embedding_scale": "embedding_multiplier", "residual_scale": "residual_multiplier",
             "attention.scale": "attention_multiplier", "logit_scale": "logits_scaling"}
 FUSED = ("phi3",)  # architectures whose q/k/v and gate/up are one tensor each, as Phi-3's
+PARTIAL_ROPE = ("phi3", "glm4")  # their RoPE dimension count may be part of a head
+# GLM-4's names for its norms around each sublayer and its fused gate and up, as its Hugging Face
+# folders have them (weights.py reads those as the others')
+_GLM4_NAMES = {"post_attention_norm": "post_self_attn_layernorm",
+               "ffn_norm": "post_attention_layernorm", "post_ffw_norm": "post_mlp_layernorm",
+               "ffn_up": "mlp.gate_up_proj"}
 # GGUF tensor name -> Hugging Face name ("{i}" is the layer).
 _LAYER_NAMES = {
     "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
@@ -91,7 +100,8 @@ def hf_name(gguf_name: str, arch: str) -> str | None:
         return _GLOBAL_NAMES[gguf_name]
     m = re.fullmatch(r"blk\.(\d+)\.(\w+)\.(weight|bias)", gguf_name)
     names = {**_LAYER_NAMES, **(_FUSED_NAMES if arch in FUSED else {}),
-             **({"ffn_norm": "pre_feedforward_layernorm"} if arch in SANDWICHED else {})}
+             **({"ffn_norm": "pre_feedforward_layernorm"} if arch in SANDWICHED else {}),
+             **(_GLM4_NAMES if arch == "glm4" else {})}
     if m and m.group(2) in names:
         return f"model.layers.{m.group(1)}.{names[m.group(2)]}.{m.group(3)}"
     return None
@@ -137,9 +147,9 @@ def gguf_config(g: _Gguf) -> dict:
     heads = int(g.get(f"{arch}.attention.head_count"))
     hidden = int(g.get(f"{arch}.embedding_length"))
     tokens = g.get("tokenizer.ggml.tokens")
-    # phi3's RoPE dimensions may be part of a head (Phi-4-mini's); the others' are the head
+    # phi3's and glm4's RoPE dimensions may be part of a head; the others' are the head
     head_dim = int(g.get(f"{arch}.attention.key_length", 0) or (
-        hidden // heads if arch == "phi3" else
+        hidden // heads if arch in PARTIAL_ROPE else
         g.get(f"{arch}.rope.dimension_count", hidden // heads)))
     rotary = int(g.get(f"{arch}.rope.dimension_count", head_dim))
     eos = [int(g.get("tokenizer.ggml.eos_token_id"))] + [
@@ -175,19 +185,31 @@ def gguf_config(g: _Gguf) -> dict:
                                     1e-6 if arch in GEMMAS else None)),
         "max_position_embeddings": int(g.get(f"{arch}.context_length")),
         "tie_word_embeddings": "output.weight" not in names,
-        # in every layer, as llama.cpp slides it, but in Gemma's pattern (the reader's default)
+        # in the layers the file flags, else every layer, as llama.cpp slides it, but in Gemma's
+        # pattern (the reader's default) and OLMo 3's
         **({"sliding_window": window} if window else {}),
-        **({"layer_types": ["sliding_attention"] * layers}
+        **({"layer_types": _window_layers(g, arch, layers)}
            if window and arch not in SANDWICHED and not olmo3 else {}),
         **(_gemma_fields(g, arch, hidden, heads, head_dim, layers) if arch in GEMMAS else
            {"hidden_act": "silu"}),
         **({ours: float(g.get(f"{arch}.{theirs}", 1.0)) for theirs, ours in _GRANITE.items()}
            if arch in ("granite", "granitemoe") else {}),
-        "attention_bias": False, "mlp_bias": False,
+        # (GLM-4's are q's, k's and v's; Qwen2's are implied)
+        "attention_bias": arch == "glm4" and "blk.0.attn_q.bias" in names, "mlp_bias": False,
         "bos_token_id": int(g.get("tokenizer.ggml.bos_token_id")),
         "eos_token_id": list(dict.fromkeys(i for i in eos if i >= 0)),
         "torch_dtype": "float32",
     }
+
+
+def _window_layers(g: _Gguf, arch: str, layers: int) -> list[str]:
+    """Each layer's kind where the file has a window: as its sliding_window_pattern flags them
+    (EXAONE 4's three sliding layers to a full one), else every layer sliding."""
+    pattern = g.get(f"{arch}.attention.sliding_window_pattern", [True] * layers)
+    if not isinstance(pattern, list) or len(pattern) != layers:
+        raise ModelLoadError(g.path, f"{arch}.attention.sliding_window_pattern must flag each "
+                                     f"of the {layers} layers, got {pattern!r}")
+    return ["sliding_attention" if flag else "full_attention" for flag in pattern]
 
 
 def _experts(g: _Gguf, arch: str) -> dict:

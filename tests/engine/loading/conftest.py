@@ -7,6 +7,7 @@ import json
 import math
 from pathlib import Path
 
+import gguf
 import numpy as np
 import pytest
 import torch
@@ -194,6 +195,9 @@ def as_stored(hf):
 
 
 LLAMA_CPP_PERMUTED = ("llama", "smollm3", "granite", "granitemoe")  # Q/K rows, as it rotates
+# architectures whose layers' tensors are named here by gguf's own map, and those by their name
+BY_GGUF_NAMES = ("exaone4", "ernie4_5", "glm4")
+ARCH_BY_NAME = {name: arch for arch, name in gguf.MODEL_ARCH_NAMES.items()}
 
 
 def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -262,9 +266,12 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
             w.add_expert_feed_forward_length(c.moe_intermediate_size)
         if getattr(c, "shared_expert_intermediate_size", None):
             w.add_expert_shared_feed_forward_length(c.shared_expert_intermediate_size)
-    if arch in ("qwen3", "qwen3moe", "gemma", "gemma2", "gemma3"):
+    if arch in ("qwen3", "qwen3moe", "gemma", "gemma2", "gemma3") + BY_GGUF_NAMES:
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
+    if arch == "exaone4" and c.sliding_window:  # as llama.cpp's Exaone4Model writes them
+        w.add_sliding_window(c.sliding_window)
+        w.add_sliding_window_pattern([kind == "sliding_attention" for kind in c.layer_types])
     if arch in ("gemma2", "gemma3"):  # as llama.cpp's Gemma2Model and Gemma3Model write them
         w.add_sliding_window(c.sliding_window)
     if arch == "gemma2":
@@ -315,6 +322,11 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
             w.add_tensor(f"blk.{layer}.ffn_gate_inp_shexp.weight", a.reshape(-1))
             continue
         module, kind = rest.rsplit(".", 1)
+        if arch in BY_GGUF_NAMES:  # named by gguf's own map, as llama.cpp's converter does
+            gguf_name = gguf.get_tensor_name_map(ARCH_BY_NAME[arch], c.num_hidden_layers)
+            w.add_tensor(f"{gguf_name.get_name(f'model.layers.{layer}.{module}')}.{kind}",
+                         np.ascontiguousarray(a))
+            continue
         sandwiched = arch in ("olmo2", "gemma2", "gemma3")  # norms after each sublayer
         gguf_module = ("post_attention_norm" if sandwiched and
                        module == "post_attention_layernorm" else _GGUF_LAYER[module])

@@ -1,5 +1,6 @@
 """A GGUF file given as the model: llama.cpp's architectures (llama, qwen2, qwen3, phi3, olmo2,
-smollm3, granite, gemma, gemma2, gemma3; the mixtures' in test_mixtures.py), their
+smollm3, granite, gemma, gemma2, gemma3, exaone4, ernie4_5, glm4; the mixtures' in
+test_mixtures.py), their
 tokenizers (byte-level BPE split as the file names, SentencePiece), converted once into the user
 cache and loaded as a folder; what cannot be read is refused naming the file."""
 from __future__ import annotations
@@ -92,6 +93,33 @@ def test_an_olmo2_gguf_with_windows_is_olmo3(tmp_path):
     c = loaded.config
     assert (c.architecture, c.sliding_layers, c.local_rope_theta) == ("olmo3", (0, 1, 2), 5000.0)
     assert c.rope_scaling.kind == "yarn"
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT),
+                               reference_logits(as_stored(hf), PROMPT), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("arch,fields,pre", [
+    # EXAONE 4 32B's kind: three sliding layers to a full one, RoPE in the sliding ones alone
+    ("exaone4", {"num_hidden_layers": 4, "tie_word_embeddings": True, "sliding_window": 5,
+                 "layer_types": ["sliding_attention"] * 3 + ["full_attention"]}, "exaone4"),
+    ("exaone4", {"tie_word_embeddings": True, "sliding_window": None,  # 1.2B's kind
+                 "layer_types": ["full_attention"] * 2}, "exaone4"),
+    ("ernie4_5", {"tie_word_embeddings": True, "head_dim": 24}, "smollm"),
+    ("glm4", {"head_dim": 16}, "glm4")])
+def test_exaone4_ernie4_5_and_glm4_ggufs_load_as_the_models_they_hold(tmp_path, arch, fields,
+                                                                       pre):
+    """As llama.cpp's converters write them: their Hugging Face rows as they are (ERNIE 4.5's and
+    GLM-4's RoPE turns adjacent pairs, as llama.cpp's does for them), EXAONE 4's windows flagged
+    layer by layer, GLM-4's gate and up one tensor and its RoPE on half of each head."""
+    hf = hf_tiny(arch, **fields)
+    loaded = load_model(str(write_tiny_gguf(hf, tmp_path / f"{arch}.gguf", arch=arch, pre=pre)),
+                        dtype="fp32", device="cpu")
+    c = loaded.config
+    assert c.architecture == arch
+    if arch == "exaone4":
+        windowed = fields["sliding_window"] is not None
+        assert (c.sliding_layers, c.nope_layers) == (((0, 1, 2), (3,)) if windowed else ((), ()))
+    if arch == "glm4":
+        assert (c.qkv_bias, c.rotary_dim, c.head_dim) == (True, 8, 16)
     torch.testing.assert_close(engine_logits(loaded.model, PROMPT),
                                reference_logits(as_stored(hf), PROMPT), atol=1e-4, rtol=0)
 
