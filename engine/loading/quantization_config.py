@@ -127,6 +127,8 @@ def _awq(config: dict, path: Path) -> Quantization:
     version = str(config.get("version", "gemm")).lower()
     if version != "gemm":  # GEMV's and the kernels' own orders are other layouts
         raise refuse(f"version {version!r} is not read (gemm is)")
+    if config.get("zero_point", True) is not True:
+        raise refuse("zero_point false is not read (AutoAWQ's default, true, is)")
     return Quantization("awq int4", "awq", _group(config, refuse), (4,))
 
 

@@ -122,7 +122,7 @@ def dequantize(stored: torch.Tensor, scale: torch.Tensor | None, zero: torch.Ten
     assert stored.ndim == 2, stored.shape
     if scale is None:
         raise ValueError("has no weight_scale or weight_scale_inv beside it")
-    values, scale = stored.float(), _scale_values(scale)
+    values, scale = stored.float().contiguous(), _scale_values(scale)
     rows, columns = values.shape
     if groups is not None and scale.ndim == 2 and torch.equal(
             groups, torch.arange(columns) * scale.shape[1] // columns):

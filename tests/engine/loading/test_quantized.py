@@ -439,6 +439,7 @@ def test_unpack_reads_every_bit_width_compressed_tensors_packs():
     ({"quant_method": "gptq", "bits": 3}, "3-bit"),
     ({"quant_method": "gptq", "bits": 4, "checkpoint_format": "marlin"}, "marlin"),
     ({"quant_method": "awq", "bits": 4, "version": "gemv"}, "gemv"),
+    ({"quant_method": "awq", "bits": 4, "zero_point": False}, "zero_point false"),
     ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "bitsandbytes"),
     ({"quant_method": "fp8", "weight_block_size": [128]}, "weight_block_size"),
     ({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
