@@ -81,7 +81,7 @@ def load_model(spec: str = "default", dtype: str = "auto", device: str = "auto",
         sampling_defaults = read_sampling_defaults(folder) | (
             ollama_store.sampling(spec) if spec.startswith(ollama_store.PREFIX) else {})
         report(f"loading weights from {folder}", 0.1)
-        weights = Weights(folder)
+        weights = Weights(folder, lambda message, fraction: report(message, 0.1 + 0.4 * fraction))
     _check_room(folder, config, weights.shapes, torch_dtype, torch_device)
     with _damage_hint(spec == "default"):
         model = _build(folder, config, weights, torch_dtype, torch_device)

@@ -6,7 +6,7 @@ GLM-4's norms and fused gate and up as the others'; a quantized checkpoint's wei
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,7 +104,12 @@ class Weights(Mapping[str, torch.Tensor]):
     in bf16 took 530 MB of memory beyond the page cache, now 283, its own size). `shapes` come
     from the files' headers, so names and shapes are checked before any tensor is read."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path,
+                 progress: Callable[[str, float], None] = lambda message, fraction: None
+                 ) -> None:
+        """progress(message, fraction of the tensors read) hears about each tensor read (a big
+        model's, or a quantized one's, dequantized, take a while)."""
+        self.progress, self._reads = progress, 0
         self.files = weight_files(folder)  # stored name -> the file holding it
         self._handles = {file: _open(file) for file in set(self.files.values())}
         config = folder / "config.json"
@@ -123,6 +128,8 @@ class Weights(Mapping[str, torch.Tensor]):
         self.shapes = {ours: self._shape(part) for ours, part in self.stored.items()}
 
     def __getitem__(self, name: str) -> torch.Tensor:
+        self._reads += 1
+        self.progress(f"reading {name}", min(1.0, self._reads / len(self.stored)))
         part = self.stored[name]
         if self.quantization:
             return self._dequantized(part)

@@ -359,8 +359,13 @@ def test_gptq_checkpoints_read_as_autogptq_packs_them(tmp_path, bits, form, desc
                       "desc_act": desc_act, "sym": form == "gptq", "checkpoint_format": form},
              quantize)
     reference = _holding(transformers, hf, tmp_path / "reference", expected)
-    loaded = load_model(str(folder), dtype="fp32", device="cpu")
+    heard = []
+    loaded = load_model(str(folder), dtype="fp32", device="cpu",
+                        progress=lambda message, fraction: heard.append((message, fraction)))
     assert loaded.config.quantization == f"gptq int{bits}"
+    reads = [fraction for message, fraction in heard if message.startswith("reading model.")]
+    assert "reading model.layers.1.mlp.down_proj.weight" in dict(heard)  # tensor by tensor
+    assert reads == sorted(reads) and reads[0] > 0.1 and reads[-1] == pytest.approx(0.5)
     torch.testing.assert_close(engine_logits(loaded.model, PROMPT),
                                reference_logits(reference, PROMPT), atol=1e-5, rtol=0)
 
