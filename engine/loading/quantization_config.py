@@ -6,8 +6,9 @@ Read: transformers' `fp8` (Qwen3's and Mistral's FP8 releases, DeepSeek's layout
 `fbgemm_fp8`; compressed-tensors' (llm-compressor's: RedHatAI's `-FP8-dynamic`,
 `-quantized.w8a8`, `-quantized.w4a16`) `float-quantized`, `int-quantized`, `naive-quantized`
 and `pack-quantized` weights; GPTQ's (AutoGPTQ's and GPTQModel's: 2, 4 and 8 bits, its first
-layout or its v2) and AWQ's (AutoAWQ's GEMM, 4 bits). Refused: bitsandbytes, nvfp4 and mxfp4,
-3-bit packing, rotated or 2:4-sparse compressed-tensors weights, and the rest."""
+layout or its v2), AWQ's (AutoAWQ's GEMM, 4 bits) and bitsandbytes' (nf4 and fp4, double
+quantized too, and LLM.int8: unsloth's `-bnb-4bit` releases). Refused: nvfp4 and mxfp4, 3-bit
+packing, rotated or 2:4-sparse compressed-tensors weights, and the rest."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,14 +20,16 @@ from engine.errors import ModelLoadError
 CT_FORMATS = ("float-quantized", "int-quantized", "naive-quantized", "pack-quantized")
 CT_STRATEGIES = ("tensor", "channel", "group", "block")
 PACKED_BITS = (1, 2, 4, 8)  # widths that pack whole into 32-bit words
-READ = ("fp8, fbgemm_fp8, compressed-tensors' fp8 and int weights, GPTQ's and AWQ's (GEMM)")
+READ = ("fp8, fbgemm_fp8, compressed-tensors' fp8 and int weights, GPTQ's, AWQ's (GEMM) and "
+        "bitsandbytes'")
 
 
 @dataclass(frozen=True, slots=True)
 class Quantization:
     """How a checkpoint's quantized weights are stored."""
     label: str  # what the weights are, as a user reads it: "fp8", "gptq int4"
-    layout: str = "scaled"  # "scaled" (weight and weight_scale...), "gptq" or "awq" (qweight...)
+    # "scaled" (weight and weight_scale...), "gptq" or "awq" (qweight...), "bnb" (bitsandbytes')
+    layout: str = "scaled"
     blocks: tuple[tuple[int, int], ...] = ()  # (rows, columns) a scale may cover, as configured
     packed_bits: tuple[int, ...] = ()  # bits of a packed value: one width, or one per group
     zero_offset: int = 0  # added to each stored zero point (GPTQ's first layout stores z - 1)
@@ -41,7 +44,8 @@ def read_quantization(cfg: dict, path: Path) -> Quantization | None:
         raise ModelLoadError(path, f"quantization_config must be an object, got {config!r}")
     method = config.get("quant_method")
     readers = {"fp8": _fp8, "fbgemm_fp8": lambda _, __: Quantization("fp8 (fbgemm)"),
-               "compressed-tensors": _compressed_tensors, "gptq": _gptq, "awq": _awq}
+               "compressed-tensors": _compressed_tensors, "gptq": _gptq, "awq": _awq,
+               "bitsandbytes": _bitsandbytes}
     if method not in readers:
         raise ModelLoadError(path, f"quantized checkpoints by {method or config!r} are not read "
                                    f"(read: {READ}); use the model's unquantized weights or its "
@@ -130,6 +134,19 @@ def _awq(config: dict, path: Path) -> Quantization:
     if config.get("zero_point", True) is not True:
         raise refuse("zero_point false is not read (AutoAWQ's default, true, is)")
     return Quantization("awq int4", "awq", _group(config, refuse), (4,))
+
+
+def _bitsandbytes(config: dict, path: Path) -> Quantization:
+    """4-bit (its quant type's codes, each block's absmax) or 8-bit (each row's absmax)."""
+    if config.get("load_in_4bit"):
+        kind = config.get("bnb_4bit_quant_type", "fp4")
+        if kind not in ("nf4", "fp4"):
+            raise _refusal(path, "bitsandbytes")(f"bnb_4bit_quant_type {kind!r} is not read "
+                                                 "(nf4 and fp4 are)")
+        return Quantization(f"bitsandbytes {kind}", "bnb")
+    if config.get("load_in_8bit"):
+        return Quantization("bitsandbytes int8", "bnb")
+    raise _refusal(path, "bitsandbytes")("neither load_in_4bit nor load_in_8bit is set")
 
 
 def _group(config: dict, refuse) -> tuple[tuple[int, int], ...]:

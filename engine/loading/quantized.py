@@ -9,10 +9,15 @@ fp8) per tensor, row, group of columns or block, `weight_zero_point` where asymm
 `weight_g_idx` where columns were grouped out of order. GPTQ: `qweight` [in / n, out] packed
 down its columns, `qzeros` [groups, out / n], `scales` [groups, out], `g_idx` [in]. AWQ:
 `qweight` [in, out / 8] and `qzeros` packed along the rows in AutoAWQ's order, `scales`
-[groups, out]. Activations' and the KV cache's scales are read past: those are computed
-unquantized."""
+[groups, out]. bitsandbytes: 4-bit `weight` [values / 2, 1] in uint8 (two codes a byte, the
+first in its high half), `weight.quant_map` (nf4's or fp4's 16 values), `weight.absmax` per
+block (itself 8-bit with `weight.nested_absmax` and `nested_quant_map` where double quantized),
+and `weight.quant_state.bitsandbytes__nf4` (JSON: the block size, the matrix's shape); 8-bit
+`weight` in int8 and `SCB`, each row's absmax. Activations' and the KV cache's scales are read
+past: those are computed unquantized."""
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterable
 
@@ -23,11 +28,12 @@ from engine.loading.quantization_config import Quantization
 # Tensors beside a weight that are not the model's: what reading it back takes, and the
 # activations' and KV cache's scales (read past)
 WEIGHT_PARTS = ("weight_scale", "weight_scale_inv", "weight_zero_point", "weight_g_idx",
-                "weight_shape", "qzeros", "scales", "g_idx")
+                "weight_shape", "qzeros", "scales", "g_idx", "SCB", "weight_format")
 READ_PAST = ("input_scale", "input_zero_point", "input_scale_ub", "activation_scale",
              "output_scale", "output_zero_point", "k_scale", "v_scale")
 PACKED = ("weight_packed", "qweight")  # packed weights, read as the plain `weight`
-QUANTIZED_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.int8, torch.int32)
+QUANTIZED_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.int8, torch.uint8, torch.int32)
+BNB_STATES = ("quant_state.bitsandbytes__nf4", "quant_state.bitsandbytes__fp4")
 AWQ_COLUMNS = [0, 4, 1, 5, 2, 6, 3, 7]  # AutoAWQ packs columns 0 2 4 6 1 3 5 7 of each word
 
 Read = Callable[[str], "torch.Tensor | None"]  # a stored tensor by name; None where there is none
@@ -39,14 +45,19 @@ def plain_names(stored: Iterable[str]) -> dict[str, str]:
     names = {}
     for name in stored:
         base, _, last = name.rpartition(".")
-        if last not in WEIGHT_PARTS and last not in READ_PAST:
-            names[f"{base}.weight" if last in PACKED else name] = name
+        if last not in WEIGHT_PARTS and last not in READ_PAST and ".weight." not in name:
+            names[f"{base}.weight" if last in PACKED else name] = name  # (".weight.": bnb's)
     return names
 
 
 def plain_shape(quantization: Quantization, plain: str, stored: str,
                 header: Callable[[str], tuple[int, ...]], read: Read) -> tuple[int, ...]:
-    """The shape of the matrix a packed weight holds (`header`: a stored tensor's shape)."""
+    """The shape of the matrix a weight holds (`header`: a stored tensor's shape)."""
+    if quantization.layout == "bnb":
+        state = _bnb_state(plain, read)
+        return tuple(state["shape"]) if state else header(stored)
+    if not stored.endswith(PACKED):
+        return header(stored)
     if quantization.layout == "scaled":
         shape = read(plain.removesuffix("weight") + "weight_shape")
         if shape is None:
@@ -68,6 +79,8 @@ def read_plain(quantization: Quantization, plain: str, stored: str, shape: tuple
     if weight.dtype not in QUANTIZED_DTYPES:
         return weight
     rows, columns = shape[-2:]
+    if quantization.layout == "bnb":
+        return _bnb(plain, weight, shape, read)
     if quantization.layout == "gptq":
         return _gptq(quantization, base, weight, rows, columns, read)
     if quantization.layout == "awq":
@@ -103,6 +116,38 @@ def _awq_columns(values: torch.Tensor) -> torch.Tensor:
     """AutoAWQ's columns back in order, each word's eight."""
     words = values.shape[1] // 8
     return values.reshape(-1, words, 8)[:, :, AWQ_COLUMNS].reshape(values.shape)
+
+
+def _bnb(plain: str, weight: torch.Tensor, shape: tuple[int, ...], read: Read) -> torch.Tensor:
+    if weight.dtype == torch.int8:  # LLM.int8: each row scaled by its absmax / 127
+        (absmax,) = _needed(read, plain.removesuffix("weight"), "SCB")
+        return dequantize(weight, absmax / 127, None, None, ())
+    state = _bnb_state(plain, read)
+    if state is None:
+        raise ValueError("has no quant_state.bitsandbytes__nf4 (or __fp4) beside it")
+    values, absmax = _needed(read, plain + ".", "quant_map", "absmax")
+    if "nested_blocksize" in state:  # the absmaxes 8-bit blockwise too, about an offset
+        code, top = _needed(read, plain + ".", "nested_quant_map", "nested_absmax")
+        absmax = (code[absmax.long()] * top.repeat_interleave(state["nested_blocksize"])[
+            :absmax.numel()] + state["nested_offset"])
+    codes = torch.stack([weight.flatten() >> 4, weight.flatten() & 15], 1).flatten()
+    count = math.prod(shape)
+    if codes.numel() < count or absmax.numel() * state["blocksize"] < count:
+        raise ValueError(f"does not hold the {count} values of its quant_state's shape {shape}")
+    scale = absmax.float().repeat_interleave(state["blocksize"])[:count]
+    return (values.float()[codes[:count].long()] * scale).reshape(shape)
+
+
+def _bnb_state(plain: str, read: Read) -> dict | None:
+    """A bitsandbytes 4-bit weight's quant_state, its JSON stored as bytes."""
+    for name in BNB_STATES:
+        stored = read(f"{plain}.{name}")
+        if stored is not None:
+            try:
+                return json.loads(bytes(stored.tolist()))
+            except ValueError:
+                raise ValueError(f"its {name} is not JSON") from None
+    return None
 
 
 def _needed(read: Read, base: str, *names: str) -> list[torch.Tensor]:

@@ -210,7 +210,7 @@ class Weights(Mapping[str, torch.Tensor]):
     def _stored_shape(self, name: str) -> tuple[int, ...]:
         """A model's tensor's shape as stored whole (a packed one's as unpacked)."""
         stored = self.plain[name]
-        if stored == name:
+        if self.quantization is None:
             return self._header_shape(name)
         try:
             return plain_shape(self.quantization, name, stored, self._header_shape,

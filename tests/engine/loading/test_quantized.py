@@ -1,7 +1,7 @@
-"""Quantized checkpoints (engine/loading/quantized.py): transformers' fp8 layout and
-compressed-tensors' formats, written here as their own code writes them, read back to the logits
-transformers (or compressed-tensors' own decompression) gives; and every layout not read,
-refused naming its file."""
+"""Quantized checkpoints (engine/loading/quantized.py): transformers' fp8 layout,
+compressed-tensors' formats, GPTQ's, AWQ's and bitsandbytes', written here as their own code
+writes them, read back to the logits transformers (or the quantizer's own code) gives; and every
+layout not read, refused naming its file."""
 from __future__ import annotations
 
 import json
@@ -15,6 +15,7 @@ from engine.errors import ModelLoadError
 from engine.loading import load_model
 from engine.loading.hf_folder import read_config
 from engine.loading.quantized import dequantize, unpack
+from engine.loading.weights import Weights
 
 from .conftest import (MINISTRAL3_ROPE, engine_logits, hf_mistral3, hf_tiny, reference_logits,
                        save_hf_folder)
@@ -416,6 +417,60 @@ def _holding(transformers, hf, folder, matrices: dict):
     return transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
 
 
+@pytest.mark.parametrize("kind,nested", [("nf4", True), ("nf4", False), ("fp4", False),
+                                         ("int8", False)])
+def test_bitsandbytes_weights_read_back_as_its_quantizer_coded_them(tmp_path, kind, nested):
+    """unsloth's -bnb-4bit releases (nf4, double quantized) and LLM.int8, as transformers saves
+    them: each weight read back is one bitsandbytes' own quantizer codes to the bytes stored
+    (the matrix it meant). Its CPU dequantizer is not the reference: bitsandbytes 0.50.2's
+    scales each 4-bit block by the previous block's absmax (0.17 mean error against the
+    weights, 0.07 from its codes)."""
+    functional = pytest.importorskip("bitsandbytes.functional")
+    transformers = pytest.importorskip("transformers")
+    hf = hf_tiny("llama")
+    folder = save_hf_folder(hf, tmp_path / kind)
+    stored = {}
+
+    def quantize(name: str, weight: torch.Tensor) -> dict[str, torch.Tensor]:
+        if kind == "int8":
+            values, absmax, _ = functional.int8_vectorwise_quant(weight.half())
+            stored[name] = values
+            return {name: values, name.removesuffix("weight") + "SCB": absmax}
+        values, state = functional.quantize_4bit(weight, blocksize=64, quant_type=kind,
+                                                 compress_statistics=nested)
+        stored[name] = values
+        return {name: values} | {f"{name}.{key}": part
+                                 for key, part in state.as_dict(packed=True).items()}
+
+    _rewrite(folder, {"quant_method": "bitsandbytes", "load_in_4bit": kind != "int8",
+                      "load_in_8bit": kind == "int8", "bnb_4bit_quant_type": kind,
+                      "bnb_4bit_use_double_quant": nested}, quantize)
+    weights = Weights(folder)
+    for name, values in stored.items():
+        read = weights[name]
+        assert read.shape == weights.shapes[name] == hf.state_dict()[name].shape
+        if kind == "int8":
+            again, _, _ = functional.int8_vectorwise_quant(read.half())
+            assert torch.equal(again, values), name
+        else:  # the same codes (fp4's two zeros alike: a tie either way)
+            again, state = functional.quantize_4bit(read, blocksize=64, quant_type=kind,
+                                                    compress_statistics=False)
+            assert torch.equal(state.code[_nibbles(again)], state.code[_nibbles(values)]), name
+        error = (read - hf.state_dict()[name]).abs().mean() / hf.state_dict()[name].abs().mean()
+        assert error < (0.02 if kind == "int8" else 0.15), (name, error)  # near what it coded
+    loaded = load_model(str(folder), dtype="fp32", device="cpu")
+    assert loaded.config.quantization == f"bitsandbytes {kind}"
+    reference = _holding(transformers, hf, tmp_path / "reference",
+                         {name: weights[name] for name in stored})
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT),
+                               reference_logits(reference, PROMPT), atol=1e-5, rtol=0)
+
+
+def _nibbles(packed: torch.Tensor) -> torch.Tensor:
+    """bitsandbytes' 4-bit codes, two a byte, the first in its high half."""
+    return torch.stack([packed.flatten() >> 4, packed.flatten() & 15], 1).flatten().long()
+
+
 def test_columns_grouped_out_of_order_take_their_groups_scales():
     """Older GPTQ-made compressed-tensors checkpoints (actorder "group") give each column's
     group in weight_g_idx: the matrix is as if its columns were sorted by group, each group
@@ -445,7 +500,10 @@ def test_unpack_reads_every_bit_width_compressed_tensors_packs():
     ({"quant_method": "gptq", "bits": 4, "checkpoint_format": "marlin"}, "marlin"),
     ({"quant_method": "awq", "bits": 4, "version": "gemv"}, "gemv"),
     ({"quant_method": "awq", "bits": 4, "zero_point": False}, "zero_point false"),
-    ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "bitsandbytes"),
+    ({"quant_method": "bitsandbytes"}, "neither load_in_4bit"),
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "int4"},
+     "int4"),
+    ({"quant_method": "hqq", "nbits": 4}, "hqq"),
     ({"quant_method": "fp8", "weight_block_size": [128]}, "weight_block_size"),
     ({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
       "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "float",
