@@ -17,8 +17,10 @@ class ModelConfig:
     norms each sublayer's output (and q and k whole), as EXAONE 4 does (q and k by head), Gemma
     has GELU, norms by 1 + weight and embeddings scaled, Gemma 2 adds norms around each sublayer,
     sliding-window layers and capped scores, Gemma 3 q/k norms and a RoPE base of its own in its
-    sliding layers (OLMo 3 is OLMo 2 with windows, RoPE unscaled in its sliding layers).
-    Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE and GraniteMoE are mixtures of experts."""
+    sliding layers (OLMo 3 is OLMo 2 with windows, RoPE unscaled in its sliding layers), Cohere
+    LayerNorms, RoPE on adjacent pairs and its attention and MLP side by side (Cohere 2 with
+    windows, RoPE in its sliding layers alone). Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE and
+    GraniteMoE are mixtures of experts."""
 
     vocab_size: int
     hidden_size: int
@@ -38,6 +40,9 @@ class ModelConfig:
     norm_before: bool = True  # each sublayer's input normed (all but OLMo 2)
     norm_after: bool = False  # each sublayer's output normed (OLMo 2, Gemma 2 and 3)
     gemma_norms: bool = False  # RMSNorms scale by 1 + weight, computed in fp32
+    layer_norm: bool = False  # norms subtract the mean too: LayerNorm without bias (Cohere's)
+    # the attention and the MLP read one normed input and add to the residual together (Cohere's)
+    parallel_block: bool = False
     activation: str = "silu"  # the MLP gate's: silu, or gelu_tanh (Gemma), gelu
     fused_projections: bool = False  # checkpoints hold qkv_proj and gate_up_proj (Phi-3)
     rotary_dim: int = 0  # a head's leading dimensions RoPE turns; 0: all (head_dim)
@@ -121,6 +126,8 @@ class ModelConfig:
             raise ValueError(f"activation {self.activation!r} is not one of {ACTIVATIONS}")
         if not (self.norm_before or self.norm_after):
             raise ValueError("a layer norms its sublayers' inputs, outputs or both")
+        if self.parallel_block and (self.norm_after or not self.norm_before):
+            raise ValueError("a parallel block norms its input alone")
         for name in ("rope_theta", "attention_softcap", "logits_softcap", "local_rope_theta"):
             value = getattr(self, name)
             if value is not None and not value > 0:  # a RoPE base of 0 turns nothing at all

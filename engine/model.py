@@ -1,7 +1,8 @@
 """The Llama-family decoder (Llama, Mistral, Qwen2 and Seed-OSS with qkv bias, GLM-4 with it, norms
 around each sublayer and RoPE on adjacent pairs, Qwen3 with q/k RMSNorm, SmolLM, SmolLM3 with layers
 without RoPE, Phi-3, Granite with its scalars, OLMo 2 and 3 and EXAONE 4 with their norms after,
-Gemma 1-3 with theirs; sliding windows in OLMo 3's, Gemma's and others' layers, a RoPE of their own
+Gemma 1-3 with theirs, Cohere 1 and 2 with LayerNorms and attention and MLP side by side; sliding
+windows in OLMo 3's, Gemma's and others' layers, a RoPE of their own
 in Gemma 3's and OLMo 3's; Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE and GraniteMoE with mixtures of
 experts, engine/mlp.py) as one forward over packed tokens of many lanes and a paged KV cache.
 
@@ -68,6 +69,16 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     return F.rms_norm(x.to(weight.dtype), weight.shape, weight, eps).to(x.dtype)
 
 
+def layer_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """LayerNorm without bias over the last dimension, in fp32 as Cohere computes it."""
+    return F.layer_norm(x.float(), weight.shape, weight.float(), None, eps).to(x.dtype)
+
+
+def sublayer_norm(config: ModelConfig) -> Callable[[Tensor, Tensor, float], Tensor]:
+    """The norm of a model's sublayers and of its output."""
+    return layer_norm if config.layer_norm else rms_norm
+
+
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
 
@@ -97,7 +108,8 @@ class DecoderLayer(nn.Module):
         self.k_norm = norm(k_span, c.qk_norm)
         self.o_proj = nn.Parameter(torch.empty(c.hidden_size, self.q_size, **kw))
         self.attn_out_norm = norm(c.hidden_size, c.norm_after)
-        self.mlp_norm = norm(c.hidden_size, c.norm_before)
+        self.mlp_norm = norm(c.hidden_size, c.norm_before and not c.parallel_block)
+        self.normed = sublayer_norm(c)
         self.ff_norm = norm(c.hidden_size, c.norm_after)
         self.activation = _ACTIVATIONS[c.activation]
         # the MLP: dense, or a mixture of experts
@@ -117,7 +129,7 @@ class DecoderLayer(nn.Module):
                 meta: StepMetadata, query_scale: Tensor | None = None) -> Tensor:
         c = self.config
         n = x.shape[0]                                                    # x: [n, hidden]
-        h = x if self.input_norm is None else rms_norm(x, self.input_norm, c.rms_norm_eps)
+        h = x if self.input_norm is None else self.normed(x, self.input_norm, c.rms_norm_eps)
         qkv = linear(h, self.qkv, self.qkv_bias)                         # [n, q + 2 kv]
         qk, v = qkv.split((self.q_size + self.kv_size, self.kv_size), dim=-1)
         if c.qk_norm_whole:  # across the heads, before RoPE
@@ -147,13 +159,14 @@ class DecoderLayer(nn.Module):
                             softcap=c.attention_softcap)                  # [n, nh, hd]
         out = linear(o.reshape(n, self.q_size), self.o_proj)
         if self.attn_out_norm is not None:
-            out = rms_norm(out, self.attn_out_norm, c.rms_norm_eps)
+            out = self.normed(out, self.attn_out_norm, c.rms_norm_eps)
         x = self._residual(x, out)
-        h = x if self.mlp_norm is None else rms_norm(x, self.mlp_norm, c.rms_norm_eps)
+        if not c.parallel_block:  # (Cohere's MLP reads the attention's input, `h`)
+            h = x if self.mlp_norm is None else self.normed(x, self.mlp_norm, c.rms_norm_eps)
         out = (gated_mlp(h, self.gate_up, self.down, self.activation) if self.moe is None else
                self.moe(h, self.activation))
         if self.ff_norm is not None:
-            out = rms_norm(out, self.ff_norm, c.rms_norm_eps)
+            out = self.normed(out, self.ff_norm, c.rms_norm_eps)
         return self._residual(x, out)
 
     def _residual(self, x: Tensor, out: Tensor) -> Tensor:
@@ -256,7 +269,7 @@ class LlamaModel(nn.Module):
         for index, layer in enumerate(self.layers):
             x = layer(x, *(local if layer.local_rope else (cos, sin)), kv.k[index], kv.v[index],
                       meta, query_scale)
-        h = rms_norm(x[logit_rows], self.norm, self.config.rms_norm_eps)
+        h = sublayer_norm(self.config)(x[logit_rows], self.norm, self.config.rms_norm_eps)
         logits = linear(h, self.head).float()
         if self.config.logits_scaling != 1.0:
             logits /= self.config.logits_scaling
@@ -485,7 +498,8 @@ def _hf_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
         # in this order: LlamaModel.random draws its weights so (the tiny-test model's own)
         if c.norm_before:
             shapes[p + "input_layernorm.weight"] = (c.hidden_size,)
-        shapes[p + "post_attention_layernorm.weight"] = (c.hidden_size,)
+        if not c.parallel_block:
+            shapes[p + "post_attention_layernorm.weight"] = (c.hidden_size,)
         shapes.update({p + "self_attn.qkv_proj.weight": (q + 2 * kv, c.hidden_size)}
                       if c.fused_projections else {
                           p + "self_attn.q_proj.weight": (q, c.hidden_size),

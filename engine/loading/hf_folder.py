@@ -15,6 +15,8 @@ from engine.errors import ModelLoadError
 from engine.loading.quantization_config import read_quantization
 from engine.tokenizer import Tokenizer
 
+COHERE = {"layer_norm": True, "parallel_block": True, "rope_interleaved": True}
+COHERES = ("cohere", "cohere2")
 # architectures[0] in config.json -> (our architecture name, its switches).
 SUPPORTED = {
     "LlamaForCausalLM": ("llama", {}),
@@ -47,6 +49,10 @@ SUPPORTED = {
     # norms around each sublayer, q/k/v biases as Seed-OSS's, RoPE on adjacent pairs of half a head
     "Glm4ForCausalLM": ("glm4", {"norm_after": True, "rope_interleaved": True}),
     "Ernie4_5ForCausalLM": ("ernie4_5", {"rope_interleaved": True}),  # Llama's, RoPE as GLM-4's
+    # LayerNorms, the attention and MLP side by side, RoPE on adjacent pairs, logits scaled;
+    # Cohere 2 with three sliding layers to a full one, RoPE in those alone
+    "CohereForCausalLM": ("cohere", COHERE),
+    "Cohere2ForCausalLM": ("cohere2", COHERE),
 }
 # A mixture's config field for its experts' width, and whether the chosen experts' weights are
 # always rescaled to sum to 1 (else as norm_topk_prob says)
@@ -198,7 +204,7 @@ def read_config(folder: Path) -> ModelConfig:
     sliding = _sliding_window(cfg, path, arch, layers)
     if arch == "smollm3":
         nope = _nope_layers(cfg, path, layers)
-    elif arch == "exaone4" and cfg.get("sliding_window") is not None:
+    elif arch == "cohere2" or arch == "exaone4" and cfg.get("sliding_window") is not None:
         # with a window, RoPE turns in the sliding layers alone (as transformers has it)
         nope = tuple(i for i in range(layers) if i not in sliding.get("sliding_layers", ()))
     else:
@@ -218,13 +224,15 @@ def read_config(folder: Path) -> ModelConfig:
             **(_experts(cfg, path, arch, layers) if arch in MIXTURES else {}),
             **(_local_rope(cfg, path, theta) if arch == "olmo3" and sliding else {}),
             **(_query_scaling(cfg, path) if arch == "ministral3" else {}),
+            **(_cohere(cfg, path) if arch in COHERES else {}),
             **sliding, activation=activation,
             num_kv_heads=_int(cfg, path, "num_key_value_heads", heads) or heads,
             head_dim=_int(cfg, path, "head_dim", 0), rotary_dim=rotary_dim, rope_theta=theta,
             rope_scaling=scaling,
-            rms_norm_eps=_number(cfg, path, "rms_norm_eps", 1e-6), max_position=max_position,
-            tie_word_embeddings=_bool(cfg, path, "tie_word_embeddings",
-                                      arch.startswith("gemma")),  # transformers' defaults
+            rms_norm_eps=(_number(cfg, path, "layer_norm_eps", 1e-5) if arch in COHERES else
+                          _number(cfg, path, "rms_norm_eps", 1e-6)), max_position=max_position,
+            tie_word_embeddings=_bool(cfg, path, "tie_word_embeddings",  # transformers' defaults
+                                      arch.startswith("gemma") or arch in COHERES),
             bos_token_id=cfg.get("bos_token_id"), eos_token_ids=eos, architecture=arch,
             quantization=quantization.label if quantization else "", **switches)
     except (TypeError, ValueError) as exc:
@@ -344,6 +352,17 @@ def _gemma(cfg: dict, path: Path, arch: str) -> dict:
     return fields
 
 
+def _cohere(cfg: dict, path: Path) -> dict:
+    """Cohere's logits scaled by its logit_scale (as ModelConfig divides them: by its inverse);
+    the q and k LayerNorms of Command R+ (use_qk_norm) are not read."""
+    if cfg.get("use_qk_norm"):
+        raise ModelLoadError(path, "use_qk_norm (q and k LayerNorms by head) is not supported")
+    scale = _number(cfg, path, "logit_scale", 0.0625)
+    if not scale > 0:
+        raise ModelLoadError(path, f"logit_scale must be positive, got {scale}")
+    return {"logits_scaling": 1 / scale}
+
+
 def _query_scaling(cfg: dict, path: Path) -> dict:
     """Ministral 3's queries scaled by 1 + beta log(1 + floor(position / its original context))
     (Llama 4's long-context attention scale), from its rope_parameters (or rope_scaling)."""
@@ -369,9 +388,9 @@ def _local_rope(cfg: dict, path: Path, base: float) -> dict:
 
 
 # Which layers slide where config.json has no layer_types, as transformers reads it: every layer
-# (Mistral, Ministral 3, Phi-3, Mixtral, Qwen3-MoE), all but every pattern-th (Gemma 3, pattern 6; Gemma 2, 2;
-# EXAONE 4, 4 or its L and G; OLMo 3, 4), those from max_window_layers (Qwen2 and 3 with
-# use_sliding_window), every other one below it (Qwen2-MoE's)
+# (Mistral, Ministral 3, Phi-3, Mixtral, Qwen3-MoE), all but every pattern-th (Gemma 3, pattern
+# 6; Gemma 2, 2; EXAONE 4, 4 or its L and G; OLMo 3 and Cohere 2, 4), those from
+# max_window_layers (Qwen2 and 3 with use_sliding_window), every other one below it (Qwen2-MoE's)
 def _sliding_window(cfg: dict, path: Path, arch: str, layers: int) -> dict:
     """sliding_window and sliding_layers: the layers where a query sees only the window's keys
     up to its own (and Gemma 3's local RoPE turns, however long its window)."""
@@ -395,7 +414,7 @@ def _sliding_window(cfg: dict, path: Path, arch: str, layers: int) -> dict:
             raise ModelLoadError(path, f"sliding_window_pattern must be of L and G, got "
                                        f"{pattern!r}")
         sliding = [i for i in range(layers) if pattern[i % len(pattern)] == "L"]
-    elif arch in ("gemma2", "gemma3", "exaone4", "olmo3"):
+    elif arch in ("gemma2", "gemma3", "exaone4", "olmo3", "cohere2"):
         pattern = (2 if arch == "gemma2" else 4 if arch == "olmo3" else
                    _int(cfg, path, "sliding_window_pattern", 6 if arch == "gemma3" else 4))
         if pattern < 1:

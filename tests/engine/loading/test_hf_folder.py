@@ -295,6 +295,24 @@ def test_mistral3_with_another_text_model_is_refused_naming_its_type(tmp_path):
                                    "(mistral, ministral3)")
 
 
+@pytest.mark.parametrize("arch,fields,sliding", [
+    ("cohere", {}, ()),  # Aya Expanse's and Command R's kind
+    ("cohere", {"logit_scale": 0.125, "tie_word_embeddings": False}, ()),
+    # Command R7B's kind: three sliding layers to a full one, RoPE in the sliding ones alone
+    ("cohere2", {"num_hidden_layers": 4, "sliding_window": 5}, (0, 1, 2))])
+def test_cohere_matches_transformers(tmp_path, arch, fields, sliding):
+    """Cohere: LayerNorms (no bias, in fp32), the attention and MLP side by side on one normed
+    input, RoPE on adjacent pairs, logits scaled by logit_scale."""
+    hf = hf_tiny(arch, **fields)
+    loaded = load_model(str(save_hf_folder(hf, tmp_path / arch)), dtype="fp32", device="cpu")
+    c = loaded.config
+    assert (c.layer_norm, c.parallel_block, c.rope_interleaved) == (True, True, True)
+    assert c.logits_scaling == 1 / fields.get("logit_scale", 0.0625)
+    assert (c.sliding_layers, c.nope_layers) == (sliding, (3,) if sliding else ())
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT), reference_logits(hf, PROMPT),
+                               atol=1e-4, rtol=0)
+
+
 def test_glm4s_names_and_interleaved_rope_are_read_as_the_others(tmp_path):
     """GLM-4: its norms named apart, gate and up fused, RoPE on adjacent pairs of half of each
     head (its q and k rows reordered at load, and back in hf_state_dict)."""
