@@ -2,8 +2,9 @@
 
 llama.cpp's llama (Llama, Mistral, SmolLM; Mixtral with its experts), smollm3, granite, qwen2,
 qwen3, olmo2, phi3 (Phi-3, Phi-3.5, Phi-4-mini), gemma, gemma2, gemma3, exaone4, ernie4_5, glm4
-(the 0414 models), and the mixtures qwen2moe, qwen3moe, olmoe and granitemoe are read, with the
-tokenizers gguf_tokenizer.py rebuilds; other architectures are refused naming theirs."""
+(the 0414 models), command-r (Cohere's: Aya, Command R), cohere2 (Command R7B), and the
+mixtures qwen2moe, qwen3moe, olmoe and granitemoe are read, with the tokenizers
+gguf_tokenizer.py rebuilds; other architectures are refused naming theirs."""
 from __future__ import annotations
 
 import json
@@ -39,7 +40,10 @@ ARCHITECTURES = {"llama": ("LlamaForCausalLM", True), "qwen2": ("Qwen2ForCausalL
                  "granitemoe": ("GraniteMoeForCausalLM", True),  # granite's, with experts
                  "exaone4": ("Exaone4ForCausalLM", False),
                  # RoPE on adjacent pairs, as in their Hugging Face rows: llama.cpp keeps those
-                 "ernie4_5": ("Ernie4_5ForCausalLM", False), "glm4": ("Glm4ForCausalLM", False)}
+                 "ernie4_5": ("Ernie4_5ForCausalLM", False), "glm4": ("Glm4ForCausalLM", False),
+                 "command-r": ("CohereForCausalLM", False),
+                 "cohere2": ("Cohere2ForCausalLM", False)}
+COHERES = ("command-r", "cohere2")  # LayerNorms, logits scaled
 # Mixtral is llama.cpp's llama with experts; these are mixtures always
 MIXTRAL = "MixtralForCausalLM"
 MIXTURES = ("qwen2moe", "qwen3moe", "olmoe", "granitemoe")
@@ -181,8 +185,10 @@ def gguf_config(g: _Gguf) -> dict:
                                  if rotary != head_dim else {}),
         "rope_theta": theta, **({"rope_scaling": scaling} if scaling else {}),
         **(_olmo3_fields(g, theta, scaling, layers) if olmo3 else {}),
-        "rms_norm_eps": float(g.get(f"{arch}.attention.layer_norm_rms_epsilon",
-                                    1e-6 if arch in GEMMAS else None)),
+        **({"layer_norm_eps": float(g.get(f"{arch}.attention.layer_norm_epsilon")),
+            "logit_scale": float(g.get(f"{arch}.logit_scale", 1.0))} if arch in COHERES else
+           {"rms_norm_eps": float(g.get(f"{arch}.attention.layer_norm_rms_epsilon",
+                                        1e-6 if arch in GEMMAS else None))}),
         "max_position_embeddings": int(g.get(f"{arch}.context_length")),
         "tie_word_embeddings": "output.weight" not in names,
         # in the layers the file flags, else every layer, as llama.cpp slides it, but in Gemma's
@@ -204,8 +210,10 @@ def gguf_config(g: _Gguf) -> dict:
 
 def _window_layers(g: _Gguf, arch: str, layers: int) -> list[str]:
     """Each layer's kind where the file has a window: as its sliding_window_pattern flags them
-    (EXAONE 4's three sliding layers to a full one), else every layer sliding."""
-    pattern = g.get(f"{arch}.attention.sliding_window_pattern", [True] * layers)
+    (EXAONE 4's three sliding layers to a full one), else as llama.cpp has them: Cohere 2's
+    every 4th full, the others' every layer sliding."""
+    pattern = g.get(f"{arch}.attention.sliding_window_pattern",
+                    [arch != "cohere2" or (i + 1) % 4 != 0 for i in range(layers)])
     if not isinstance(pattern, list) or len(pattern) != layers:
         raise ModelLoadError(g.path, f"{arch}.attention.sliding_window_pattern must flag each "
                                      f"of the {layers} layers, got {pattern!r}")

@@ -198,7 +198,7 @@ def as_stored(hf):
 
 LLAMA_CPP_PERMUTED = ("llama", "smollm3", "granite", "granitemoe")  # Q/K rows, as it rotates
 # architectures whose layers' tensors are named here by gguf's own map, and those by their name
-BY_GGUF_NAMES = ("exaone4", "ernie4_5", "glm4")
+BY_GGUF_NAMES = ("exaone4", "ernie4_5", "glm4", "command-r", "cohere2")
 ARCH_BY_NAME = {name: arch for arch, name in gguf.MODEL_ARCH_NAMES.items()}
 
 
@@ -271,6 +271,11 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
     if arch in ("qwen3", "qwen3moe", "gemma", "gemma2", "gemma3") + BY_GGUF_NAMES:
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
+    if arch in ("command-r", "cohere2"):  # as llama.cpp's CommandR2Model and Cohere2Model do
+        w.add_layer_norm_eps(c.layer_norm_eps)
+        w.add_logit_scale(c.logit_scale)
+        if arch == "cohere2":
+            w.add_sliding_window(c.sliding_window)
     if arch == "exaone4" and c.sliding_window:  # as llama.cpp's Exaone4Model writes them
         w.add_sliding_window(c.sliding_window)
         w.add_sliding_window_pattern([kind == "sliding_attention" for kind in c.layer_types])

@@ -1,6 +1,6 @@
 """A GGUF file given as the model: llama.cpp's architectures (llama, qwen2, qwen3, phi3, olmo2,
-smollm3, granite, gemma, gemma2, gemma3, exaone4, ernie4_5, glm4; the mixtures' in
-test_mixtures.py), their
+smollm3, granite, gemma, gemma2, gemma3, exaone4, ernie4_5, glm4, command-r, cohere2; the
+mixtures' in test_mixtures.py), their
 tokenizers (byte-level BPE split as the file names, SentencePiece), converted once into the user
 cache and loaded as a folder; what cannot be read is refused naming the file."""
 from __future__ import annotations
@@ -120,6 +120,25 @@ def test_exaone4_ernie4_5_and_glm4_ggufs_load_as_the_models_they_hold(tmp_path, 
         assert (c.sliding_layers, c.nope_layers) == (((0, 1, 2), (3,)) if windowed else ((), ()))
     if arch == "glm4":
         assert (c.qkv_bias, c.rotary_dim, c.head_dim) == (True, 8, 16)
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT),
+                               reference_logits(as_stored(hf), PROMPT), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("gguf_arch,arch,fields", [
+    ("command-r", "cohere", {"logit_scale": 0.125}),
+    # llama.cpp's cohere2: every 4th layer full, as its code has it, RoPE in the others alone
+    ("cohere2", "cohere2", {"num_hidden_layers": 8, "sliding_window": 5})])
+def test_cohere_ggufs_load_as_the_models_they_hold(tmp_path, gguf_arch, arch, fields):
+    """llama.cpp's command-r and cohere2: LayerNorms (their eps as such), logit_scale, Q/K rows
+    as their folders have them (llama.cpp turns adjacent pairs for both, as Cohere does)."""
+    hf = hf_tiny(arch, **fields)
+    loaded = load_model(str(write_tiny_gguf(hf, tmp_path / f"{arch}.gguf", arch=gguf_arch,
+                                            pre="command-r")), dtype="fp32", device="cpu")
+    c = loaded.config
+    assert (c.architecture, c.layer_norm) == (arch, True)
+    assert c.logits_scaling == 1 / hf.config.logit_scale
+    if arch == "cohere2":
+        assert (c.sliding_layers, c.nope_layers) == ((0, 1, 2, 4, 5, 6), (3, 7))
     torch.testing.assert_close(engine_logits(loaded.model, PROMPT),
                                reference_logits(as_stored(hf), PROMPT), atol=1e-4, rtol=0)
 
