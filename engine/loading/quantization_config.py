@@ -74,9 +74,10 @@ def _compressed_tensors(config: dict, path: Path) -> Quantization:
         raise refuse(f"quantization_status {status!r} is not read (compressed is)")
     if config.get("transform_config"):  # weights rotated, to be turned back at run time
         raise refuse("transform_config is not read")
-    sparsity = config.get("sparsity_config")
-    if sparsity and sparsity.get("format", "dense") != "dense":
-        raise refuse(f"sparsity_config's format {sparsity.get('format')!r} is not read")
+    sparsity = config.get("sparsity_config") or {}
+    form = sparsity.get("format", "dense") if isinstance(sparsity, dict) else sparsity
+    if form != "dense":
+        raise refuse(f"sparsity_config's format {form!r} is not read")
     groups = config.get("config_groups")
     if not isinstance(groups, dict) or not groups:
         raise refuse("config_groups must name at least one group")
