@@ -19,8 +19,8 @@ class ModelConfig:
     sliding-window layers and capped scores, Gemma 3 q/k norms and a RoPE base of its own in its
     sliding layers (OLMo 3 is OLMo 2 with windows, RoPE unscaled in its sliding layers), Cohere
     LayerNorms, RoPE on adjacent pairs and its attention and MLP side by side (Cohere 2 with
-    windows, RoPE in its sliding layers alone). Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE and
-    GraniteMoE are mixtures of experts."""
+    windows, RoPE in its sliding layers alone), StableLM LayerNorms with biases. Mixtral,
+    Qwen2-MoE, Qwen3-MoE, OLMoE and GraniteMoE are mixtures of experts."""
 
     vocab_size: int
     hidden_size: int
@@ -40,7 +40,8 @@ class ModelConfig:
     norm_before: bool = True  # each sublayer's input normed (all but OLMo 2)
     norm_after: bool = False  # each sublayer's output normed (OLMo 2, Gemma 2 and 3)
     gemma_norms: bool = False  # RMSNorms scale by 1 + weight, computed in fp32
-    layer_norm: bool = False  # norms subtract the mean too: LayerNorm without bias (Cohere's)
+    layer_norm: bool = False  # norms subtract the mean too: LayerNorm (Cohere's, StableLM's)
+    norm_bias: bool = False  # the LayerNorms before each sublayer and the last add a bias
     # the attention and the MLP read one normed input and add to the residual together (Cohere's)
     parallel_block: bool = False
     activation: str = "silu"  # the MLP gate's: silu, or gelu_tanh (Gemma), gelu
@@ -128,6 +129,8 @@ class ModelConfig:
             raise ValueError("a layer norms its sublayers' inputs, outputs or both")
         if self.parallel_block and (self.norm_after or not self.norm_before):
             raise ValueError("a parallel block norms its input alone")
+        if self.norm_bias and (not self.layer_norm or self.norm_after or self.gemma_norms):
+            raise ValueError("norm biases are a LayerNorm's before each sublayer")
         for name in ("rope_theta", "attention_softcap", "logits_softcap", "local_rope_theta"):
             value = getattr(self, name)
             if value is not None and not value > 0:  # a RoPE base of 0 turns nothing at all

@@ -62,19 +62,21 @@ def norm_dtype(config: ModelConfig, dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if config.gemma_norms else dtype
 
 
-def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
-    """RMSNorm over the last dimension, in the weight's dtype where it is wider (Gemma's)."""
+def rms_norm(x: Tensor, weight: Tensor, eps: float, bias: None = None) -> Tensor:
+    """RMSNorm over the last dimension, in the weight's dtype where it is wider (Gemma's); it has
+    no bias (the argument keeps layer_norm's signature)."""
     if weight.dtype == x.dtype:
         return F.rms_norm(x, weight.shape, weight, eps)
     return F.rms_norm(x.to(weight.dtype), weight.shape, weight, eps).to(x.dtype)
 
 
-def layer_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
-    """LayerNorm without bias over the last dimension, in fp32 as Cohere computes it."""
-    return F.layer_norm(x.float(), weight.shape, weight.float(), None, eps).to(x.dtype)
+def layer_norm(x: Tensor, weight: Tensor, eps: float, bias: Tensor | None = None) -> Tensor:
+    """LayerNorm over the last dimension, in fp32 as Cohere computes it."""
+    return F.layer_norm(x.float(), weight.shape, weight.float(),
+                        None if bias is None else bias.float(), eps).to(x.dtype)
 
 
-def sublayer_norm(config: ModelConfig) -> Callable[[Tensor, Tensor, float], Tensor]:
+def sublayer_norm(config: ModelConfig) -> Callable[..., Tensor]:
     """The norm of a model's sublayers and of its output."""
     return layer_norm if config.layer_norm else rms_norm
 
@@ -97,9 +99,13 @@ class DecoderLayer(nn.Module):
             return (nn.Parameter(torch.empty(width, dtype=norm_dtype(c, dtype), device=device))
                     if present else None)
 
+        def norm_bias(width: int, present: bool) -> nn.Parameter | None:
+            return norm(width, present and c.norm_bias)
+
         # Each sublayer's input normed (input_norm, mlp_norm), its output (attn_out_norm,
         # ff_norm: OLMo 2's and Gemma 2's), or both
         self.input_norm = norm(c.hidden_size, c.norm_before)
+        self.input_norm_bias = norm_bias(c.hidden_size, c.norm_before)
         self.qkv = nn.Parameter(torch.empty(self.q_size + 2 * self.kv_size, c.hidden_size, **kw))
         self.qkv_bias = (nn.Parameter(torch.empty(self.q_size + 2 * self.kv_size, **kw))
                          if c.qkv_bias else None)
@@ -109,6 +115,7 @@ class DecoderLayer(nn.Module):
         self.o_proj = nn.Parameter(torch.empty(c.hidden_size, self.q_size, **kw))
         self.attn_out_norm = norm(c.hidden_size, c.norm_after)
         self.mlp_norm = norm(c.hidden_size, c.norm_before and not c.parallel_block)
+        self.mlp_norm_bias = norm_bias(c.hidden_size, c.norm_before and not c.parallel_block)
         self.normed = sublayer_norm(c)
         self.ff_norm = norm(c.hidden_size, c.norm_after)
         self.activation = _ACTIVATIONS[c.activation]
@@ -129,7 +136,8 @@ class DecoderLayer(nn.Module):
                 meta: StepMetadata, query_scale: Tensor | None = None) -> Tensor:
         c = self.config
         n = x.shape[0]                                                    # x: [n, hidden]
-        h = x if self.input_norm is None else self.normed(x, self.input_norm, c.rms_norm_eps)
+        h = x if self.input_norm is None else self.normed(x, self.input_norm, c.rms_norm_eps,
+                                                          self.input_norm_bias)
         qkv = linear(h, self.qkv, self.qkv_bias)                         # [n, q + 2 kv]
         qk, v = qkv.split((self.q_size + self.kv_size, self.kv_size), dim=-1)
         if c.qk_norm_whole:  # across the heads, before RoPE
@@ -162,7 +170,8 @@ class DecoderLayer(nn.Module):
             out = self.normed(out, self.attn_out_norm, c.rms_norm_eps)
         x = self._residual(x, out)
         if not c.parallel_block:  # (Cohere's MLP reads the attention's input, `h`)
-            h = x if self.mlp_norm is None else self.normed(x, self.mlp_norm, c.rms_norm_eps)
+            h = x if self.mlp_norm is None else self.normed(x, self.mlp_norm, c.rms_norm_eps,
+                                                            self.mlp_norm_bias)
         out = (gated_mlp(h, self.gate_up, self.down, self.activation) if self.moe is None else
                self.moe(h, self.activation))
         if self.ff_norm is not None:
@@ -190,6 +199,8 @@ class LlamaModel(nn.Module):
                                     for i in range(config.num_layers))
         self.norm = nn.Parameter(torch.empty(config.hidden_size, dtype=norm_dtype(config, dtype),
                                              device=device))
+        self.register_parameter("norm_bias", nn.Parameter(torch.empty_like(self.norm))
+                                if config.norm_bias else None)
         # Gemma scales its embeddings by a factor rounded to the model's dtype, as it does
         self.embedding_multiplier = (torch.tensor(config.embedding_multiplier, dtype=dtype).item()
                                      if config.gemma_norms else config.embedding_multiplier)
@@ -269,7 +280,8 @@ class LlamaModel(nn.Module):
         for index, layer in enumerate(self.layers):
             x = layer(x, *(local if layer.local_rope else (cos, sin)), kv.k[index], kv.v[index],
                       meta, query_scale)
-        h = sublayer_norm(self.config)(x[logit_rows], self.norm, self.config.rms_norm_eps)
+        h = sublayer_norm(self.config)(x[logit_rows], self.norm, self.config.rms_norm_eps,
+                                       self.norm_bias)
         logits = linear(h, self.head).float()
         if self.config.logits_scaling != 1.0:
             logits /= self.config.logits_scaling
@@ -369,6 +381,8 @@ class LlamaModel(nn.Module):
     def _hf_sources(self) -> list[tuple[Tensor, tuple[str, ...]]]:
         """Each parameter and the HF tensors it is made of (concatenated along dim 0)."""
         sources = [(self.embed, ("model.embed_tokens.weight",)), (self.norm, ("model.norm.weight",))]
+        if self.norm_bias is not None:
+            sources.append((self.norm_bias, ("model.norm.bias",)))
         if not self.config.tie_word_embeddings:
             sources.append((self.lm_head, ("lm_head.weight",)))
         for i, layer in enumerate(self.layers):
@@ -384,6 +398,10 @@ class LlamaModel(nn.Module):
                      "post_feedforward_layernorm": layer.ff_norm,
                      "self_attn.q_norm": layer.q_norm, "self_attn.k_norm": layer.k_norm}
             sources += [(param, (f"{p}{name}.weight",)) for name, param in norms.items()
+                        if param is not None]
+            biases = {"input_layernorm": layer.input_norm_bias,
+                      "post_attention_layernorm": layer.mlp_norm_bias}
+            sources += [(param, (f"{p}{name}.bias",)) for name, param in biases.items()
                         if param is not None]
             sources += [
                 (layer.qkv, (p + "self_attn.qkv_proj.weight",) if fused else
@@ -491,15 +509,17 @@ def _hf_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
     q, kv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
     shapes = {"model.embed_tokens.weight": (c.vocab_size, c.hidden_size),
               "model.norm.weight": (c.hidden_size,)}
+    if c.norm_bias:
+        shapes["model.norm.bias"] = (c.hidden_size,)
     if not c.tie_word_embeddings:
         shapes["lm_head.weight"] = (c.vocab_size, c.hidden_size)
     for i in range(c.num_layers):
         p = f"model.layers.{i}."
         # in this order: LlamaModel.random draws its weights so (the tiny-test model's own)
-        if c.norm_before:
-            shapes[p + "input_layernorm.weight"] = (c.hidden_size,)
-        if not c.parallel_block:
-            shapes[p + "post_attention_layernorm.weight"] = (c.hidden_size,)
+        norms = ["input_layernorm"] if c.norm_before else []
+        norms += [] if c.parallel_block else ["post_attention_layernorm"]
+        shapes |= {f"{p}{name}.{kind}": (c.hidden_size,) for name in norms
+                   for kind in (("weight", "bias") if c.norm_bias else ("weight",))}
         shapes.update({p + "self_attn.qkv_proj.weight": (q + 2 * kv, c.hidden_size)}
                       if c.fused_projections else {
                           p + "self_attn.q_proj.weight": (q, c.hidden_size),

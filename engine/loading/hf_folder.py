@@ -17,6 +17,9 @@ from engine.tokenizer import Tokenizer
 
 COHERE = {"layer_norm": True, "parallel_block": True, "rope_interleaved": True}
 COHERES = ("cohere", "cohere2")
+LAYER_NORMED = COHERES + ("stablelm",)  # their norms' eps is layer_norm_eps
+# The share of a head RoPE turns where a config leaves it out (transformers' defaults)
+ROTARY_SHARES = {"stablelm": 0.25, "glm4": 0.5}
 # architectures[0] in config.json -> (our architecture name, its switches).
 SUPPORTED = {
     "LlamaForCausalLM": ("llama", {}),
@@ -53,6 +56,9 @@ SUPPORTED = {
     # Cohere 2 with three sliding layers to a full one, RoPE in those alone
     "CohereForCausalLM": ("cohere", COHERE),
     "Cohere2ForCausalLM": ("cohere2", COHERE),
+    # LayerNorms with biases, RoPE on a quarter of each head unless told, q/k/v biases and the
+    # attention and MLP side by side where its config says
+    "StableLmForCausalLM": ("stablelm", {"layer_norm": True, "norm_bias": True}),
 }
 # A mixture's config field for its experts' width, and whether the chosen experts' weights are
 # always rescaled to sum to 1 (else as norm_topk_prob says)
@@ -103,11 +109,12 @@ def _ids(value, path: Path, field: str) -> list[int]:
     return ids
 
 
-def _rope(cfg: dict, path: Path, max_position: int
+def _rope(cfg: dict, path: Path, max_position: int, default_share: float
           ) -> tuple[float, rope.RopeScaling | None, float]:
-    """RoPE's base, scaling and the share of a head it turns. transformers >= 5 nests them in
-    rope_parameters; older configs use rope_theta and rope_scaling, and give the share
-    (partial_rotary_factor) and the original context (Phi-3's) beside them."""
+    """RoPE's base, scaling and the share of a head it turns (`default_share` where the config
+    does not say). transformers >= 5 nests them in rope_parameters; older configs use rope_theta
+    and rope_scaling, and give the share (partial_rotary_factor) and the original context
+    (Phi-3's) beside them."""
     params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     if not isinstance(params, dict):
         raise ModelLoadError(path, f"rope parameters must be an object, got {params!r}")
@@ -116,7 +123,7 @@ def _rope(cfg: dict, path: Path, max_position: int
     params = {name: cfg[name] for name in ("original_max_position_embeddings",
                                            "partial_rotary_factor") if cfg.get(name)} | params
     theta = _number(params if "rope_theta" in params else cfg, path, "rope_theta", 10000.0)
-    share = _number(params, path, "partial_rotary_factor", 1.0)
+    share = _number(params, path, "partial_rotary_factor", default_share)
     if not 0 < share <= 1:
         raise ModelLoadError(path, f"partial_rotary_factor must be in (0, 1], got {share}")
     try:
@@ -187,12 +194,17 @@ def read_config(folder: Path) -> ModelConfig:
                                    "are not supported for " + arch)
     if arch == "qwen2_moe":
         switches = switches | {"qkv_bias": _bool(cfg, path, "qkv_bias", True)}
+    if arch == "stablelm":
+        if cfg.get("qk_layernorm"):
+            raise ModelLoadError(path, "qk_layernorm (q and k LayerNorms by head) is not supported")
+        switches = switches | {"qkv_bias": _bool(cfg, path, "use_qkv_bias", False),
+                               "parallel_block": _bool(cfg, path, "use_parallel_residual", False)}
     if arch == "olmoe" and cfg.get("clip_qkv") is not None:
         raise ModelLoadError(path, f"clip_qkv ({cfg['clip_qkv']}) is not supported")
     if cfg.get("use_bidirectional_attention"):
         raise ModelLoadError(path, "use_bidirectional_attention (an encoder's) is not supported")
     max_position = _int(cfg, path, "max_position_embeddings", 8192)
-    theta, scaling, rotary_share = _rope(cfg, path, max_position)
+    theta, scaling, rotary_share = _rope(cfg, path, max_position, ROTARY_SHARES.get(arch, 1.0))
     if scaling is not None and scaling.kind == "longrope":  # its short factors' context (rope.py)
         max_position = min(max_position, scaling.original_max_position)
     generation = read_json(folder / "generation_config.json", required=False) or {}
@@ -229,7 +241,7 @@ def read_config(folder: Path) -> ModelConfig:
             num_kv_heads=_int(cfg, path, "num_key_value_heads", heads) or heads,
             head_dim=_int(cfg, path, "head_dim", 0), rotary_dim=rotary_dim, rope_theta=theta,
             rope_scaling=scaling,
-            rms_norm_eps=(_number(cfg, path, "layer_norm_eps", 1e-5) if arch in COHERES else
+            rms_norm_eps=(_number(cfg, path, "layer_norm_eps", 1e-5) if arch in LAYER_NORMED else
                           _number(cfg, path, "rms_norm_eps", 1e-6)), max_position=max_position,
             tie_word_embeddings=_bool(cfg, path, "tie_word_embeddings",  # transformers' defaults
                                       arch.startswith("gemma") or arch in COHERES),

@@ -313,6 +313,31 @@ def test_cohere_matches_transformers(tmp_path, arch, fields, sliding):
                                atol=1e-4, rtol=0)
 
 
+@pytest.mark.parametrize("fields,parallel", [
+    ({"use_qkv_bias": True}, False),  # StableLM 2 1.6B's (and Zephyr's) kind
+    ({"use_parallel_residual": True}, True)])
+def test_stablelm_matches_transformers(tmp_path, fields, parallel):
+    """StableLM: LayerNorms with biases, RoPE on a quarter of each head (transformers' default,
+    left out of the config here), q/k/v biases and the parallel block where told."""
+    hf = hf_tiny("stablelm", **fields)
+    folder = save_hf_folder(hf, tmp_path / "stablelm")
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.get("rope_parameters", {}).pop("partial_rotary_factor", None)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    loaded = load_model(str(folder), dtype="fp32", device="cpu")
+    c = loaded.config
+    assert (c.layer_norm, c.norm_bias, c.parallel_block, c.rotary_dim) == (True, True, parallel, 4)
+    assert c.qkv_bias == fields.get("use_qkv_bias", False)
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT), reference_logits(hf, PROMPT),
+                               atol=1e-4, rtol=0)
+
+
+def test_stablelms_q_and_k_layernorms_are_refused_by_name(tmp_path):
+    folder = save_hf_folder(hf_tiny("stablelm"), tmp_path / "stablelm")
+    _edit_config(folder, qk_layernorm=True)
+    _raises(folder, "config.json", "qk_layernorm")
+
+
 def test_glm4s_names_and_interleaved_rope_are_read_as_the_others(tmp_path):
     """GLM-4: its norms named apart, gate and up fused, RoPE on adjacent pairs of half of each
     head (its q and k rows reordered at load, and back in hf_state_dict)."""
