@@ -5,7 +5,7 @@ from dataclasses import dataclass, replace
 
 from engine.rope import RopeScaling
 
-ACTIVATIONS = ("silu", "gelu_tanh", "gelu")
+ACTIVATIONS = ("silu", "gelu_tanh", "gelu", "relu2")
 
 
 @dataclass(slots=True)
@@ -19,7 +19,8 @@ class ModelConfig:
     sliding-window layers and capped scores, Gemma 3 q/k norms and a RoPE base of its own in its
     sliding layers (OLMo 3 is OLMo 2 with windows, RoPE unscaled in its sliding layers), Cohere
     LayerNorms, RoPE on adjacent pairs and its attention and MLP side by side (Cohere 2 with
-    windows, RoPE in its sliding layers alone), StableLM LayerNorms with biases. Mixtral,
+    windows, RoPE in its sliding layers alone), StableLM LayerNorms with biases, Arcee an MLP
+    without a gate, StarCoder2 both and biases everywhere. Mixtral,
     Qwen2-MoE, Qwen3-MoE, OLMoE and GraniteMoE are mixtures of experts."""
 
     vocab_size: int
@@ -44,7 +45,9 @@ class ModelConfig:
     norm_bias: bool = False  # the LayerNorms before each sublayer and the last add a bias
     # the attention and the MLP read one normed input and add to the residual together (Cohere's)
     parallel_block: bool = False
-    activation: str = "silu"  # the MLP gate's: silu, or gelu_tanh (Gemma), gelu
+    activation: str = "silu"  # the MLP gate's: silu, or gelu_tanh (Gemma), gelu, relu2 (Arcee)
+    gated_mlp: bool = True  # False: the MLP is down(act(up x)), with no gate (Arcee, StarCoder2)
+    linear_bias: bool = False  # the attention's output and the MLP add biases (StarCoder2)
     fused_projections: bool = False  # checkpoints hold qkv_proj and gate_up_proj (Phi-3)
     rotary_dim: int = 0  # a head's leading dimensions RoPE turns; 0: all (head_dim)
     # RoPE turns adjacent pairs of those dimensions (GLM-4's, ERNIE 4.5's), not their halves:
@@ -129,6 +132,10 @@ class ModelConfig:
             raise ValueError("a layer norms its sublayers' inputs, outputs or both")
         if self.parallel_block and (self.norm_after or not self.norm_before):
             raise ValueError("a parallel block norms its input alone")
+        if (not self.gated_mlp or self.linear_bias) and (self.num_experts or
+                                                          self.fused_projections):
+            raise ValueError("an MLP without a gate, or with biases, is a dense layer's, its "
+                             "projections apart")
         if self.norm_bias and (not self.layer_norm or self.norm_after or self.gemma_norms):
             raise ValueError("norm biases are a LayerNorm's before each sublayer")
         for name in ("rope_theta", "attention_softcap", "logits_softcap", "local_rope_theta"):

@@ -1,4 +1,5 @@
-"""A layer's MLP: gated (a dense layer's, and each expert's), or a mixture of experts that a
+"""A layer's MLP: gated (a dense layer's, and each expert's), plain (a dense layer's without a
+gate: Arcee's, StarCoder2's), or a mixture of experts that a
 router picks among for every token (Mixtral, Qwen2-MoE with its shared expert, Qwen3-MoE,
 OLMoE, GraniteMoE). Weights are stored gate and up fused, as the dense layers' are
 (engine/model.py)."""
@@ -19,6 +20,12 @@ def gated_mlp(h: Tensor, gate_up: Tensor, down: Tensor, activation: Activation) 
     """down(activation(gate h) * up h)."""
     gate, up = linear(h, gate_up).chunk(2, dim=-1)                       # [n, inter] each
     return linear(activation(gate) * up, down)
+
+
+def plain_mlp(h: Tensor, up: Tensor, down: Tensor, activation: Activation,
+              up_bias: Tensor | None = None, down_bias: Tensor | None = None) -> Tensor:
+    """down(activation(up h)): an MLP without a gate (Arcee's, StarCoder2's)."""
+    return linear(activation(linear(h, up, up_bias)), down, down_bias)      # [n, hidden]
 
 
 class Expert(nn.Module):

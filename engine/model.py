@@ -25,7 +25,7 @@ from engine.attention import AttentionPlan, paged_attention, write_kv
 from engine.config import ModelConfig
 from engine.kv_cache import PagedKVCache
 from engine.linear import SLOW_CPU_BF16_GEMM, WARM_ROWS, linear, prepacks
-from engine.mlp import MixtureOfExperts, gated_mlp
+from engine.mlp import MixtureOfExperts, gated_mlp, plain_mlp
 
 
 @dataclass(slots=True)
@@ -82,7 +82,8 @@ def sublayer_norm(config: ModelConfig) -> Callable[..., Tensor]:
 
 
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
-    "silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
+    "silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "relu2": lambda x: F.relu(x).square()}
 
 
 class DecoderLayer(nn.Module):
@@ -113,6 +114,11 @@ class DecoderLayer(nn.Module):
         self.q_norm = norm(q_span, c.qk_norm)
         self.k_norm = norm(k_span, c.qk_norm)
         self.o_proj = nn.Parameter(torch.empty(c.hidden_size, self.q_size, **kw))
+
+        def bias(width: int) -> nn.Parameter | None:
+            return nn.Parameter(torch.empty(width, **kw)) if c.linear_bias else None
+
+        self.o_bias = bias(c.hidden_size)
         self.attn_out_norm = norm(c.hidden_size, c.norm_after)
         self.mlp_norm = norm(c.hidden_size, c.norm_before and not c.parallel_block)
         self.mlp_norm_bias = norm_bias(c.hidden_size, c.norm_before and not c.parallel_block)
@@ -121,11 +127,14 @@ class DecoderLayer(nn.Module):
         self.activation = _ACTIVATIONS[c.activation]
         # the MLP: dense, or a mixture of experts
         self.moe = MixtureOfExperts(c, dtype, device) if experts else None
-        if not experts:
-            self.gate_up = nn.Parameter(torch.empty(2 * c.intermediate_size, c.hidden_size, **kw))
+        mlp = () if experts else ("gate_up", "down") if c.gated_mlp else ("up", "down")
+        if mlp:  # gate and up fused, or up alone
+            setattr(self, mlp[0], nn.Parameter(torch.empty(
+                (2 if c.gated_mlp else 1) * c.intermediate_size, c.hidden_size, **kw)))
             self.down = nn.Parameter(torch.empty(c.hidden_size, c.intermediate_size, **kw))
+            self.up_bias, self.down_bias = bias(c.intermediate_size), bias(c.hidden_size)
         # the weights `linear` multiplies by (LlamaModel.prepack)
-        self.LINEARS = ("qkv", "o_proj") + (() if experts else ("gate_up", "down"))
+        self.LINEARS = ("qkv", "o_proj") + mlp
         self.config = config
         # (a layer with RoPE of its own, unscaled, takes none of the scaling's factor)
         self.attention_scale = (c.head_dim ** -0.5 if c.attention_multiplier is None
@@ -165,15 +174,16 @@ class DecoderLayer(nn.Module):
                             plan=meta.sliding_plan if windowed else meta.plan,
                             window=self.window if windowed else None,
                             softcap=c.attention_softcap)                  # [n, nh, hd]
-        out = linear(o.reshape(n, self.q_size), self.o_proj)
+        out = linear(o.reshape(n, self.q_size), self.o_proj, self.o_bias)
         if self.attn_out_norm is not None:
             out = self.normed(out, self.attn_out_norm, c.rms_norm_eps)
         x = self._residual(x, out)
         if not c.parallel_block:  # (Cohere's MLP reads the attention's input, `h`)
             h = x if self.mlp_norm is None else self.normed(x, self.mlp_norm, c.rms_norm_eps,
                                                             self.mlp_norm_bias)
-        out = (gated_mlp(h, self.gate_up, self.down, self.activation) if self.moe is None else
-               self.moe(h, self.activation))
+        out = (self.moe(h, self.activation) if self.moe is not None else
+               gated_mlp(h, self.gate_up, self.down, self.activation) if c.gated_mlp else
+               plain_mlp(h, self.up, self.down, self.activation, self.up_bias, self.down_bias))
         if self.ff_norm is not None:
             out = self.normed(out, self.ff_norm, c.rms_norm_eps)
         return self._residual(x, out)
@@ -408,7 +418,10 @@ class LlamaModel(nn.Module):
                  tuple(p + f"self_attn.{x}_proj.weight" for x in "qkv")),
                 (layer.o_proj, (p + "self_attn.o_proj.weight",)),
             ]
-            if layer.moe is None:
+            if layer.moe is None and not self.config.gated_mlp:
+                sources += [(layer.up, (p + "mlp.up_proj.weight",)),
+                            (layer.down, (p + "mlp.down_proj.weight",))]
+            elif layer.moe is None:
                 sources += _mlp_sources(layer, p + "mlp.", fused)
             else:
                 moe = layer.moe
@@ -420,6 +433,10 @@ class LlamaModel(nn.Module):
                     sources.append((moe.shared_gate, (p + "mlp.shared_expert_gate.weight",)))
             if layer.qkv_bias is not None:
                 sources.append((layer.qkv_bias, tuple(p + f"self_attn.{x}_proj.bias" for x in "qkv")))
+            if layer.o_bias is not None:
+                sources += [(layer.o_bias, (p + "self_attn.o_proj.bias",)),
+                            (layer.up_bias, (p + "mlp.up_proj.bias",)),
+                            (layer.down_bias, (p + "mlp.down_proj.bias",))]
         return sources
 
 
@@ -534,11 +551,18 @@ def _hf_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
                 shapes |= _mlp_shapes(p + "mlp.shared_expert.", c.hidden_size,
                                       c.shared_expert_size, False)
                 shapes[p + "mlp.shared_expert_gate.weight"] = (1, c.hidden_size)
-        else:
+        elif c.gated_mlp:
             shapes |= _mlp_shapes(p + "mlp.", c.hidden_size, c.intermediate_size,
                                   c.fused_projections)
+        else:
+            shapes |= {p + "mlp.up_proj.weight": (c.intermediate_size, c.hidden_size),
+                       p + "mlp.down_proj.weight": (c.hidden_size, c.intermediate_size)}
         if c.qkv_bias:
             shapes.update({p + f"self_attn.{x}_proj.bias": (n,) for x, n in (("q", q), ("k", kv), ("v", kv))})
+        if c.linear_bias:
+            shapes |= {p + "self_attn.o_proj.bias": (c.hidden_size,),
+                       p + "mlp.up_proj.bias": (c.intermediate_size,),
+                       p + "mlp.down_proj.bias": (c.hidden_size,)}
         if c.qk_norm:
             shapes.update({p + "self_attn.q_norm.weight": (q if c.qk_norm_whole else c.head_dim,),
                            p + "self_attn.k_norm.weight": (kv if c.qk_norm_whole else c.head_dim,)})

@@ -17,7 +17,8 @@ from engine.tokenizer import Tokenizer
 
 COHERE = {"layer_norm": True, "parallel_block": True, "rope_interleaved": True}
 COHERES = ("cohere", "cohere2")
-LAYER_NORMED = COHERES + ("stablelm",)  # their norms' eps is layer_norm_eps
+LAYER_NORMED = COHERES + ("stablelm",)  # their norms' eps is layer_norm_eps (StarCoder2's:
+# norm_epsilon)
 # The share of a head RoPE turns where a config leaves it out (transformers' defaults)
 ROTARY_SHARES = {"stablelm": 0.25, "glm4": 0.5}
 # architectures[0] in config.json -> (our architecture name, its switches).
@@ -59,6 +60,11 @@ SUPPORTED = {
     # LayerNorms with biases, RoPE on a quarter of each head unless told, q/k/v biases and the
     # attention and MLP side by side where its config says
     "StableLmForCausalLM": ("stablelm", {"layer_norm": True, "norm_bias": True}),
+    "ArceeForCausalLM": ("arcee", {"gated_mlp": False}),  # Llama's, its MLP ReLU^2 without a gate
+    # LayerNorms with biases, an MLP without a gate, biases wherever use_bias says (weights.py
+    # reads its c_fc and c_proj as up_proj and down_proj), a window in every layer
+    "Starcoder2ForCausalLM": ("starcoder2", {"layer_norm": True, "norm_bias": True,
+                                             "gated_mlp": False}),
 }
 # A mixture's config field for its experts' width, and whether the chosen experts' weights are
 # always rescaled to sum to 1 (else as norm_topk_prob says)
@@ -81,7 +87,7 @@ MULTIMODAL = {
         "sliding_window_pattern": 6, "tie_word_embeddings": True}),
 }
 # The MLP activations transformers names, as ModelConfig.activation names them
-ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
+ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu2": "relu2"}
 # Granite's scalars, with transformers' defaults (its attention's scale is 1 unless given)
 GRANITE = {"embedding_multiplier": 1.0, "residual_multiplier": 1.0, "attention_multiplier": 1.0,
            "logits_scaling": 1.0}
@@ -188,6 +194,10 @@ def read_config(folder: Path) -> ModelConfig:
     if arch in ("seed_oss", "glm4"):  # their attention_bias is q's, k's and v's
         switches = switches | {"qkv_bias": _bool(cfg, path, "attention_bias", True)}
         cfg = {name: value for name, value in cfg.items() if name != "attention_bias"}
+    if arch == "starcoder2":  # use_bias: every projection's, and its MLP's
+        biased = _bool(cfg, path, "use_bias", True)
+        switches = switches | {"qkv_bias": biased, "linear_bias": biased}
+        cfg = {name: value for name, value in cfg.items() if name != "use_bias"}
     if any(cfg.get(name) for name in ("attention_bias", "attention_out_bias", "mlp_bias",
                                       "use_bias")):  # (Qwen2's q/k/v biases are implied)
         raise ModelLoadError(path, "attention_bias / attention_out_bias / mlp_bias / use_bias "
@@ -242,9 +252,11 @@ def read_config(folder: Path) -> ModelConfig:
             head_dim=_int(cfg, path, "head_dim", 0), rotary_dim=rotary_dim, rope_theta=theta,
             rope_scaling=scaling,
             rms_norm_eps=(_number(cfg, path, "layer_norm_eps", 1e-5) if arch in LAYER_NORMED else
+                          _number(cfg, path, "norm_epsilon", 1e-5) if arch == "starcoder2" else
                           _number(cfg, path, "rms_norm_eps", 1e-6)), max_position=max_position,
             tie_word_embeddings=_bool(cfg, path, "tie_word_embeddings",  # transformers' defaults
-                                      arch.startswith("gemma") or arch in COHERES),
+                                      arch.startswith("gemma") or arch in COHERES
+                                      or arch == "starcoder2"),
             bos_token_id=cfg.get("bos_token_id"), eos_token_ids=eos, architecture=arch,
             quantization=quantization.label if quantization else "", **switches)
     except (TypeError, ValueError) as exc:
@@ -400,7 +412,7 @@ def _local_rope(cfg: dict, path: Path, base: float) -> dict:
 
 
 # Which layers slide where config.json has no layer_types, as transformers reads it: every layer
-# (Mistral, Ministral 3, Phi-3, Mixtral, Qwen3-MoE), all but every pattern-th (Gemma 3, pattern
+# (Mistral, Ministral 3, Phi-3, Mixtral, Qwen3-MoE, StarCoder2), all but every pattern-th (Gemma 3, pattern
 # 6; Gemma 2, 2; EXAONE 4, 4 or its L and G; OLMo 3 and Cohere 2, 4), those from
 # max_window_layers (Qwen2 and 3 with use_sliding_window), every other one below it (Qwen2-MoE's)
 def _sliding_window(cfg: dict, path: Path, arch: str, layers: int) -> dict:
@@ -432,7 +444,7 @@ def _sliding_window(cfg: dict, path: Path, arch: str, layers: int) -> dict:
         if pattern < 1:
             raise ModelLoadError(path, f"sliding_window_pattern must be at least 1, got {pattern}")
         sliding = [i for i in range(layers) if (i + 1) % pattern]
-    elif arch in ("mistral", "ministral3", "phi3", "mixtral", "qwen3_moe"):
+    elif arch in ("mistral", "ministral3", "phi3", "mixtral", "qwen3_moe", "starcoder2"):
         sliding = list(range(layers))
     elif arch in ("qwen2", "qwen3"):
         sliding = list(range(_int(cfg, path, "max_window_layers", 28), layers))

@@ -29,6 +29,9 @@ WINDOWED = CONFIG.with_(gemma_norms=True, norm_after=True, qk_norm=True, activat
 # sliding layer alone, logits scaled
 COHERE = CONFIG.with_(layer_norm=True, parallel_block=True, rope_interleaved=True,
                       logits_scaling=0.5, sliding_window=6, sliding_layers=(0,), nope_layers=(1,))
+# StarCoder2's: LayerNorms with biases, an MLP without a gate, biases on every projection
+BIASED = CONFIG.with_(layer_norm=True, norm_bias=True, gated_mlp=False, linear_bias=True,
+                      qkv_bias=True, activation="gelu_tanh")
 # A mixture of four experts, two a token, with a shared expert, its second layer dense: lanes
 # and drafts in one pass share the experts they route to
 EXPERTS = CONFIG.with_(num_experts=4, experts_per_token=2, expert_size=32,
@@ -47,7 +50,7 @@ def _model(config, dtype):
 
 MODELS = {(name, dtype): _model(config, dtype)
           for name, config in (("tiny", CONFIG), ("windowed", WINDOWED), ("experts", EXPERTS),
-                               ("cohere", COHERE))
+                               ("cohere", COHERE), ("biased", BIASED))
           for dtype in (torch.bfloat16, torch.float32, torch.float64)}
 CURVE = Calibration.make_dummy(knee=8)
 
@@ -281,7 +284,7 @@ _CASE = dict(lanes=st.lists(lane_strategy, min_size=1, max_size=4),
              drafter=st.sampled_from(["lookup", "self"]),
              ragged=st.sampled_from(["packed", "padded"]), chunk=st.sampled_from([5, 16, 64]),
              sampling=st.sampled_from([SamplingParams(), PENALIZED]),
-             model=st.sampled_from(["tiny", "windowed", "experts", "cohere"]))
+             model=st.sampled_from(["tiny", "windowed", "experts", "cohere", "biased"]))
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

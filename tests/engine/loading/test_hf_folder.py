@@ -332,6 +332,21 @@ def test_stablelm_matches_transformers(tmp_path, fields, parallel):
                                atol=1e-4, rtol=0)
 
 
+@pytest.mark.parametrize("arch,fields", [
+    ("arcee", {}),  # AFM-4.5B's kind: Llama's, its MLP ReLU^2 without a gate
+    ("starcoder2", {"sliding_window": 5}),  # biases everywhere, every layer windowed
+    ("starcoder2", {"use_bias": False, "tie_word_embeddings": False})])
+def test_mlps_without_a_gate_match_transformers(tmp_path, arch, fields):
+    hf = hf_tiny(arch, **fields)
+    loaded = load_model(str(save_hf_folder(hf, tmp_path / arch)), dtype="fp32", device="cpu")
+    c = loaded.config
+    assert not c.gated_mlp and c.activation == ("relu2" if arch == "arcee" else "gelu_tanh")
+    assert c.linear_bias == c.qkv_bias == (arch == "starcoder2" and fields.get("use_bias", True))
+    assert c.sliding_layers == (tuple(range(2)) if "sliding_window" in fields else ())
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT), reference_logits(hf, PROMPT),
+                               atol=1e-4, rtol=0)
+
+
 def test_stablelms_q_and_k_layernorms_are_refused_by_name(tmp_path):
     folder = save_hf_folder(hf_tiny("stablelm"), tmp_path / "stablelm")
     _edit_config(folder, qk_layernorm=True)
