@@ -2,9 +2,9 @@
 
 llama.cpp's llama (Llama, Mistral, SmolLM; Mixtral with its experts), smollm3, granite, qwen2,
 qwen3, olmo2, phi3 (Phi-3, Phi-3.5, Phi-4-mini), gemma, gemma2, gemma3, exaone4, ernie4_5, glm4
-(the 0414 models), command-r (Cohere's: Aya, Command R), cohere2 (Command R7B), and the
-mixtures qwen2moe, qwen3moe, olmoe and granitemoe are read, with the tokenizers
-gguf_tokenizer.py rebuilds; other architectures are refused naming theirs."""
+(the 0414 models), command-r (Cohere's: Aya, Command R), cohere2 (Command R7B), stablelm,
+starcoder2, arcee, and the mixtures qwen2moe, qwen3moe, olmoe and granitemoe are read, with
+the tokenizers gguf_tokenizer.py rebuilds; other architectures are refused naming theirs."""
 from __future__ import annotations
 
 import json
@@ -42,8 +42,15 @@ ARCHITECTURES = {"llama": ("LlamaForCausalLM", True), "qwen2": ("Qwen2ForCausalL
                  # RoPE on adjacent pairs, as in their Hugging Face rows: llama.cpp keeps those
                  "ernie4_5": ("Ernie4_5ForCausalLM", False), "glm4": ("Glm4ForCausalLM", False),
                  "command-r": ("CohereForCausalLM", False),
-                 "cohere2": ("Cohere2ForCausalLM", False)}
-COHERES = ("command-r", "cohere2")  # LayerNorms, logits scaled
+                 "cohere2": ("Cohere2ForCausalLM", False),
+                 "stablelm": ("StableLmForCausalLM", False),
+                 "starcoder2": ("Starcoder2ForCausalLM", False),
+                 "arcee": ("ArceeForCausalLM", True)}  # llama's, its MLP without a gate
+COHERES = ("command-r", "cohere2")  # logits scaled
+# LayerNorms, their eps as config.json names it; StableLM's and StarCoder2's with biases
+LAYER_NORMED = {"command-r": "layer_norm_eps", "cohere2": "layer_norm_eps",
+                "stablelm": "layer_norm_eps", "starcoder2": "norm_epsilon"}
+_ACTIVATIONS = {"starcoder2": "gelu_pytorch_tanh", "arcee": "relu2"}  # the others' SiLU
 # Mixtral is llama.cpp's llama with experts; these are mixtures always
 MIXTRAL = "MixtralForCausalLM"
 MIXTURES = ("qwen2moe", "qwen3moe", "olmoe", "granitemoe")
@@ -58,7 +65,7 @@ SANDWICHED = ("gemma2", "gemma3")
 _GRANITE = {"embedding_scale": "embedding_multiplier", "residual_scale": "residual_multiplier",
             "attention.scale": "attention_multiplier", "logit_scale": "logits_scaling"}
 FUSED = ("phi3",)  # architectures whose q/k/v and gate/up are one tensor each, as Phi-3's
-PARTIAL_ROPE = ("phi3", "glm4")  # their RoPE dimension count may be part of a head
+PARTIAL_ROPE = ("phi3", "glm4", "stablelm")  # their RoPE dimension count may be part of a head
 # GLM-4's names for its norms around each sublayer and its fused gate and up, as its Hugging Face
 # folders have them (weights.py reads those as the others')
 _GLM4_NAMES = {"post_attention_norm": "post_self_attn_layernorm",
@@ -88,7 +95,8 @@ _ROPE_TENSORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_
 # same file, which are not read
 _VISION_PREFIXES = ("v.", "mm.")
 _GLOBAL_NAMES = {"token_embd.weight": "model.embed_tokens.weight",
-                 "output_norm.weight": "model.norm.weight", "output.weight": "lm_head.weight"}
+                 "output_norm.weight": "model.norm.weight", "output_norm.bias": "model.norm.bias",
+                 "output.weight": "lm_head.weight"}
 # The sampling a GGUF recommends (llama.cpp's general.sampling.*) -> generation_config.json's
 _SAMPLING = (("temp", "temperature"), ("top_k", "top_k"), ("top_p", "top_p"),
              ("penalty_repeat", "repetition_penalty"))
@@ -185,10 +193,17 @@ def gguf_config(g: _Gguf) -> dict:
                                  if rotary != head_dim else {}),
         "rope_theta": theta, **({"rope_scaling": scaling} if scaling else {}),
         **(_olmo3_fields(g, theta, scaling, layers) if olmo3 else {}),
-        **({"layer_norm_eps": float(g.get(f"{arch}.attention.layer_norm_epsilon")),
-            "logit_scale": float(g.get(f"{arch}.logit_scale", 1.0))} if arch in COHERES else
+        **({LAYER_NORMED[arch]: float(g.get(f"{arch}.attention.layer_norm_epsilon"))}
+           if arch in LAYER_NORMED else
            {"rms_norm_eps": float(g.get(f"{arch}.attention.layer_norm_rms_epsilon",
                                         1e-6 if arch in GEMMAS else None))}),
+        **({"logit_scale": float(g.get(f"{arch}.logit_scale", 1.0))} if arch in COHERES else {}),
+        # StableLM's q/k/v biases and parallel block (no norm before its MLP), as llama.cpp
+        # tells them apart; StarCoder2's biases everywhere
+        **({"use_qkv_bias": "blk.0.attn_q.bias" in names,
+            "use_parallel_residual": "blk.0.ffn_norm.weight" not in names}
+           if arch == "stablelm" else {}),
+        **({"use_bias": "blk.0.attn_output.bias" in names} if arch == "starcoder2" else {}),
         "max_position_embeddings": int(g.get(f"{arch}.context_length")),
         "tie_word_embeddings": "output.weight" not in names,
         # in the layers the file flags, else every layer, as llama.cpp slides it, but in Gemma's
@@ -197,7 +212,7 @@ def gguf_config(g: _Gguf) -> dict:
         **({"layer_types": _window_layers(g, arch, layers)}
            if window and arch not in SANDWICHED and not olmo3 else {}),
         **(_gemma_fields(g, arch, hidden, heads, head_dim, layers) if arch in GEMMAS else
-           {"hidden_act": "silu"}),
+           {"hidden_act": _ACTIVATIONS.get(arch, "silu")}),
         **({ours: float(g.get(f"{arch}.{theirs}", 1.0)) for theirs, ours in _GRANITE.items()}
            if arch in ("granite", "granitemoe") else {}),
         # (GLM-4's are q's, k's and v's; Qwen2's are implied)

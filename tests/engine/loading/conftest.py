@@ -199,9 +199,10 @@ def as_stored(hf):
     return hf
 
 
-LLAMA_CPP_PERMUTED = ("llama", "smollm3", "granite", "granitemoe")  # Q/K rows, as it rotates
+LLAMA_CPP_PERMUTED = ("llama", "smollm3", "granite", "granitemoe", "arcee")  # Q/K rows
 # architectures whose layers' tensors are named here by gguf's own map, and those by their name
-BY_GGUF_NAMES = ("exaone4", "ernie4_5", "glm4", "command-r", "cohere2")
+BY_GGUF_NAMES = ("exaone4", "ernie4_5", "glm4", "command-r", "cohere2", "stablelm",
+                 "starcoder2", "arcee")
 ARCH_BY_NAME = {name: arch for arch, name in gguf.MODEL_ARCH_NAMES.items()}
 
 
@@ -274,6 +275,8 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
     if arch in ("qwen3", "qwen3moe", "gemma", "gemma2", "gemma3") + BY_GGUF_NAMES:
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
+    if arch in ("stablelm", "starcoder2"):  # as llama.cpp's converters write their eps
+        w.add_layer_norm_eps(c.layer_norm_eps if arch == "stablelm" else c.norm_epsilon)
     if arch in ("command-r", "cohere2"):  # as llama.cpp's CommandR2Model and Cohere2Model do
         w.add_layer_norm_eps(c.layer_norm_eps)
         w.add_logit_scale(c.logit_scale)
@@ -315,8 +318,8 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
             if not c.tie_word_embeddings:
                 w.add_tensor("output.weight", a)
             continue
-        if name == "model.norm.weight":
-            w.add_tensor("output_norm.weight", a)
+        if name in ("model.norm.weight", "model.norm.bias"):
+            w.add_tensor(name.replace("model.norm", "output_norm"), a)
             continue
         layer, rest = name.removeprefix("model.layers.").split(".", 1)
         rest = rest.replace("block_sparse_moe.", "mlp.").replace("mlp.router.", "mlp.gate.")
@@ -332,6 +335,10 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
             w.add_tensor(f"blk.{layer}.ffn_gate_inp_shexp.weight", a.reshape(-1))
             continue
         module, kind = rest.rsplit(".", 1)
+        if arch in LLAMA_CPP_PERMUTED and module == "self_attn.q_proj":
+            a = llama_cpp_permute(a, c.num_attention_heads)
+        elif arch in LLAMA_CPP_PERMUTED and module == "self_attn.k_proj":
+            a = llama_cpp_permute(a, c.num_key_value_heads)
         if arch in BY_GGUF_NAMES:  # named by gguf's own map, as llama.cpp's converter does
             gguf_name = gguf.get_tensor_name_map(ARCH_BY_NAME[arch], c.num_hidden_layers)
             w.add_tensor(f"{gguf_name.get_name(f'model.layers.{layer}.{module}')}.{kind}",
@@ -340,10 +347,6 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
         sandwiched = arch in ("olmo2", "gemma2", "gemma3")  # norms after each sublayer
         gguf_module = ("post_attention_norm" if sandwiched and
                        module == "post_attention_layernorm" else _GGUF_LAYER[module])
-        if arch in LLAMA_CPP_PERMUTED and module == "self_attn.q_proj":
-            a = llama_cpp_permute(a, c.num_attention_heads)
-        elif arch in LLAMA_CPP_PERMUTED and module == "self_attn.k_proj":
-            a = llama_cpp_permute(a, c.num_key_value_heads)
         w.add_tensor(f"blk.{layer}.{gguf_module}.{kind}", np.ascontiguousarray(a))
     w.write_header_to_file()
     w.write_kv_data_to_file()
