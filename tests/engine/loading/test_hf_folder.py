@@ -688,7 +688,7 @@ def test_bad_side_files_name_themselves(tiny_llama_folder, file_name, content, w
 
 
 @pytest.mark.parametrize("changes,words", [
-    ({"hidden_act": "relu2"}, ("relu2", "gelu_pytorch_tanh")),
+    ({"hidden_act": "tanh"}, ("tanh", "gelu_pytorch_tanh")),
     ({"attention_bias": True}, ("attention_bias", "not supported")),
     ({"architectures": ["SeedOssForCausalLM"], "attention_out_bias": True},
      ("attention_out_bias", "not supported for seed_oss")),
