@@ -20,8 +20,8 @@ class ModelConfig:
     sliding layers (OLMo 3 is OLMo 2 with windows, RoPE unscaled in its sliding layers), Cohere
     LayerNorms, RoPE on adjacent pairs and its attention and MLP side by side (Cohere 2 with
     windows, RoPE in its sliding layers alone), StableLM LayerNorms with biases, Arcee an MLP
-    without a gate, StarCoder2 both and biases everywhere. Mixtral,
-    Qwen2-MoE, Qwen3-MoE, OLMoE and GraniteMoE are mixtures of experts."""
+    without a gate, StarCoder2 both and biases everywhere. Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE
+    and GraniteMoE are mixtures of experts."""
 
     vocab_size: int
     hidden_size: int

@@ -1,10 +1,11 @@
 """The Llama-family decoder (Llama, Mistral, Qwen2 and Seed-OSS with qkv bias, GLM-4 with it, norms
 around each sublayer and RoPE on adjacent pairs, Qwen3 with q/k RMSNorm, SmolLM, SmolLM3 with layers
 without RoPE, Phi-3, Granite with its scalars, OLMo 2 and 3 and EXAONE 4 with their norms after,
-Gemma 1-3 with theirs, Cohere 1 and 2 with LayerNorms and attention and MLP side by side; sliding
-windows in OLMo 3's, Gemma's and others' layers, a RoPE of their own
-in Gemma 3's and OLMo 3's; Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE and GraniteMoE with mixtures of
-experts, engine/mlp.py) as one forward over packed tokens of many lanes and a paged KV cache.
+Gemma 1-3 with theirs, Cohere 1 and 2 with LayerNorms and attention and MLP side by side, StableLM
+with LayerNorms' biases, Arcee with an MLP without a gate, StarCoder2 with both and biases on every
+projection; sliding windows in OLMo 3's, Gemma's and others' layers, a RoPE of their own in Gemma
+3's and OLMo 3's; Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE and GraniteMoE with mixtures of experts,
+engine/mlp.py) as one forward over packed tokens of many lanes and a paged KV cache.
 
 Weights arrive under Hugging Face names; q/k/v and gate/up are stored fused so each layer runs
 two matmuls fewer (Python overhead per op matters with 30 layers on CPU), as Phi-3's checkpoints
@@ -125,7 +126,7 @@ class DecoderLayer(nn.Module):
         self.normed = sublayer_norm(c)
         self.ff_norm = norm(c.hidden_size, c.norm_after)
         self.activation = _ACTIVATIONS[c.activation]
-        # the MLP: dense, or a mixture of experts
+        # the MLP: dense (gated, or without a gate), or a mixture of experts
         self.moe = MixtureOfExperts(c, dtype, device) if experts else None
         mlp = () if experts else ("gate_up", "down") if c.gated_mlp else ("up", "down")
         if mlp:  # gate and up fused, or up alone
