@@ -20,8 +20,9 @@ class ModelConfig:
     sliding layers (OLMo 3 is OLMo 2 with windows, RoPE unscaled in its sliding layers), Cohere
     LayerNorms, RoPE on adjacent pairs and its attention and MLP side by side (Cohere 2 with
     windows, RoPE in its sliding layers alone), StableLM LayerNorms with biases, Arcee an MLP
-    without a gate, StarCoder2 both and biases everywhere. Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE
-    and GraniteMoE are mixtures of experts."""
+    without a gate, StarCoder2 both and biases everywhere, Phi-2 all of that side by side and
+    its head's bias. Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE and GraniteMoE are mixtures of
+    experts."""
 
     vocab_size: int
     hidden_size: int
@@ -48,6 +49,7 @@ class ModelConfig:
     activation: str = "silu"  # the MLP gate's: silu, or gelu_tanh (Gemma), gelu, relu2 (Arcee)
     gated_mlp: bool = True  # False: the MLP is down(act(up x)), with no gate (Arcee, StarCoder2)
     linear_bias: bool = False  # the attention's output and the MLP add biases (StarCoder2)
+    head_bias: bool = False  # the LM head adds a bias (Phi-2's)
     fused_projections: bool = False  # checkpoints hold qkv_proj and gate_up_proj (Phi-3)
     rotary_dim: int = 0  # a head's leading dimensions RoPE turns; 0: all (head_dim)
     # RoPE turns adjacent pairs of those dimensions (GLM-4's, ERNIE 4.5's), not their halves:

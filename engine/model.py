@@ -3,7 +3,7 @@ around each sublayer and RoPE on adjacent pairs, Qwen3 with q/k RMSNorm, SmolLM,
 without RoPE, Phi-3, Granite with its scalars, OLMo 2 and 3 and EXAONE 4 with their norms after,
 Gemma 1-3 with theirs, Cohere 1 and 2 with LayerNorms and attention and MLP side by side, StableLM
 with LayerNorms' biases, Arcee with an MLP without a gate, StarCoder2 with both and biases on every
-projection; sliding windows in OLMo 3's, Gemma's and others' layers, a RoPE of their own in Gemma
+projection, Phi-2 with all of that side by side and its head's bias; sliding windows in OLMo 3's, Gemma's and others' layers, a RoPE of their own in Gemma
 3's and OLMo 3's; Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE and GraniteMoE with mixtures of experts,
 engine/mlp.py) as one forward over packed tokens of many lanes and a paged KV cache.
 
@@ -212,6 +212,8 @@ class LlamaModel(nn.Module):
                                              device=device))
         self.register_parameter("norm_bias", nn.Parameter(torch.empty_like(self.norm))
                                 if config.norm_bias else None)
+        self.register_parameter("head_bias", nn.Parameter(torch.empty(config.vocab_size, **kw))
+                                if config.head_bias else None)
         # Gemma scales its embeddings by a factor rounded to the model's dtype, as it does
         self.embedding_multiplier = (torch.tensor(config.embedding_multiplier, dtype=dtype).item()
                                      if config.gemma_norms else config.embedding_multiplier)
@@ -293,7 +295,7 @@ class LlamaModel(nn.Module):
                       meta, query_scale)
         h = sublayer_norm(self.config)(x[logit_rows], self.norm, self.config.rms_norm_eps,
                                        self.norm_bias)
-        logits = linear(h, self.head).float()
+        logits = linear(h, self.head, self.head_bias).float()
         if self.config.logits_scaling != 1.0:
             logits /= self.config.logits_scaling
         if self.config.logits_softcap is not None:
@@ -396,6 +398,8 @@ class LlamaModel(nn.Module):
             sources.append((self.norm_bias, ("model.norm.bias",)))
         if not self.config.tie_word_embeddings:
             sources.append((self.lm_head, ("lm_head.weight",)))
+        if self.head_bias is not None:
+            sources.append((self.head_bias, ("lm_head.bias",)))
         for i, layer in enumerate(self.layers):
             p = f"model.layers.{i}."
             fused = self.config.fused_projections
@@ -529,6 +533,8 @@ def _hf_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
               "model.norm.weight": (c.hidden_size,)}
     if c.norm_bias:
         shapes["model.norm.bias"] = (c.hidden_size,)
+    if c.head_bias:
+        shapes["lm_head.bias"] = (c.vocab_size,)
     if not c.tie_word_embeddings:
         shapes["lm_head.weight"] = (c.vocab_size, c.hidden_size)
     for i in range(c.num_layers):

@@ -17,10 +17,10 @@ from engine.tokenizer import Tokenizer
 
 COHERE = {"layer_norm": True, "parallel_block": True, "rope_interleaved": True}
 COHERES = ("cohere", "cohere2")
-LAYER_NORMED = COHERES + ("stablelm",)  # their norms' eps is layer_norm_eps (StarCoder2's:
+LAYER_NORMED = COHERES + ("stablelm", "phi")  # their norms' eps is layer_norm_eps (StarCoder2's:
 # norm_epsilon)
 # The share of a head RoPE turns where a config leaves it out (transformers' defaults)
-ROTARY_SHARES = {"stablelm": 0.25, "glm4": 0.5}
+ROTARY_SHARES = {"stablelm": 0.25, "glm4": 0.5, "phi": 0.5}
 # architectures[0] in config.json -> (our architecture name, its switches).
 SUPPORTED = {
     "LlamaForCausalLM": ("llama", {}),
@@ -65,6 +65,12 @@ SUPPORTED = {
     # reads its c_fc and c_proj as up_proj and down_proj), a window in every layer
     "Starcoder2ForCausalLM": ("starcoder2", {"layer_norm": True, "norm_bias": True,
                                              "gated_mlp": False}),
+    # Phi-2 and Phi-1.5: StarCoder2's biases and gateless MLP, the attention and MLP side by
+    # side, the head's bias (weights.py reads its dense, fc1, fc2 and final_layernorm as the
+    # others name theirs)
+    "PhiForCausalLM": ("phi", {"layer_norm": True, "norm_bias": True, "gated_mlp": False,
+                               "parallel_block": True, "qkv_bias": True, "linear_bias": True,
+                               "head_bias": True}),
 }
 # A mixture's config field for its experts' width, and whether the chosen experts' weights are
 # always rescaled to sum to 1 (else as norm_topk_prob says)
@@ -87,7 +93,8 @@ MULTIMODAL = {
         "sliding_window_pattern": 6, "tie_word_embeddings": True}),
 }
 # The MLP activations transformers names, as ModelConfig.activation names them
-ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu2": "relu2"}
+ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh",
+               "gelu": "gelu", "relu2": "relu2"}
 # Granite's scalars, with transformers' defaults (its attention's scale is 1 unless given)
 GRANITE = {"embedding_multiplier": 1.0, "residual_multiplier": 1.0, "attention_multiplier": 1.0,
            "logits_scaling": 1.0}
@@ -204,9 +211,10 @@ def read_config(folder: Path) -> ModelConfig:
                                    "are not supported for " + arch)
     if arch == "qwen2_moe":
         switches = switches | {"qkv_bias": _bool(cfg, path, "qkv_bias", True)}
-    if arch == "stablelm":
+    if arch in ("stablelm", "phi"):
         if cfg.get("qk_layernorm"):
             raise ModelLoadError(path, "qk_layernorm (q and k LayerNorms by head) is not supported")
+    if arch == "stablelm":
         switches = switches | {"qkv_bias": _bool(cfg, path, "use_qkv_bias", False),
                                "parallel_block": _bool(cfg, path, "use_parallel_residual", False)}
     if arch == "olmoe" and cfg.get("clip_qkv") is not None:

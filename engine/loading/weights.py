@@ -1,8 +1,9 @@
 """A Hugging Face folder's safetensors weights, read lazily under the names the model gives
 them (engine/model.py `_hf_shapes`): a multimodal model's text part as a text-only model's,
 Mixtral's experts as the other mixtures name theirs, GraniteMoE's stacked experts as each one's,
-GLM-4's norms and fused gate and up as the others', StarCoder2's MLP as the others without a
-gate; a quantized checkpoint's weights dequantized (quantized.py)."""
+GLM-4's norms and fused gate and up as the others', StarCoder2's and Phi-2's MLP as the others
+without a gate (and Phi-2's attention output and last norm as the others'); a quantized
+checkpoint's weights dequantized (quantized.py)."""
 from __future__ import annotations
 
 import re
@@ -37,9 +38,13 @@ GLM4_NORMS = {"post_self_attn_layernorm": "post_attention_layernorm",
               "post_mlp_layernorm": "post_feedforward_layernorm"}
 GLM4_NAME = re.compile(r"(.*)\.(post_self_attn_layernorm|post_attention_layernorm|"
                        r"post_mlp_layernorm|mlp\.gate_up_proj)\.weight")
-# StarCoder2's MLP without a gate, as the others without one name it
-STARCODER2_NAME = re.compile(r"(.*)\.mlp\.(c_fc|c_proj)\.(weight|bias)")
-STARCODER2_PROJECTIONS = {"c_fc": "up_proj", "c_proj": "down_proj"}
+# StarCoder2's and Phi-2's MLP without a gate, Phi-2's attention output and last norm, as the
+# others name them
+GATELESS_NAME = re.compile(r"(.*)\.(mlp\.c_fc|mlp\.c_proj|mlp\.fc1|mlp\.fc2|self_attn\.dense|"
+                           r"final_layernorm)\.(weight|bias)")
+GATELESS_NAMES = {"mlp.c_fc": "mlp.up_proj", "mlp.c_proj": "mlp.down_proj",
+                  "mlp.fc1": "mlp.up_proj", "mlp.fc2": "mlp.down_proj",
+                  "self_attn.dense": "self_attn.o_proj", "final_layernorm": "norm"}
 # What each renaming reads as what, for a mismatch's message (Weights.namings)
 NAMINGS = {
     "mixtral": "Mixtral's block_sparse_moe.gate and block_sparse_moe.experts.E.w1, w3, w2 named "
@@ -51,7 +56,9 @@ NAMINGS = {
             "named as post_attention_layernorm, pre_feedforward_layernorm and "
             "post_feedforward_layernorm, and mlp.gate_up_proj's halves as mlp.gate_proj and "
             "up_proj",
-    "starcoder2": "StarCoder2's mlp.c_fc and mlp.c_proj named as mlp.up_proj and down_proj"}
+    "gateless": "StarCoder2's mlp.c_fc and c_proj, and Phi-2's mlp.fc1 and fc2, named as "
+                "mlp.up_proj and down_proj, Phi-2's self_attn.dense and model.final_layernorm "
+                "as self_attn.o_proj and model.norm"}
 
 
 def weight_files(folder: Path) -> dict[str, Path]:
@@ -184,11 +191,11 @@ class Weights(Mapping[str, torch.Tensor]):
             if projection:
                 part = part.replace(projection, MIXTRAL_PROJECTIONS[projection])
             return {f"{layer}.mlp.{part}.weight": _Part(name)}
-        starcoder2 = STARCODER2_NAME.fullmatch(name)
-        if starcoder2:
-            self.namings.add("starcoder2")
-            layer, kind, part = starcoder2.groups()
-            return {f"{layer}.mlp.{STARCODER2_PROJECTIONS[kind]}.{part}": _Part(name)}
+        gateless = GATELESS_NAME.fullmatch(name)
+        if gateless:
+            self.namings.add("gateless")
+            prefix, kind, part = gateless.groups()
+            return {f"{prefix}.{GATELESS_NAMES[kind]}.{part}": _Part(name)}
         glm4 = GLM4_NAME.fullmatch(name) if self.glm4 else None
         if glm4:
             self.namings.add("glm4")

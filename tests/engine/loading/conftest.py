@@ -109,7 +109,8 @@ def hf_tiny(arch: str, **overrides):
                "cohere2": ("Cohere2Config", "Cohere2ForCausalLM"),
                "stablelm": ("StableLmConfig", "StableLmForCausalLM"),
                "arcee": ("ArceeConfig", "ArceeForCausalLM"),
-               "starcoder2": ("Starcoder2Config", "Starcoder2ForCausalLM")}
+               "starcoder2": ("Starcoder2Config", "Starcoder2ForCausalLM"),
+               "phi": ("PhiConfig", "PhiForCausalLM")}
     config_cls, model_cls = (getattr(transformers, n) for n in classes[arch])
     kwargs = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
