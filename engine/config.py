@@ -21,7 +21,7 @@ class ModelConfig:
     LayerNorms, RoPE on adjacent pairs and its attention and MLP side by side (Cohere 2 with
     windows, RoPE in its sliding layers alone), StableLM LayerNorms with biases, Arcee an MLP
     without a gate, StarCoder2 both and biases everywhere, Phi-2 all of that side by side and
-    its head's bias. Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE and GraniteMoE are mixtures of
+    its head's bias, Nemotron Arcee's MLP and LayerNorms by 1 + weight with biases. Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE and GraniteMoE are mixtures of
     experts."""
 
     vocab_size: int
@@ -41,7 +41,8 @@ class ModelConfig:
     qk_norm_whole: bool = False  # q and k normed across all their heads (OLMo 2), not per head
     norm_before: bool = True  # each sublayer's input normed (all but OLMo 2)
     norm_after: bool = False  # each sublayer's output normed (OLMo 2, Gemma 2 and 3)
-    gemma_norms: bool = False  # RMSNorms scale by 1 + weight, computed in fp32
+    # norms scale by 1 + weight, kept in fp32 (Gemma's RMSNorms, Nemotron's LayerNorm1P)
+    gemma_norms: bool = False
     layer_norm: bool = False  # norms subtract the mean too: LayerNorm (Cohere's, StableLM's)
     norm_bias: bool = False  # the LayerNorms before each sublayer and the last add a bias
     # the attention and the MLP read one normed input and add to the residual together (Cohere's)
@@ -138,7 +139,7 @@ class ModelConfig:
                                                           self.fused_projections):
             raise ValueError("an MLP without a gate, or with biases, is a dense layer's, its "
                              "projections apart")
-        if self.norm_bias and (not self.layer_norm or self.norm_after or self.gemma_norms):
+        if self.norm_bias and (not self.layer_norm or self.norm_after):
             raise ValueError("norm biases are a LayerNorm's before each sublayer")
         for name in ("rope_theta", "attention_softcap", "logits_softcap", "local_rope_theta"):
             value = getattr(self, name)

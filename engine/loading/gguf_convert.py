@@ -3,7 +3,7 @@
 llama.cpp's llama (Llama, Mistral, SmolLM; Mixtral with its experts), smollm3, granite, qwen2,
 qwen3, olmo2, phi3 (Phi-3, Phi-3.5, Phi-4-mini), gemma, gemma2, gemma3, exaone4, ernie4_5, glm4
 (the 0414 models), command-r (Cohere's: Aya, Command R), cohere2 (Command R7B), stablelm,
-starcoder2, arcee, and the mixtures qwen2moe, qwen3moe, olmoe and granitemoe are read, with
+starcoder2, arcee, nemotron, and the mixtures qwen2moe, qwen3moe, olmoe and granitemoe are read, with
 the tokenizers gguf_tokenizer.py rebuilds; other architectures are refused naming theirs."""
 from __future__ import annotations
 
@@ -45,12 +45,14 @@ ARCHITECTURES = {"llama": ("LlamaForCausalLM", True), "qwen2": ("Qwen2ForCausalL
                  "cohere2": ("Cohere2ForCausalLM", False),
                  "stablelm": ("StableLmForCausalLM", False),
                  "starcoder2": ("Starcoder2ForCausalLM", False),
-                 "arcee": ("ArceeForCausalLM", True)}  # llama's, its MLP without a gate
+                 "arcee": ("ArceeForCausalLM", True),  # llama's, its MLP without a gate
+                 "nemotron": ("NemotronForCausalLM", False)}
 COHERES = ("command-r", "cohere2")  # logits scaled
 # LayerNorms, their eps as config.json names it; StableLM's and StarCoder2's with biases
 LAYER_NORMED = {"command-r": "layer_norm_eps", "cohere2": "layer_norm_eps",
-                "stablelm": "layer_norm_eps", "starcoder2": "norm_epsilon"}
-_ACTIVATIONS = {"starcoder2": "gelu_pytorch_tanh", "arcee": "relu2"}  # the others' SiLU
+                "stablelm": "layer_norm_eps", "starcoder2": "norm_epsilon", "nemotron": "norm_eps"}
+_ACTIVATIONS = {"starcoder2": "gelu_pytorch_tanh", "arcee": "relu2",
+                "nemotron": "relu2"}  # the others' SiLU
 # Mixtral is llama.cpp's llama with experts; these are mixtures always
 MIXTRAL = "MixtralForCausalLM"
 MIXTURES = ("qwen2moe", "qwen3moe", "olmoe", "granitemoe")
@@ -58,14 +60,16 @@ MIXTURES = ("qwen2moe", "qwen3moe", "olmoe", "granitemoe")
 # whatever a file's expert_weights_norm says): Mixtral's, Qwen3-MoE's and GraniteMoE's it does
 _EXPERT_WEIGHTS_NORMED = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False,
                           "granitemoe": True}
-GEMMAS = ("gemma", "gemma2", "gemma3")  # llama.cpp stored their norms' 1 + weight
+GEMMAS = ("gemma", "gemma2", "gemma3")
+PLUS_ONE_NORMS = GEMMAS + ("nemotron",)  # llama.cpp stored their norms' 1 + weight
 # Gemma 2's and 3's norms around each sublayer: ffn_norm is the one before the MLP
 SANDWICHED = ("gemma2", "gemma3")
 # GGUF metadata -> config.json's Granite scalars
 _GRANITE = {"embedding_scale": "embedding_multiplier", "residual_scale": "residual_multiplier",
             "attention.scale": "attention_multiplier", "logit_scale": "logits_scaling"}
 FUSED = ("phi3",)  # architectures whose q/k/v and gate/up are one tensor each, as Phi-3's
-PARTIAL_ROPE = ("phi3", "glm4", "stablelm")  # their RoPE dimension count may be part of a head
+PARTIAL_ROPE = ("phi3", "glm4", "stablelm", "nemotron")  # their RoPE dimensions may be part
+# of a head
 # GLM-4's names for its norms around each sublayer and its fused gate and up, as its Hugging Face
 # folders have them (weights.py reads those as the others')
 _GLM4_NAMES = {"post_attention_norm": "post_self_attn_layernorm",
@@ -380,7 +384,7 @@ def _tensors(g: _Gguf, t, config: dict, dequantized: torch.dtype,
     if permuted and re.search(r"[qk]_proj\.(weight|bias)$", name):
         w = unpermute_rope(w, config["num_attention_heads" if "q_proj" in name
                                      else "num_key_value_heads"])
-    if arch in GEMMAS and name.endswith("norm.weight"):
+    if arch in PLUS_ONE_NORMS and name.endswith("norm.weight"):
         w = w - 1  # back to the checkpoint's weight, which the model scales by 1 + it
     if name.endswith("shared_expert_gate.weight"):
         w = w.reshape(1, -1)  # llama.cpp keeps the gate's one row as a vector

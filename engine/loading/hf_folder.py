@@ -20,7 +20,7 @@ COHERES = ("cohere", "cohere2")
 LAYER_NORMED = COHERES + ("stablelm", "phi")  # their norms' eps is layer_norm_eps (StarCoder2's:
 # norm_epsilon)
 # The share of a head RoPE turns where a config leaves it out (transformers' defaults)
-ROTARY_SHARES = {"stablelm": 0.25, "glm4": 0.5, "phi": 0.5}
+ROTARY_SHARES = {"stablelm": 0.25, "glm4": 0.5, "phi": 0.5, "nemotron": 0.5}
 # architectures[0] in config.json -> (our architecture name, its switches).
 SUPPORTED = {
     "LlamaForCausalLM": ("llama", {}),
@@ -71,6 +71,10 @@ SUPPORTED = {
     "PhiForCausalLM": ("phi", {"layer_norm": True, "norm_bias": True, "gated_mlp": False,
                                "parallel_block": True, "qkv_bias": True, "linear_bias": True,
                                "head_bias": True}),
+    # Nemotron (Minitron, Nemotron-Mini): LayerNorm1P (by 1 + weight, with biases), Arcee's MLP,
+    # RoPE on half of each head
+    "NemotronForCausalLM": ("nemotron", {"layer_norm": True, "norm_bias": True,
+                                         "gemma_norms": True, "gated_mlp": False}),
 }
 # A mixture's config field for its experts' width, and whether the chosen experts' weights are
 # always rescaled to sum to 1 (else as norm_topk_prob says)
@@ -261,6 +265,7 @@ def read_config(folder: Path) -> ModelConfig:
             rope_scaling=scaling,
             rms_norm_eps=(_number(cfg, path, "layer_norm_eps", 1e-5) if arch in LAYER_NORMED else
                           _number(cfg, path, "norm_epsilon", 1e-5) if arch == "starcoder2" else
+                          _number(cfg, path, "norm_eps", 1e-5) if arch == "nemotron" else
                           _number(cfg, path, "rms_norm_eps", 1e-6)), max_position=max_position,
             tie_word_embeddings=_bool(cfg, path, "tie_word_embeddings",  # transformers' defaults
                                       arch.startswith("gemma") or arch in COHERES

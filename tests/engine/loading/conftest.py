@@ -110,7 +110,8 @@ def hf_tiny(arch: str, **overrides):
                "stablelm": ("StableLmConfig", "StableLmForCausalLM"),
                "arcee": ("ArceeConfig", "ArceeForCausalLM"),
                "starcoder2": ("Starcoder2Config", "Starcoder2ForCausalLM"),
-               "phi": ("PhiConfig", "PhiForCausalLM")}
+               "phi": ("PhiConfig", "PhiForCausalLM"),
+               "nemotron": ("NemotronConfig", "NemotronForCausalLM")}
     config_cls, model_cls = (getattr(transformers, n) for n in classes[arch])
     kwargs = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
@@ -203,7 +204,7 @@ def as_stored(hf):
 LLAMA_CPP_PERMUTED = ("llama", "smollm3", "granite", "granitemoe", "arcee")  # Q/K rows
 # architectures whose layers' tensors are named here by gguf's own map, and those by their name
 BY_GGUF_NAMES = ("exaone4", "ernie4_5", "glm4", "command-r", "cohere2", "stablelm",
-                 "starcoder2", "arcee")
+                 "starcoder2", "arcee", "nemotron")
 ARCH_BY_NAME = {name: arch for arch, name in gguf.MODEL_ARCH_NAMES.items()}
 
 
@@ -276,8 +277,9 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
     if arch in ("qwen3", "qwen3moe", "gemma", "gemma2", "gemma3") + BY_GGUF_NAMES:
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
-    if arch in ("stablelm", "starcoder2"):  # as llama.cpp's converters write their eps
-        w.add_layer_norm_eps(c.layer_norm_eps if arch == "stablelm" else c.norm_epsilon)
+    if arch in ("stablelm", "starcoder2", "nemotron"):  # as llama.cpp's converters write eps
+        w.add_layer_norm_eps(c.layer_norm_eps if arch == "stablelm" else
+                             c.norm_epsilon if arch == "starcoder2" else c.norm_eps)
     if arch in ("command-r", "cohere2"):  # as llama.cpp's CommandR2Model and Cohere2Model do
         w.add_layer_norm_eps(c.layer_norm_eps)
         w.add_logit_scale(c.logit_scale)
@@ -309,8 +311,8 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
         extra(w)
     for name, t in hf_model.state_dict().items():
         a = t.float().numpy()
-        if arch.startswith("gemma") and name.endswith("norm.weight"):
-            a = a + 1  # llama.cpp stores Gemma's norms as the 1 + weight they scale by
+        if (arch.startswith("gemma") or arch == "nemotron") and name.endswith("norm.weight"):
+            a = a + 1  # llama.cpp stores these norms as the 1 + weight they scale by
         if name == "model.embed_tokens.weight":
             q = quantize(a, GGMLQuantizationType.Q8_0)
             w.add_tensor("token_embd.weight", q, raw_dtype=GGMLQuantizationType.Q8_0)

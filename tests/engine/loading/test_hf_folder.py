@@ -338,12 +338,15 @@ def test_stablelm_matches_transformers(tmp_path, fields, parallel):
     ("starcoder2", {"use_bias": False, "tie_word_embeddings": False}),
     # Phi-2's and Phi-1.5's kind: all of StarCoder2's, side by side, RoPE on half of each
     # head, gelu_new (GELU's tanh approximation), the head's bias, its own names
-    ("phi", {})])
+    ("phi", {}),
+    # Nemotron-Mini's and Minitron's kind: Arcee's MLP, LayerNorms by 1 + weight with biases
+    ("nemotron", {})])
 def test_mlps_without_a_gate_match_transformers(tmp_path, arch, fields):
     hf = hf_tiny(arch, **fields)
     loaded = load_model(str(save_hf_folder(hf, tmp_path / arch)), dtype="fp32", device="cpu")
     c = loaded.config
-    assert not c.gated_mlp and c.activation == ("relu2" if arch == "arcee" else "gelu_tanh")
+    assert not c.gated_mlp and c.activation == ("relu2" if arch in ("arcee", "nemotron") else
+                                                "gelu_tanh")
     assert c.linear_bias == c.qkv_bias == (arch == "phi" or arch == "starcoder2"
                                            and fields.get("use_bias", True))
     assert (c.parallel_block, c.head_bias) == ((arch == "phi",) * 2)
