@@ -3,7 +3,7 @@
 llama.cpp's llama (Llama, Mistral, SmolLM; Mixtral with its experts), smollm3, granite, qwen2,
 qwen3, olmo2, phi3 (Phi-3, Phi-3.5, Phi-4-mini), gemma, gemma2, gemma3, exaone4, ernie4_5, glm4
 (the 0414 models), command-r (Cohere's: Aya, Command R), cohere2 (Command R7B), stablelm,
-starcoder2, arcee, nemotron, and the mixtures qwen2moe, qwen3moe, olmoe and granitemoe are read, with
+starcoder2, arcee, nemotron, phi2 (its q, k and v one tensor or three), and the mixtures qwen2moe, qwen3moe, olmoe and granitemoe are read, with
 the tokenizers gguf_tokenizer.py rebuilds; other architectures are refused naming theirs."""
 from __future__ import annotations
 
@@ -46,13 +46,15 @@ ARCHITECTURES = {"llama": ("LlamaForCausalLM", True), "qwen2": ("Qwen2ForCausalL
                  "stablelm": ("StableLmForCausalLM", False),
                  "starcoder2": ("Starcoder2ForCausalLM", False),
                  "arcee": ("ArceeForCausalLM", True),  # llama's, its MLP without a gate
-                 "nemotron": ("NemotronForCausalLM", False)}
+                 "nemotron": ("NemotronForCausalLM", False),
+                 "phi2": ("PhiForCausalLM", False)}
 COHERES = ("command-r", "cohere2")  # logits scaled
 # LayerNorms, their eps as config.json names it; StableLM's and StarCoder2's with biases
 LAYER_NORMED = {"command-r": "layer_norm_eps", "cohere2": "layer_norm_eps",
-                "stablelm": "layer_norm_eps", "starcoder2": "norm_epsilon", "nemotron": "norm_eps"}
-_ACTIVATIONS = {"starcoder2": "gelu_pytorch_tanh", "arcee": "relu2",
-                "nemotron": "relu2"}  # the others' SiLU
+                "stablelm": "layer_norm_eps", "starcoder2": "norm_epsilon", "nemotron": "norm_eps",
+                "phi2": "layer_norm_eps"}
+_ACTIVATIONS = {"starcoder2": "gelu_pytorch_tanh", "arcee": "relu2", "nemotron": "relu2",
+                "phi2": "gelu_new"}  # the others' SiLU
 # Mixtral is llama.cpp's llama with experts; these are mixtures always
 MIXTRAL = "MixtralForCausalLM"
 MIXTURES = ("qwen2moe", "qwen3moe", "olmoe", "granitemoe")
@@ -68,7 +70,7 @@ SANDWICHED = ("gemma2", "gemma3")
 _GRANITE = {"embedding_scale": "embedding_multiplier", "residual_scale": "residual_multiplier",
             "attention.scale": "attention_multiplier", "logit_scale": "logits_scaling"}
 FUSED = ("phi3",)  # architectures whose q/k/v and gate/up are one tensor each, as Phi-3's
-PARTIAL_ROPE = ("phi3", "glm4", "stablelm", "nemotron")  # their RoPE dimensions may be part
+PARTIAL_ROPE = ("phi3", "glm4", "stablelm", "nemotron", "phi2")  # their RoPE dimensions may be part
 # of a head
 # GLM-4's names for its norms around each sublayer and its fused gate and up, as its Hugging Face
 # folders have them (weights.py reads those as the others')
@@ -100,7 +102,10 @@ _ROPE_TENSORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_
 _VISION_PREFIXES = ("v.", "mm.")
 _GLOBAL_NAMES = {"token_embd.weight": "model.embed_tokens.weight",
                  "output_norm.weight": "model.norm.weight", "output_norm.bias": "model.norm.bias",
-                 "output.weight": "lm_head.weight"}
+                 "output.weight": "lm_head.weight", "output.bias": "lm_head.bias"}
+# Phi-2's q, k and v where its file holds them as one tensor (converted from its first
+# checkpoints' Wqkv): split back, QKV marking where each one's letter goes
+QKV = "{qkv}"
 # The sampling a GGUF recommends (llama.cpp's general.sampling.*) -> generation_config.json's
 _SAMPLING = (("temp", "temperature"), ("top_k", "top_k"), ("top_p", "top_p"),
              ("penalty_repeat", "repetition_penalty"))
@@ -117,7 +122,8 @@ def hf_name(gguf_name: str, arch: str) -> str | None:
     m = re.fullmatch(r"blk\.(\d+)\.(\w+)\.(weight|bias)", gguf_name)
     names = {**_LAYER_NAMES, **(_FUSED_NAMES if arch in FUSED else {}),
              **({"ffn_norm": "pre_feedforward_layernorm"} if arch in SANDWICHED else {}),
-             **(_GLM4_NAMES if arch == "glm4" else {})}
+             **(_GLM4_NAMES if arch == "glm4" else {}),
+             **({"attn_qkv": f"self_attn.{QKV}_proj"} if arch == "phi2" else {})}
     if m and m.group(2) in names:
         return f"model.layers.{m.group(1)}.{names[m.group(2)]}.{m.group(3)}"
     return None
@@ -193,8 +199,10 @@ def gguf_config(g: _Gguf) -> dict:
         "num_hidden_layers": layers,
         "num_attention_heads": heads,
         "num_key_value_heads": int(g.get(f"{arch}.attention.head_count_kv", heads)),
+        # (said where whole too: these architectures' configs default to part of a head)
         "head_dim": head_dim, **({"partial_rotary_factor": _share(g, rotary, head_dim)}
-                                 if rotary != head_dim else {}),
+                                 if rotary != head_dim else
+                                 {"partial_rotary_factor": 1.0} if arch in PARTIAL_ROPE else {}),
         "rope_theta": theta, **({"rope_scaling": scaling} if scaling else {}),
         **(_olmo3_fields(g, theta, scaling, layers) if olmo3 else {}),
         **({LAYER_NORMED[arch]: float(g.get(f"{arch}.attention.layer_norm_epsilon"))}
@@ -390,6 +398,15 @@ def _tensors(g: _Gguf, t, config: dict, dequantized: torch.dtype,
         w = w.reshape(1, -1)  # llama.cpp keeps the gate's one row as a vector
     dtype = _STORED.get(kind, dequantized)
     # copies: GGUF data is a read-only mmap
+    if QKV in name:
+        heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+        rows = [config["head_dim"] * n for n in (heads, kv_heads, kv_heads)]
+        if sum(rows) != w.shape[0]:
+            raise ModelLoadError(g.path, f"{t.name} has {w.shape[0]} rows, not q's, k's and v's "
+                                         f"{sum(rows)}")
+        return [(name.replace(QKV, part), torch.from_numpy(np.array(w[start:start + n],
+                                                                     order="C")).to(dtype))
+                for part, start, n in zip("qkv", (0, rows[0], rows[0] + rows[1]), rows)]
     if EXPERT not in name:
         return [(name, torch.from_numpy(np.array(w, order="C")).to(dtype))]
     return [(name.replace(EXPERT, str(e)), torch.from_numpy(np.array(w[e], order="C")).to(dtype))

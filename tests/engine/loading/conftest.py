@@ -204,7 +204,7 @@ def as_stored(hf):
 LLAMA_CPP_PERMUTED = ("llama", "smollm3", "granite", "granitemoe", "arcee")  # Q/K rows
 # architectures whose layers' tensors are named here by gguf's own map, and those by their name
 BY_GGUF_NAMES = ("exaone4", "ernie4_5", "glm4", "command-r", "cohere2", "stablelm",
-                 "starcoder2", "arcee", "nemotron")
+                 "starcoder2", "arcee", "nemotron", "phi2")
 ARCH_BY_NAME = {name: arch for arch, name in gguf.MODEL_ARCH_NAMES.items()}
 
 
@@ -233,12 +233,13 @@ GGUF_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['cont
 
 def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smollm",
                     tokenizer=None, extra=None, template: str = GGUF_TEMPLATE,
-                    vocab_size: bool = True) -> Path:
+                    vocab_size: bool = True, fused_qkv: bool = False) -> Path:
     """What llama.cpp's converter would write for hf_model: Q/K rows permuted for the llama
     architecture, the token embedding quantized to Q8_0 (so the reference must use its
     dequantized values). `tokenizer(writer)` writes a vocabulary of its own (else the byte-level
     one of vocab_tokens, split as `pre`); `extra(writer)` adds metadata or tensors;
-    `vocab_size`: the vocabulary's size is written (Ollama's Gemma 3 leaves it out)."""
+    `vocab_size`: the vocabulary's size is written (Ollama's Gemma 3 leaves it out);
+    `fused_qkv`: q, k and v as one attn_qkv tensor (Phi-2's first checkpoints' Wqkv)."""
     c = hf_model.config
     w = GGUFWriter(str(path), arch)
     w.add_block_count(c.num_hidden_layers)
@@ -277,9 +278,9 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
     if arch in ("qwen3", "qwen3moe", "gemma", "gemma2", "gemma3") + BY_GGUF_NAMES:
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
-    if arch in ("stablelm", "starcoder2", "nemotron"):  # as llama.cpp's converters write eps
-        w.add_layer_norm_eps(c.layer_norm_eps if arch == "stablelm" else
-                             c.norm_epsilon if arch == "starcoder2" else c.norm_eps)
+    if arch in ("stablelm", "starcoder2", "nemotron", "phi2"):  # as llama.cpp's converters do
+        w.add_layer_norm_eps(c.norm_epsilon if arch == "starcoder2" else
+                             c.norm_eps if arch == "nemotron" else c.layer_norm_eps)
     if arch in ("command-r", "cohere2"):  # as llama.cpp's CommandR2Model and Cohere2Model do
         w.add_layer_norm_eps(c.layer_norm_eps)
         w.add_logit_scale(c.logit_scale)
@@ -309,6 +310,7 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
     w.add_chat_template(template)
     if extra:
         extra(w)
+    fused: dict[tuple[str, str], list[np.ndarray]] = {}
     for name, t in hf_model.state_dict().items():
         a = t.float().numpy()
         if (arch.startswith("gemma") or arch == "nemotron") and name.endswith("norm.weight"):
@@ -317,10 +319,11 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
             q = quantize(a, GGMLQuantizationType.Q8_0)
             w.add_tensor("token_embd.weight", q, raw_dtype=GGMLQuantizationType.Q8_0)
             continue
-        if name == "lm_head.weight":
+        if name in ("lm_head.weight", "lm_head.bias"):
             if not c.tie_word_embeddings:
-                w.add_tensor("output.weight", a)
+                w.add_tensor(name.replace("lm_head", "output"), a)
             continue
+        name = name.replace("model.final_layernorm.", "model.norm.")  # (Phi's name for it)
         if name in ("model.norm.weight", "model.norm.bias"):
             w.add_tensor(name.replace("model.norm", "output_norm"), a)
             continue
@@ -342,6 +345,12 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
             a = llama_cpp_permute(a, c.num_attention_heads)
         elif arch in LLAMA_CPP_PERMUTED and module == "self_attn.k_proj":
             a = llama_cpp_permute(a, c.num_key_value_heads)
+        if fused_qkv and module in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"):
+            fused.setdefault((layer, kind), []).append(a)
+            if module.endswith("v_proj"):  # (q, k and v come in that order)
+                w.add_tensor(f"blk.{layer}.attn_qkv.{kind}",
+                             np.ascontiguousarray(np.concatenate(fused[layer, kind])))
+            continue
         if arch in BY_GGUF_NAMES:  # named by gguf's own map, as llama.cpp's converter does
             gguf_name = gguf.get_tensor_name_map(ARCH_BY_NAME[arch], c.num_hidden_layers)
             w.add_tensor(f"{gguf_name.get_name(f'model.layers.{layer}.{module}')}.{kind}",

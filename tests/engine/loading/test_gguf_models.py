@@ -1,6 +1,6 @@
 """A GGUF file given as the model: llama.cpp's architectures (llama, qwen2, qwen3, phi3, olmo2,
 smollm3, granite, gemma, gemma2, gemma3, exaone4, ernie4_5, glm4, command-r, cohere2,
-stablelm, starcoder2, arcee, nemotron; the mixtures' in test_mixtures.py), their
+stablelm, starcoder2, arcee, nemotron, phi2; the mixtures' in test_mixtures.py), their
 tokenizers (byte-level BPE split as the file names, SentencePiece), converted once into the user
 cache and loaded as a folder; what cannot be read is refused naming the file."""
 from __future__ import annotations
@@ -148,13 +148,16 @@ def test_cohere_ggufs_load_as_the_models_they_hold(tmp_path, gguf_arch, arch, fi
     ("stablelm", {"use_parallel_residual": True}),  # 12B's: no norm before the MLP
     ("starcoder2", {}),  # biases everywhere; llama.cpp runs it without its window
     ("arcee", {}),  # llama's, Q/K permuted, its MLP ReLU^2 without a gate
-    ("nemotron", {})])  # its LayerNorms' 1 + weight stored, as llama.cpp's converter adds it
+    ("nemotron", {}),  # its LayerNorms' 1 + weight stored, as llama.cpp's converter adds it
+    ("phi2", {}), ("phi2", {"fused_qkv": True})])  # q, k and v apart, or one (Wqkv's) tensor
 def test_layernormed_and_gateless_ggufs_load_as_the_models_they_hold(tmp_path, arch, fields):
-    hf = hf_tiny(arch, **fields)
-    loaded = load_model(str(write_tiny_gguf(hf, tmp_path / f"{arch}.gguf", arch=arch)),
-                        dtype="fp32", device="cpu")
+    fused = fields.pop("fused_qkv", False)
+    hf = hf_tiny("phi" if arch == "phi2" else arch, **fields)
+    loaded = load_model(str(write_tiny_gguf(hf, tmp_path / f"{arch}.gguf", arch=arch,
+                                            fused_qkv=fused)), dtype="fp32", device="cpu")
     c = loaded.config
-    assert c.architecture == arch and c.layer_norm == (arch != "arcee")
+    assert c.architecture == ("phi" if arch == "phi2" else arch)
+    assert c.layer_norm == (arch != "arcee")
     assert c.gemma_norms == (arch == "nemotron")
     if arch == "stablelm":
         assert (c.rotary_dim, c.qkv_bias, c.parallel_block) == (
