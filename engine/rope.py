@@ -59,7 +59,7 @@ class RopeScaling:
         """The scaling a Hugging Face config's rope_parameters (or older rope_scaling) names;
         None for plain RoPE. ValueError or KeyError says what is wrong."""
         kind = params.get("rope_type", params.get("type", "default"))
-        if kind == "default":
+        if kind in ("default", "mrope"):  # (Qwen2-VL's multimodal RoPE is plain RoPE on text)
             return None
         if kind not in KINDS:  # before the fields, which another variant may lack
             raise ValueError(_unsupported(kind))

@@ -95,6 +95,11 @@ MULTIMODAL = {
         "max_position_embeddings": 131_072, "rms_norm_eps": 1e-6, "rope_theta": 1_000_000.0,
         "rope_local_base_freq": 10_000.0, "query_pre_attn_scalar": 256, "sliding_window": 4096,
         "sliding_window_pattern": 6, "tie_word_embeddings": True}),
+    # Qwen2-VL, Qwen2.5-VL and Qwen3-VL: their text model Qwen2's or Qwen3's, its multimodal
+    # RoPE (mrope_section) the plain one where every position is text, as in a swarm's prompts
+    "Qwen2VLForConditionalGeneration": ("Qwen2ForCausalLM", {}),
+    "Qwen2_5_VLForConditionalGeneration": ("Qwen2ForCausalLM", {}),
+    "Qwen3VLForConditionalGeneration": ("Qwen3ForCausalLM", {}),
 }
 # The MLP activations transformers names, as ModelConfig.activation names them
 ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh",
@@ -317,6 +322,8 @@ def _text_config(cfg: dict, path: Path, arch: str | dict[str, str], defaults: di
     out, the end-of-sequence ids and quantization from beside it, and tying from beside it where
     it says (transformers 5 ties the whole model's head by it, whatever the text_config says)."""
     text = cfg.get("text_config")
+    if text is None and "vision_config" in cfg:  # Qwen2-VL's first configs: the text's beside it
+        text = {name: value for name, value in cfg.items() if name != "vision_config"}
     if not isinstance(text, dict):
         raise ModelLoadError(path, f"text_config must be an object, got {text!r}")
     if isinstance(arch, dict):

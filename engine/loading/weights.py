@@ -24,7 +24,7 @@ from engine.loading.quantized import plain_names, plain_shape, read_plain
 TEXT_PREFIXES = {"language_model.model.": "model.", "model.language_model.": "model.",
                  "language_model.lm_head.": "lm_head."}
 OTHER_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.",
-                  "model.multi_modal_projector.")
+                  "model.multi_modal_projector.", "visual.", "model.visual.")
 # Mixtral's router and experts: block_sparse_moe.gate and block_sparse_moe.experts.E.w1, w3, w2
 MIXTRAL_NAME = re.compile(r"(.*)\.block_sparse_moe\.(gate|experts\.\d+\.(w[123]))\.weight")
 MIXTRAL_PROJECTIONS = {"w1": "gate_proj", "w2": "down_proj", "w3": "up_proj"}

@@ -287,6 +287,50 @@ def test_mistral3s_text_model_loads_alone(tmp_path, text_type, tie):
                                atol=1e-4, rtol=0)
 
 
+# Tiny vision towers for Qwen2.5-VL and Qwen3-VL (not read: a swarm's prompts are text)
+QWEN_VL = {"qwen2_5_vl": ("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration", {}, {
+               "depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2,
+               "out_hidden_size": 64, "window_size": 56, "fullatt_block_indexes": [0]}),
+           "qwen3_vl": ("Qwen3VLConfig", "Qwen3VLForConditionalGeneration", {"head_dim": 16}, {
+               "depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2,
+               "out_hidden_size": 64, "deepstack_visual_indexes": [0],
+               "num_position_embeddings": 16})}
+
+
+@pytest.mark.parametrize("kind,old_layout", [("qwen2_5_vl", False), ("qwen2_5_vl", True),
+                                             ("qwen3_vl", False)])
+def test_qwen_vl_text_models_load_alone(tmp_path, kind, old_layout):
+    """Qwen2.5-VL's text model is Qwen2's, Qwen3-VL's Qwen3's; their multimodal RoPE
+    (mrope_section) turns text as plain RoPE does, the vision tower is not read. Qwen2.5-VL's
+    first configs keep the text's fields beside vision_config, RoPE as {"type": "mrope"}."""
+    transformers = pytest.importorskip("transformers")
+    config_cls, model_cls, fields, vision = QWEN_VL[kind]
+    text = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2,
+                rope_parameters={"rope_type": "default", "rope_theta": 5000.0,
+                                 "mrope_section": [4, 2, 2]}, **fields)
+    torch.manual_seed(0)
+    hf = getattr(transformers, model_cls)(getattr(transformers, config_cls)(
+        text_config=text, vision_config=vision, image_token_id=260, video_token_id=261,
+        vision_start_token_id=262)).eval()
+    with torch.no_grad():  # the default init leaves norms at exactly 1 and biases at 0
+        for name, p in hf.named_parameters():
+            if name.endswith("norm.weight") or name.endswith(".bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    folder = save_hf_folder(hf, tmp_path / kind)
+    if old_layout:
+        cfg = json.loads((folder / "config.json").read_text())
+        text_fields = cfg.pop("text_config")
+        text_fields.pop("rope_parameters")
+        (folder / "config.json").write_text(json.dumps(cfg | text_fields | {
+            "rope_theta": 5000.0, "rope_scaling": {"type": "mrope", "mrope_section": [4, 2, 2]}}))
+    loaded = load_model(str(folder), dtype="fp32", device="cpu")
+    assert loaded.config.architecture == ("qwen2" if kind == "qwen2_5_vl" else "qwen3")
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT), reference_logits(hf, PROMPT),
+                               atol=1e-4, rtol=0)
+
+
 def test_mistral3_with_another_text_model_is_refused_naming_its_type(tmp_path):
     folder = save_hf_folder(hf_mistral3("mistral"), tmp_path / "mistral3")
     _edit_config(folder, text_config=json.loads((folder / "config.json").read_text())[
