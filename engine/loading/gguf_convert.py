@@ -3,7 +3,8 @@
 llama.cpp's llama (Llama, Mistral, SmolLM; Mixtral with its experts), smollm3, granite, qwen2,
 qwen3, olmo2, phi3 (Phi-3, Phi-3.5, Phi-4-mini), gemma, gemma2, gemma3, exaone4, ernie4_5, glm4
 (the 0414 models), command-r (Cohere's: Aya, Command R), cohere2 (Command R7B), stablelm,
-starcoder2, arcee, nemotron, phi2 (its q, k and v one tensor or three), and the mixtures qwen2moe, qwen3moe, olmoe and granitemoe are read, with
+starcoder2, arcee, nemotron, phi2 (its q, k and v one tensor or three), the text models of
+qwen2vl, qwen25vl and qwen3vl, and the mixtures qwen2moe, qwen3moe, olmoe and granitemoe are read, with
 the tokenizers gguf_tokenizer.py rebuilds; other architectures are refused naming theirs."""
 from __future__ import annotations
 
@@ -47,7 +48,11 @@ ARCHITECTURES = {"llama": ("LlamaForCausalLM", True), "qwen2": ("Qwen2ForCausalL
                  "starcoder2": ("Starcoder2ForCausalLM", False),
                  "arcee": ("ArceeForCausalLM", True),  # llama's, its MLP without a gate
                  "nemotron": ("NemotronForCausalLM", False),
-                 "phi2": ("PhiForCausalLM", False)}
+                 "phi2": ("PhiForCausalLM", False),
+                 # Qwen2-VL's, Qwen2.5-VL's (llama.cpp's name, Ollama's) and Qwen3-VL's text
+                 # models, whose multimodal RoPE is plain RoPE on text
+                 "qwen2vl": ("Qwen2ForCausalLM", False), "qwen25vl": ("Qwen2ForCausalLM", False),
+                 "qwen3vl": ("Qwen3ForCausalLM", False)}
 COHERES = ("command-r", "cohere2")  # logits scaled
 # LayerNorms, their eps as config.json names it; StableLM's and StarCoder2's with biases
 LAYER_NORMED = {"command-r": "layer_norm_eps", "cohere2": "layer_norm_eps",

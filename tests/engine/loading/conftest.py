@@ -275,7 +275,7 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
             w.add_expert_feed_forward_length(c.moe_intermediate_size)
         if getattr(c, "shared_expert_intermediate_size", None):
             w.add_expert_shared_feed_forward_length(c.shared_expert_intermediate_size)
-    if arch in ("qwen3", "qwen3moe", "gemma", "gemma2", "gemma3") + BY_GGUF_NAMES:
+    if arch in ("qwen3", "qwen3moe", "qwen3vl", "gemma", "gemma2", "gemma3") + BY_GGUF_NAMES:
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
     if arch in ("stablelm", "starcoder2", "nemotron", "phi2"):  # as llama.cpp's converters do

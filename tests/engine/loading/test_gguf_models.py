@@ -1,6 +1,7 @@
 """A GGUF file given as the model: llama.cpp's architectures (llama, qwen2, qwen3, phi3, olmo2,
 smollm3, granite, gemma, gemma2, gemma3, exaone4, ernie4_5, glm4, command-r, cohere2,
-stablelm, starcoder2, arcee, nemotron, phi2; the mixtures' in test_mixtures.py), their
+stablelm, starcoder2, arcee, nemotron, phi2, qwen2vl, qwen25vl, qwen3vl; the mixtures' in
+test_mixtures.py), their
 tokenizers (byte-level BPE split as the file names, SentencePiece), converted once into the user
 cache and loaded as a folder; what cannot be read is refused naming the file."""
 from __future__ import annotations
@@ -162,6 +163,25 @@ def test_layernormed_and_gateless_ggufs_load_as_the_models_they_hold(tmp_path, a
     if arch == "stablelm":
         assert (c.rotary_dim, c.qkv_bias, c.parallel_block) == (
             4, fields.get("use_qkv_bias", False), fields.get("use_parallel_residual", False))
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT),
+                               reference_logits(as_stored(hf), PROMPT), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("gguf_arch,arch", [("qwen2vl", "qwen2"), ("qwen25vl", "qwen2"),
+                                           ("qwen3vl", "qwen3")])
+def test_a_qwen_vl_ggufs_text_model_loads(tmp_path, gguf_arch, arch):
+    """llama.cpp's qwen2vl and qwen3vl, Ollama's qwen25vl: their text model Qwen2's or Qwen3's
+    tensors, the multimodal RoPE's sections (a key read past: plain RoPE on text), a vision
+    tower in the same file (as Ollama keeps it) not read."""
+    hf = hf_tiny(arch)
+
+    def multimodal(writer):
+        writer.add_array(f"{gguf_arch}.rope.dimension_sections", [4, 4, 4, 0])
+        writer.add_tensor("v.blk.0.attn_q.weight", np.zeros((8, 8), np.float32))
+
+    loaded = load_model(str(write_tiny_gguf(hf, tmp_path / f"{gguf_arch}.gguf", arch=gguf_arch,
+                                            extra=multimodal)), dtype="fp32", device="cpu")
+    assert loaded.config.architecture == arch
     torch.testing.assert_close(engine_logits(loaded.model, PROMPT),
                                reference_logits(as_stored(hf), PROMPT), atol=1e-4, rtol=0)
 
