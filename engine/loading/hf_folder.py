@@ -81,6 +81,8 @@ SUPPORTED = {
 MIXTURES = {"mixtral": ("intermediate_size", True), "qwen2_moe": ("moe_intermediate_size", False),
             "qwen3_moe": ("moe_intermediate_size", False), "olmoe": ("intermediate_size", False),
             "granitemoe": ("intermediate_size", True)}  # its softmax is over the chosen
+LLAVA_TEXT = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
+              "qwen2": "Qwen2ForCausalLM"}
 # Models that also see images, whose text model loads alone: its architecture (or by its
 # text_config's model_type, the architecture of each), and the fields its text_config leaves out
 # (as Gemma 3's 4B-27B ship it) with transformers' defaults
@@ -100,7 +102,17 @@ MULTIMODAL = {
     "Qwen2VLForConditionalGeneration": ("Qwen2ForCausalLM", {}),
     "Qwen2_5_VLForConditionalGeneration": ("Qwen2ForCausalLM", {}),
     "Qwen3VLForConditionalGeneration": ("Qwen3ForCausalLM", {}),
+    # LLaVA's (1.5, NeXT, OneVision) and SmolVLM's (Idefics3's) text models, by their type
+    "LlavaForConditionalGeneration": (LLAVA_TEXT, {}),
+    "LlavaNextForConditionalGeneration": (LLAVA_TEXT, {}),
+    "LlavaOnevisionForConditionalGeneration": (LLAVA_TEXT, {}),
+    "Idefics3ForConditionalGeneration": ({"llama": "LlamaForCausalLM"}, {}),
+    "SmolVLMForConditionalGeneration": ({"llama": "LlamaForCausalLM"}, {}),
 }
+# transformers' LlamaConfig defaults, which LLaVA 1.5's text_config leaves to it
+LLAMA_DEFAULTS = {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                  "num_attention_heads": 32, "max_position_embeddings": 2048,
+                  "rms_norm_eps": 1e-6, "vocab_size": 32000}
 # The MLP activations transformers names, as ModelConfig.activation names them
 ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh",
                "gelu": "gelu", "relu2": "relu2"}
@@ -332,6 +344,7 @@ def _text_config(cfg: dict, path: Path, arch: str | dict[str, str], defaults: di
             raise ModelLoadError(path, f"text_config's model_type {kind!r} is not supported "
                                        f"({', '.join(arch)})")
         arch = arch[kind]
+        defaults = (LLAMA_DEFAULTS if kind == "llama" else {}) | defaults
     beside = {name: cfg[name] for name in ("eos_token_id", "bos_token_id", "quantization_config")
               if cfg.get(name) is not None}
     tying = ({"tie_word_embeddings": cfg["tie_word_embeddings"]}

@@ -331,6 +331,51 @@ def test_qwen_vl_text_models_load_alone(tmp_path, kind, old_layout):
                                atol=1e-4, rtol=0)
 
 
+@pytest.mark.parametrize("kind,text_type", [("Llava", "llama"), ("Llava", "qwen2"),
+                                            ("SmolVLM", "llama"), ("Idefics3", "llama")])
+def test_llava_and_smolvlm_text_models_load_alone(tmp_path, kind, text_type):
+    """LLaVA (its text model Llama's, Mistral's or Qwen2's) and SmolVLM (Idefics3's: Llama's,
+    under model.text_model): the text model's tensors read, the vision tower's, projector's and
+    connector's not."""
+    transformers = pytest.importorskip("transformers")
+    text = dict(model_type=text_type, vocab_size=VOCAB, hidden_size=64, intermediate_size=96,
+                num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                max_position_embeddings=256, rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2)
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                  num_attention_heads=2, image_size=32, patch_size=16)
+    if kind == "Llava":
+        config = transformers.LlavaConfig(text_config=text, image_token_index=260,
+                                          vision_config=vision | {
+                                              "model_type": "clip_vision_model"})
+    else:
+        config = getattr(transformers, f"{kind}Config")(text_config=text, vision_config=vision,
+                                                         image_token_id=260, scale_factor=2)
+    torch.manual_seed(0)
+    hf = getattr(transformers, f"{kind}ForConditionalGeneration")(config).eval()
+    with torch.no_grad():  # the default init leaves norms at exactly 1 and biases at 0
+        for name, p in hf.named_parameters():
+            if name.endswith("norm.weight") or name.endswith(".bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    loaded = load_model(str(save_hf_folder(hf, tmp_path / kind)), dtype="fp32", device="cpu")
+    assert loaded.config.architecture == text_type
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT), reference_logits(hf, PROMPT),
+                               atol=1e-4, rtol=0)
+
+
+def test_llava_15s_text_config_takes_llamas_defaults(tmp_path):
+    """LLaVA 1.5's text_config names a few fields and leaves the rest to LlamaConfig's."""
+    folder = tmp_path / "llava"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["LlavaForConditionalGeneration"], "image_token_index": 32000,
+        "text_config": {"architectures": ["LlamaForCausalLM"], "max_position_embeddings": 4096,
+                        "model_type": "llama", "rms_norm_eps": 1e-5, "vocab_size": 32064},
+        "vision_config": {"model_type": "clip_vision_model"}}))
+    c = read_config(folder)
+    assert (c.architecture, c.hidden_size, c.intermediate_size, c.num_layers, c.num_heads,
+            c.vocab_size, c.max_position) == ("llama", 4096, 11008, 32, 32, 32064, 4096)
+
+
 def test_mistral3_with_another_text_model_is_refused_naming_its_type(tmp_path):
     folder = save_hf_folder(hf_mistral3("mistral"), tmp_path / "mistral3")
     _edit_config(folder, text_config=json.loads((folder / "config.json").read_text())[
