@@ -1,5 +1,5 @@
-"""Hugging Face model folders: config.json -> ModelConfig, and the tokenizer (the weights:
-weights.py).
+"""Hugging Face model folders: config.json -> ModelConfig (which architectures, as what:
+architectures.py), and the tokenizer (the weights: weights.py).
 
 Every problem a user's folder can have becomes a ModelLoadError naming the file at fault."""
 from __future__ import annotations
@@ -12,113 +12,11 @@ from engine import rope
 from engine.chat_template import ChatTemplateError, check_template
 from engine.config import ModelConfig
 from engine.errors import ModelLoadError
+from engine.loading.architectures import (ACTIVATIONS, COHERES, GRANITE, LAYER_NORMED,
+                                          LLAMA_DEFAULTS, MIXTURES, MULTIMODAL, ROTARY_SHARES,
+                                          SUPPORTED)
 from engine.loading.quantization_config import read_quantization
 from engine.tokenizer import Tokenizer
-
-COHERE = {"layer_norm": True, "parallel_block": True, "rope_interleaved": True}
-COHERES = ("cohere", "cohere2")
-LAYER_NORMED = COHERES + ("stablelm", "phi")  # their norms' eps is layer_norm_eps (StarCoder2's:
-# norm_epsilon)
-# The share of a head RoPE turns where a config leaves it out (transformers' defaults)
-ROTARY_SHARES = {"stablelm": 0.25, "glm4": 0.5, "phi": 0.5, "nemotron": 0.5}
-# architectures[0] in config.json -> (our architecture name, its switches).
-SUPPORTED = {
-    "LlamaForCausalLM": ("llama", {}),
-    "MistralForCausalLM": ("mistral", {}),
-    "Qwen2ForCausalLM": ("qwen2", {"qkv_bias": True}),
-    "Qwen3ForCausalLM": ("qwen3", {"qk_norm": True}),
-    "Phi3ForCausalLM": ("phi3", {"fused_projections": True}),
-    "SmolLM3ForCausalLM": ("smollm3", {}),
-    "GraniteForCausalLM": ("granite", {}),
-    "Olmo2ForCausalLM": ("olmo2", {"qk_norm": True, "qk_norm_whole": True, "norm_before": False,
-                                   "norm_after": True}),
-    # OLMo 2's, three sliding layers to a full one, RoPE scaled in the full ones alone
-    "Olmo3ForCausalLM": ("olmo3", {"qk_norm": True, "qk_norm_whole": True, "norm_before": False,
-                                   "norm_after": True}),
-    "GemmaForCausalLM": ("gemma", {"gemma_norms": True}),
-    "Gemma2ForCausalLM": ("gemma2", {"gemma_norms": True, "norm_after": True}),
-    "Gemma3ForCausalLM": ("gemma3", {"gemma_norms": True, "norm_after": True, "qk_norm": True}),
-    # OLMo 2's norms after each sublayer, Qwen3's q/k norms
-    "Exaone4ForCausalLM": ("exaone4", {"qk_norm": True, "norm_before": False,
-                                       "norm_after": True}),
-    # mixtures of experts (MIXTURES)
-    "MixtralForCausalLM": ("mixtral", {}),
-    "Qwen2MoeForCausalLM": ("qwen2_moe", {}),  # q/k/v biases unless qkv_bias is false
-    "Qwen3MoeForCausalLM": ("qwen3_moe", {"qk_norm": True}),
-    "OlmoeForCausalLM": ("olmoe", {"qk_norm": True, "qk_norm_whole": True}),
-    "GraniteMoeForCausalLM": ("granitemoe", {}),  # with Granite's scalars
-    # Mistral's, its queries scaled past the original context as Llama 4's are
-    "Ministral3ForCausalLM": ("ministral3", {}),
-    "SeedOssForCausalLM": ("seed_oss", {}),  # Llama's, q/k/v biases where attention_bias says
-    # norms around each sublayer, q/k/v biases as Seed-OSS's, RoPE on adjacent pairs of half a head
-    "Glm4ForCausalLM": ("glm4", {"norm_after": True, "rope_interleaved": True}),
-    "Ernie4_5ForCausalLM": ("ernie4_5", {"rope_interleaved": True}),  # Llama's, RoPE as GLM-4's
-    # LayerNorms, the attention and MLP side by side, RoPE on adjacent pairs, logits scaled;
-    # Cohere 2 with three sliding layers to a full one, RoPE in those alone
-    "CohereForCausalLM": ("cohere", COHERE),
-    "Cohere2ForCausalLM": ("cohere2", COHERE),
-    # LayerNorms with biases, RoPE on a quarter of each head unless told, q/k/v biases and the
-    # attention and MLP side by side where its config says
-    "StableLmForCausalLM": ("stablelm", {"layer_norm": True, "norm_bias": True}),
-    "ArceeForCausalLM": ("arcee", {"gated_mlp": False}),  # Llama's, its MLP ReLU^2 without a gate
-    # LayerNorms with biases, an MLP without a gate, biases wherever use_bias says (weights.py
-    # reads its c_fc and c_proj as up_proj and down_proj), a window in every layer
-    "Starcoder2ForCausalLM": ("starcoder2", {"layer_norm": True, "norm_bias": True,
-                                             "gated_mlp": False}),
-    # Phi-2 and Phi-1.5: StarCoder2's biases and gateless MLP, the attention and MLP side by
-    # side, the head's bias (weights.py reads its dense, fc1, fc2 and final_layernorm as the
-    # others name theirs)
-    "PhiForCausalLM": ("phi", {"layer_norm": True, "norm_bias": True, "gated_mlp": False,
-                               "parallel_block": True, "qkv_bias": True, "linear_bias": True,
-                               "head_bias": True}),
-    # Nemotron (Minitron, Nemotron-Mini): LayerNorm1P (by 1 + weight, with biases), Arcee's MLP,
-    # RoPE on half of each head
-    "NemotronForCausalLM": ("nemotron", {"layer_norm": True, "norm_bias": True,
-                                         "gemma_norms": True, "gated_mlp": False}),
-}
-# A mixture's config field for its experts' width, and whether the chosen experts' weights are
-# always rescaled to sum to 1 (else as norm_topk_prob says)
-MIXTURES = {"mixtral": ("intermediate_size", True), "qwen2_moe": ("moe_intermediate_size", False),
-            "qwen3_moe": ("moe_intermediate_size", False), "olmoe": ("intermediate_size", False),
-            "granitemoe": ("intermediate_size", True)}  # its softmax is over the chosen
-LLAVA_TEXT = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
-              "qwen2": "Qwen2ForCausalLM"}
-# Models that also see images, whose text model loads alone: its architecture (or by its
-# text_config's model_type, the architecture of each), and the fields its text_config leaves out
-# (as Gemma 3's 4B-27B ship it) with transformers' defaults
-MULTIMODAL = {
-    # Mistral Small 3.1 and 3.2 (Mistral's), Ministral 3
-    "Mistral3ForConditionalGeneration": ({"mistral": "MistralForCausalLM",
-                                          "ministral3": "Ministral3ForCausalLM"}, {}),
-    "Gemma3ForConditionalGeneration": ("Gemma3ForCausalLM", {
-        "vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216,
-        "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
-        "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh",
-        "max_position_embeddings": 131_072, "rms_norm_eps": 1e-6, "rope_theta": 1_000_000.0,
-        "rope_local_base_freq": 10_000.0, "query_pre_attn_scalar": 256, "sliding_window": 4096,
-        "sliding_window_pattern": 6, "tie_word_embeddings": True}),
-    # Qwen2-VL, Qwen2.5-VL and Qwen3-VL: their text model Qwen2's or Qwen3's, its multimodal
-    # RoPE (mrope_section) the plain one where every position is text, as in a swarm's prompts
-    "Qwen2VLForConditionalGeneration": ("Qwen2ForCausalLM", {}),
-    "Qwen2_5_VLForConditionalGeneration": ("Qwen2ForCausalLM", {}),
-    "Qwen3VLForConditionalGeneration": ("Qwen3ForCausalLM", {}),
-    # LLaVA's (1.5, NeXT, OneVision) and SmolVLM's (Idefics3's) text models, by their type
-    "LlavaForConditionalGeneration": (LLAVA_TEXT, {}),
-    "LlavaNextForConditionalGeneration": (LLAVA_TEXT, {}),
-    "LlavaOnevisionForConditionalGeneration": (LLAVA_TEXT, {}),
-    "Idefics3ForConditionalGeneration": ({"llama": "LlamaForCausalLM"}, {}),
-    "SmolVLMForConditionalGeneration": ({"llama": "LlamaForCausalLM"}, {}),
-}
-# transformers' LlamaConfig defaults, which LLaVA 1.5's text_config leaves to it
-LLAMA_DEFAULTS = {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
-                  "num_attention_heads": 32, "max_position_embeddings": 2048,
-                  "rms_norm_eps": 1e-6, "vocab_size": 32000}
-# The MLP activations transformers names, as ModelConfig.activation names them
-ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh",
-               "gelu": "gelu", "relu2": "relu2"}
-# Granite's scalars, with transformers' defaults (its attention's scale is 1 unless given)
-GRANITE = {"embedding_multiplier": 1.0, "residual_multiplier": 1.0, "attention_multiplier": 1.0,
-           "logits_scaling": 1.0}
 
 
 def read_json(path: Path, required: bool = True) -> dict | None:
