@@ -362,6 +362,76 @@ def test_llava_and_smolvlm_text_models_load_alone(tmp_path, kind, text_type):
                                atol=1e-4, rtol=0)
 
 
+# The hub's configs of the LayerNormed families, as their models ship them (the fields that
+# shape the model), and what each reads as: (architecture, head_dim, rotary_dim, eps, logits
+# scaling, q/k/v biases, other biases, parallel block, sliding layers)
+LAYER_NORMED_HUB_CONFIGS = {
+    "phi-2": ({"architectures": ["PhiForCausalLM"], "model_type": "phi", "hidden_act": "gelu_new",
+               "hidden_size": 2560, "intermediate_size": 10240, "layer_norm_eps": 1e-05,
+               "max_position_embeddings": 2048, "num_attention_heads": 32,
+               "num_hidden_layers": 32, "num_key_value_heads": 32,
+               "partial_rotary_factor": 0.4, "qk_layernorm": False, "rope_scaling": None,
+               "rope_theta": 10000.0, "tie_word_embeddings": False, "vocab_size": 51200,
+               "bos_token_id": 50256, "eos_token_id": 50256},
+              ("phi", 80, 32, 1e-05, 1.0, True, True, True, 0)),
+    "stablelm-2-1_6b": ({"architectures": ["StableLmForCausalLM"], "model_type": "stablelm",
+                         "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 5632,
+                         "layer_norm_eps": 1e-05, "max_position_embeddings": 4096,
+                         "num_attention_heads": 32, "num_hidden_layers": 24,
+                         "num_key_value_heads": 32, "partial_rotary_factor": 0.25,
+                         "qk_layernorm": False, "rope_theta": 10000, "tie_word_embeddings": False,
+                         "use_parallel_residual": False, "use_qkv_bias": True,
+                         "vocab_size": 100352, "bos_token_id": 100257, "eos_token_id": 100257},
+                        ("stablelm", 64, 16, 1e-05, 1.0, True, False, False, 0)),
+    "starcoder2-3b": ({"architectures": ["Starcoder2ForCausalLM"], "model_type": "starcoder2",
+                       "hidden_act": "gelu_pytorch_tanh", "hidden_size": 3072,
+                       "intermediate_size": 12288, "max_position_embeddings": 16384,
+                       "norm_epsilon": 1e-05, "norm_type": "layer_norm",
+                       "num_attention_heads": 24, "num_hidden_layers": 30,
+                       "num_key_value_heads": 2, "rope_theta": 999999.4420358813,
+                       "sliding_window": 4096, "use_bias": True, "vocab_size": 49152,
+                       "bos_token_id": 0, "eos_token_id": 0},
+                      ("starcoder2", 128, 128, 1e-05, 1.0, True, True, False, 30)),
+    "aya-expanse-8b": ({"architectures": ["CohereForCausalLM"], "model_type": "cohere",
+                        "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336,
+                        "layer_norm_eps": 1e-05, "logit_scale": 0.125,
+                        "max_position_embeddings": 8192, "num_attention_heads": 32,
+                        "num_hidden_layers": 32, "num_key_value_heads": 8, "rope_theta": 10000,
+                        "use_qk_norm": False, "vocab_size": 256000, "bos_token_id": 5,
+                        "eos_token_id": 255001},
+                       ("cohere", 128, 128, 1e-05, 8.0, False, False, True, 0)),
+    "c4ai-command-r7b-12-2024": ({"architectures": ["Cohere2ForCausalLM"],
+                                  "model_type": "cohere2", "hidden_act": "silu",
+                                  "hidden_size": 4096, "intermediate_size": 14336,
+                                  "layer_norm_eps": 1e-05, "logit_scale": 0.25,
+                                  "max_position_embeddings": 8192, "num_attention_heads": 32,
+                                  "num_hidden_layers": 32, "num_key_value_heads": 8,
+                                  "rope_theta": 50000.0, "sliding_window": 4096,
+                                  "sliding_window_pattern": 4, "vocab_size": 256000,
+                                  "bos_token_id": 5, "eos_token_id": 255001},
+                                 ("cohere2", 128, 128, 1e-05, 4.0, False, False, True, 24)),
+    "Nemotron-Mini-4B-Instruct": ({"architectures": ["NemotronForCausalLM"],
+                                   "model_type": "nemotron", "hidden_act": "relu2",
+                                   "hidden_size": 3072, "intermediate_size": 9216,
+                                   "max_position_embeddings": 4096, "norm_eps": 1e-05,
+                                   "num_attention_heads": 24, "num_hidden_layers": 32,
+                                   "num_key_value_heads": 8, "partial_rotary_factor": 0.5,
+                                   "rope_theta": 10000, "tie_word_embeddings": False,
+                                   "vocab_size": 256000, "bos_token_id": 2, "eos_token_id": 3},
+                                  ("nemotron", 128, 64, 1e-05, 1.0, False, False, False, 0)),
+}
+
+
+@pytest.mark.parametrize("name", LAYER_NORMED_HUB_CONFIGS)
+def test_the_hubs_layernormed_configs_read_as_their_models(tmp_path, name):
+    config, expected = LAYER_NORMED_HUB_CONFIGS[name]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    c = read_config(tmp_path)
+    assert (c.architecture, c.head_dim, c.rotary_dim, c.rms_norm_eps, c.logits_scaling,
+            c.qkv_bias, c.linear_bias, c.parallel_block, len(c.sliding_layers)) == expected
+    assert c.layer_norm and c.num_layers == config["num_hidden_layers"]
+
+
 def test_llava_15s_text_config_takes_llamas_defaults(tmp_path):
     """LLaVA 1.5's text_config names a few fields and leaves the rest to LlamaConfig's."""
     folder = tmp_path / "llava"
