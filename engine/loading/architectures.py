@@ -66,7 +66,11 @@ SUPPORTED = {
     # RoPE on half of each head
     "NemotronForCausalLM": ("nemotron", {"layer_norm": True, "norm_bias": True,
                                          "gemma_norms": True, "gated_mlp": False}),
+    # Granite 4.0's: Granite's scalars, its MLP's gate and up one tensor (weights.py reads its
+    # halves), every layer attention (Granite 4.0 Micro); Mamba layers or experts refused
+    "GraniteMoeHybridForCausalLM": ("granitemoehybrid", {}),
 }
+GRANITES = ("granite", "granitemoe", "granitemoehybrid")  # with Granite's scalars
 # A mixture's config field for its experts' width, and whether the chosen experts' weights are
 # always rescaled to sum to 1 (else as norm_topk_prob says)
 MIXTURES = {"mixtral": ("intermediate_size", True), "qwen2_moe": ("moe_intermediate_size", False),

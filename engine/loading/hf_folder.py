@@ -12,9 +12,9 @@ from engine import rope
 from engine.chat_template import ChatTemplateError, check_template
 from engine.config import ModelConfig
 from engine.errors import ModelLoadError
-from engine.loading.architectures import (ACTIVATIONS, COHERES, GRANITE, LAYER_NORMED,
-                                          LLAMA_DEFAULTS, MIXTURES, MULTIMODAL, ROTARY_SHARES,
-                                          SUPPORTED)
+from engine.loading.architectures import (ACTIVATIONS, COHERES, GRANITE, GRANITES,
+                                          LAYER_NORMED, LLAMA_DEFAULTS, MIXTURES, MULTIMODAL,
+                                          ROTARY_SHARES, SUPPORTED)
 from engine.loading.quantization_config import read_quantization
 from engine.tokenizer import Tokenizer
 
@@ -136,6 +136,8 @@ def read_config(folder: Path) -> ModelConfig:
     if arch == "stablelm":
         switches = switches | {"qkv_bias": _bool(cfg, path, "use_qkv_bias", False),
                                "parallel_block": _bool(cfg, path, "use_parallel_residual", False)}
+    if arch == "granitemoehybrid":
+        cfg = _granite_hybrid(cfg, path)
     if arch == "olmoe" and cfg.get("clip_qkv") is not None:
         raise ModelLoadError(path, f"clip_qkv ({cfg['clip_qkv']}) is not supported")
     if cfg.get("use_bidirectional_attention"):
@@ -168,7 +170,7 @@ def read_config(folder: Path) -> ModelConfig:
             intermediate_size=_int(cfg, path, "intermediate_size"),
             num_layers=layers, num_heads=heads, nope_layers=nope,
             **({name: _number(cfg, path, name, default) for name, default in GRANITE.items()}
-               if arch in ("granite", "granitemoe") else {}),
+               if arch in GRANITES else {}),
             **(_gemma(cfg, path, arch) if arch.startswith("gemma") else {}),
             **(_experts(cfg, path, arch, layers) if arch in MIXTURES else {}),
             **(_local_rope(cfg, path, theta) if arch == "olmo3" and sliding else {}),
@@ -305,6 +307,24 @@ def _gemma(cfg: dict, path: Path, arch: str) -> dict:
     if arch == "gemma3":
         fields |= _local_rope(cfg, path, _number(cfg, path, "rope_local_base_freq", 10000.0))
     return fields
+
+
+def _granite_hybrid(cfg: dict, path: Path) -> dict:
+    """Granite 4.0's config as a dense Granite's: its MLP's width shared_intermediate_size; a
+    model with Mamba layers or experts (the -H ones) is refused."""
+    kinds = cfg.get("layer_types") or cfg.get("layers_block_type") or []
+    if any(kind not in ("attention", "full_attention") for kind in kinds):
+        raise ModelLoadError(path, "Mamba layers (layer_types other than attention) are not "
+                                   "supported")
+    if cfg.get("num_local_experts"):
+        raise ModelLoadError(path, f"a mixture of {cfg['num_local_experts']} experts beside its "
+                                   "shared MLP is not supported")
+    if cfg.get("position_embedding_type", "rope") != "rope":
+        raise ModelLoadError(path, f"position_embedding_type "
+                                   f"{cfg['position_embedding_type']!r} is not supported (rope is)")
+    width = _int(cfg, path, "shared_intermediate_size")
+    kept = {name: value for name, value in cfg.items() if name != "layer_types"}  # all full
+    return kept | {"intermediate_size": width}
 
 
 def _cohere(cfg: dict, path: Path) -> dict:

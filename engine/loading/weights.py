@@ -47,6 +47,8 @@ GATELESS_NAME = re.compile(r"(.*)\.(mlp\.c_fc|mlp\.c_proj|mlp\.fc1|mlp\.fc2|self
 GATELESS_NAMES = {"mlp.c_fc": "mlp.up_proj", "mlp.c_proj": "mlp.down_proj",
                   "mlp.fc1": "mlp.up_proj", "mlp.fc2": "mlp.down_proj",
                   "self_attn.dense": "self_attn.o_proj", "final_layernorm": "norm"}
+# Granite 4.0's MLP: its gate and up one tensor, its down another
+GRANITE_SHARED_NAME = re.compile(r"(.*)\.shared_mlp\.(input_linear|output_linear)\.weight")
 # What each renaming reads as what, for a mismatch's message (Weights.namings)
 NAMINGS = {
     "mixtral": "Mixtral's block_sparse_moe.gate and block_sparse_moe.experts.E.w1, w3, w2 named "
@@ -58,6 +60,8 @@ NAMINGS = {
             "named as post_attention_layernorm, pre_feedforward_layernorm and "
             "post_feedforward_layernorm, and mlp.gate_up_proj's halves as mlp.gate_proj and "
             "up_proj",
+    "granitemoehybrid": "Granite 4.0's shared_mlp.input_linear's halves named as "
+                        "mlp.gate_proj and up_proj, and its output_linear as mlp.down_proj",
     "gateless": "StarCoder2's mlp.c_fc and c_proj, and Phi-2's mlp.fc1 and fc2, named as "
                 "mlp.up_proj and down_proj, Phi-2's self_attn.dense and model.final_layernorm "
                 "as self_attn.o_proj and model.norm"}
@@ -193,6 +197,14 @@ class Weights(Mapping[str, torch.Tensor]):
             if projection:
                 part = part.replace(projection, MIXTRAL_PROJECTIONS[projection])
             return {f"{layer}.mlp.{part}.weight": _Part(name)}
+        shared = GRANITE_SHARED_NAME.fullmatch(name)
+        if shared:
+            self.namings.add("granitemoehybrid")
+            layer, kind = shared.groups()
+            if kind == "output_linear":
+                return {f"{layer}.mlp.down_proj.weight": _Part(name)}
+            return {f"{layer}.mlp.gate_proj.weight": _Part(name, half=0),
+                    f"{layer}.mlp.up_proj.weight": _Part(name, half=1)}
         gateless = GATELESS_NAME.fullmatch(name)
         if gateless:
             self.namings.add("gateless")

@@ -432,6 +432,33 @@ def test_the_hubs_layernormed_configs_read_as_their_models(tmp_path, name):
     assert c.layer_norm and c.num_layers == config["num_hidden_layers"]
 
 
+def test_granite_4_micro_matches_transformers(tmp_path):
+    """Granite 4.0 Micro: GraniteMoeHybrid with every layer attention and no experts, its MLP
+    shared_mlp (gate and up one tensor), Granite's scalars."""
+    hf = hf_tiny("granitemoehybrid", num_local_experts=0, shared_intermediate_size=48,
+                 layer_types=["attention"] * 2, position_embedding_type="rope",
+                 mamba_n_heads=8, mamba_d_head=16, embedding_multiplier=12.0,
+                 residual_multiplier=0.22, attention_multiplier=0.1, logits_scaling=8.0)
+    loaded = load_model(str(save_hf_folder(hf, tmp_path / "granite4")), dtype="fp32",
+                        device="cpu")
+    c = loaded.config
+    assert (c.architecture, c.intermediate_size, c.logits_scaling) == ("granitemoehybrid", 48, 8.0)
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT), reference_logits(hf, PROMPT),
+                               atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("fields,named", [
+    ({"layer_types": ["mamba", "attention"]}, "Mamba layers"),
+    ({"num_local_experts": 4}, "a mixture of 4 experts"),
+    ({"position_embedding_type": "nope"}, "position_embedding_type 'nope'")])
+def test_granite_4s_hybrids_are_refused_by_what_they_have(tmp_path, fields, named):
+    folder = save_hf_folder(hf_tiny("granitemoehybrid", num_local_experts=0,
+                                    shared_intermediate_size=48, layer_types=["attention"] * 2,
+                                    mamba_n_heads=8, mamba_d_head=16), tmp_path / "granite4h")
+    _edit_config(folder, **fields)
+    _raises(folder, "config.json", named)
+
+
 def test_llava_15s_text_config_takes_llamas_defaults(tmp_path):
     """LLaVA 1.5's text_config names a few fields and leaves the rest to LlamaConfig's."""
     folder = tmp_path / "llava"
