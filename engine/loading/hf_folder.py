@@ -363,9 +363,10 @@ def _local_rope(cfg: dict, path: Path, base: float) -> dict:
 
 
 # Which layers slide where config.json has no layer_types, as transformers reads it: every layer
-# (Mistral, Ministral 3, Phi-3, Mixtral, Qwen3-MoE, StarCoder2), all but every pattern-th (Gemma 3, pattern
-# 6; Gemma 2, 2; EXAONE 4, 4 or its L and G; OLMo 3 and Cohere 2, 4), those from
-# max_window_layers (Qwen2 and 3 with use_sliding_window), every other one below it (Qwen2-MoE's)
+# (Mistral, Ministral 3, Phi-3, Mixtral, Qwen3-MoE, StarCoder2), all but every pattern-th
+# (Gemma 3, pattern 6; Gemma 2, 2; EXAONE 4, 4 or its L and G; OLMo 3 and Cohere 2, 4), those
+# from max_window_layers (Qwen2 and 3 with use_sliding_window), every other one below it
+# (Qwen2-MoE's)
 def _sliding_window(cfg: dict, path: Path, arch: str, layers: int) -> dict:
     """sliding_window and sliding_layers: the layers where a query sees only the window's keys
     up to its own (and Gemma 3's local RoPE turns, however long its window)."""

@@ -149,7 +149,8 @@ def hf_mistral3(text_type: str, tie: bool = False, **text):
     """A random Mistral3ForConditionalGeneration (a vision tower, a projector and the text model
     of `text_type`), as Mistral Small 3.1 and 3.2 (mistral) and Ministral 3 (ministral3) ship."""
     transformers = pytest.importorskip("transformers")
-    config_cls = {"mistral": transformers.MistralConfig, "ministral3": transformers.Ministral3Config}
+    config_cls = {"mistral": transformers.MistralConfig,
+                  "ministral3": transformers.Ministral3Config}
     text = config_cls[text_type](
         vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=1024,
