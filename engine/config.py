@@ -21,8 +21,8 @@ class ModelConfig:
     LayerNorms, RoPE on adjacent pairs and its attention and MLP side by side (Cohere 2 with
     windows, RoPE in its sliding layers alone), StableLM LayerNorms with biases, Arcee an MLP
     without a gate, StarCoder2 both and biases everywhere, Phi-2 all of that side by side and
-    its head's bias, Nemotron Arcee's MLP and LayerNorms by 1 + weight with biases. Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE and GraniteMoE are mixtures of
-    experts."""
+    its head's bias, Nemotron Arcee's MLP and LayerNorms by 1 + weight with biases. Mixtral,
+    Qwen2-MoE, Qwen3-MoE, OLMoE and GraniteMoE are mixtures of experts."""
 
     vocab_size: int
     hidden_size: int

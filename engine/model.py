@@ -3,9 +3,10 @@ around each sublayer and RoPE on adjacent pairs, Qwen3 with q/k RMSNorm, SmolLM,
 without RoPE, Phi-3, Granite with its scalars, OLMo 2 and 3 and EXAONE 4 with their norms after,
 Gemma 1-3 with theirs, Cohere 1 and 2 with LayerNorms and attention and MLP side by side, StableLM
 with LayerNorms' biases, Arcee with an MLP without a gate, StarCoder2 with both and biases on every
-projection, Phi-2 with all of that side by side and its head's bias; sliding windows in OLMo 3's, Gemma's and others' layers, a RoPE of their own in Gemma
-3's and OLMo 3's; Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE and GraniteMoE with mixtures of experts,
-engine/mlp.py) as one forward over packed tokens of many lanes and a paged KV cache.
+projection, Phi-2 with all of that side by side and its head's bias; sliding windows in OLMo 3's,
+Gemma's and others' layers, a RoPE of their own in Gemma 3's and OLMo 3's; Mixtral, Qwen2-MoE,
+Qwen3-MoE, OLMoE and GraniteMoE with mixtures of experts, engine/mlp.py) as one forward over
+packed tokens of many lanes and a paged KV cache.
 
 Weights arrive under Hugging Face names; q/k/v and gate/up are stored fused so each layer runs
 two matmuls fewer (Python overhead per op matters with 30 layers on CPU), as Phi-3's checkpoints
@@ -128,14 +129,17 @@ class DecoderLayer(nn.Module):
         self.activation = _ACTIVATIONS[c.activation]
         # the MLP: dense (gated, or without a gate), or a mixture of experts
         self.moe = MixtureOfExperts(c, dtype, device) if experts else None
-        mlp = () if experts else ("gate_up", "down") if c.gated_mlp else ("up", "down")
-        if mlp:  # gate and up fused, or up alone
-            setattr(self, mlp[0], nn.Parameter(torch.empty(
-                (2 if c.gated_mlp else 1) * c.intermediate_size, c.hidden_size, **kw)))
+        if not experts:
+            if c.gated_mlp:  # gate and up fused
+                self.gate_up = nn.Parameter(torch.empty(2 * c.intermediate_size, c.hidden_size,
+                                                        **kw))
+            else:
+                self.up = nn.Parameter(torch.empty(c.intermediate_size, c.hidden_size, **kw))
             self.down = nn.Parameter(torch.empty(c.hidden_size, c.intermediate_size, **kw))
             self.up_bias, self.down_bias = bias(c.intermediate_size), bias(c.hidden_size)
         # the weights `linear` multiplies by (LlamaModel.prepack)
-        self.LINEARS = ("qkv", "o_proj") + mlp
+        self.LINEARS = ("qkv", "o_proj") + (
+            () if experts else ("gate_up" if c.gated_mlp else "up", "down"))
         self.config = config
         # (a layer with RoPE of its own, unscaled, takes none of the scaling's factor)
         self.attention_scale = (c.head_dim ** -0.5 if c.attention_multiplier is None
@@ -214,6 +218,7 @@ class LlamaModel(nn.Module):
                                 if config.norm_bias else None)
         self.register_parameter("head_bias", nn.Parameter(torch.empty(config.vocab_size, **kw))
                                 if config.head_bias else None)
+        self.normed = sublayer_norm(config)
         # Gemma scales its embeddings by a factor rounded to the model's dtype, as it does
         self.embedding_multiplier = (torch.tensor(config.embedding_multiplier, dtype=dtype).item()
                                      if config.gemma_norms else config.embedding_multiplier)
@@ -293,8 +298,7 @@ class LlamaModel(nn.Module):
         for index, layer in enumerate(self.layers):
             x = layer(x, *(local if layer.local_rope else (cos, sin)), kv.k[index], kv.v[index],
                       meta, query_scale)
-        h = sublayer_norm(self.config)(x[logit_rows], self.norm, self.config.rms_norm_eps,
-                                       self.norm_bias)
+        h = self.normed(x[logit_rows], self.norm, self.config.rms_norm_eps, self.norm_bias)
         logits = linear(h, self.head, self.head_bias).float()
         if self.config.logits_scaling != 1.0:
             logits /= self.config.logits_scaling

@@ -7,9 +7,11 @@ from __future__ import annotations
 # Cohere's and Cohere 2's switches
 COHERE = {"layer_norm": True, "parallel_block": True, "rope_interleaved": True}
 COHERES = ("cohere", "cohere2")
-# LayerNormed architectures whose configs name the norms' eps layer_norm_eps (StarCoder2's say
-# norm_epsilon, Nemotron's norm_eps)
-LAYER_NORMED = COHERES + ("stablelm", "phi")
+# The config field of each LayerNormed architecture's eps (the others': rms_norm_eps)
+NORM_EPS = {"cohere": "layer_norm_eps", "cohere2": "layer_norm_eps", "stablelm": "layer_norm_eps",
+            "phi": "layer_norm_eps", "starcoder2": "norm_epsilon", "nemotron": "norm_eps"}
+# Architectures whose head is tied to the embedding where a config does not say
+TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3", "cohere", "cohere2", "starcoder2")
 # The share of a head RoPE turns where a config leaves it out (transformers' defaults)
 ROTARY_SHARES = {"stablelm": 0.25, "glm4": 0.5, "phi": 0.5, "nemotron": 0.5}
 # architectures[0] in config.json -> (our architecture name, its switches).

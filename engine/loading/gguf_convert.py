@@ -4,8 +4,9 @@ llama.cpp's llama (Llama, Mistral, SmolLM; Mixtral with its experts), smollm3, g
 qwen3, olmo2, phi3 (Phi-3, Phi-3.5, Phi-4-mini), gemma, gemma2, gemma3, exaone4, ernie4_5, glm4
 (the 0414 models), command-r (Cohere's: Aya, Command R), cohere2 (Command R7B), stablelm,
 starcoder2, arcee, nemotron, phi2 (its q, k and v one tensor or three), the text models of
-qwen2vl, qwen25vl and qwen3vl, and the mixtures qwen2moe, qwen3moe, olmoe and granitemoe are read, with
-the tokenizers gguf_tokenizer.py rebuilds; other architectures are refused naming theirs."""
+qwen2vl, qwen25vl and qwen3vl, and the mixtures qwen2moe, qwen3moe, olmoe and granitemoe are
+read, with the tokenizers gguf_tokenizer.py rebuilds; other architectures are refused naming
+theirs."""
 from __future__ import annotations
 
 import json
@@ -22,6 +23,7 @@ from safetensors.torch import save_file
 
 from engine import rope
 from engine.errors import ModelLoadError
+from engine.loading.architectures import NORM_EPS, SUPPORTED
 from engine.loading.gguf_tokenizer import gguf_tokenizer
 
 Progress = Callable[[str, float], None]
@@ -54,10 +56,6 @@ ARCHITECTURES = {"llama": ("LlamaForCausalLM", True), "qwen2": ("Qwen2ForCausalL
                  "qwen2vl": ("Qwen2ForCausalLM", False), "qwen25vl": ("Qwen2ForCausalLM", False),
                  "qwen3vl": ("Qwen3ForCausalLM", False)}
 COHERES = ("command-r", "cohere2")  # logits scaled
-# LayerNorms, their eps as config.json names it; StableLM's and StarCoder2's with biases
-LAYER_NORMED = {"command-r": "layer_norm_eps", "cohere2": "layer_norm_eps",
-                "stablelm": "layer_norm_eps", "starcoder2": "norm_epsilon", "nemotron": "norm_eps",
-                "phi2": "layer_norm_eps"}
 _ACTIVATIONS = {"starcoder2": "gelu_pytorch_tanh", "arcee": "relu2", "nemotron": "relu2",
                 "phi2": "gelu_new"}  # the others' SiLU
 # Mixtral is llama.cpp's llama with experts; these are mixtures always
@@ -75,8 +73,8 @@ SANDWICHED = ("gemma2", "gemma3")
 _GRANITE = {"embedding_scale": "embedding_multiplier", "residual_scale": "residual_multiplier",
             "attention.scale": "attention_multiplier", "logit_scale": "logits_scaling"}
 FUSED = ("phi3",)  # architectures whose q/k/v and gate/up are one tensor each, as Phi-3's
-PARTIAL_ROPE = ("phi3", "glm4", "stablelm", "nemotron", "phi2")  # their RoPE dimensions may be part
-# of a head
+# architectures whose RoPE dimension count may be part of a head
+PARTIAL_ROPE = ("phi3", "glm4", "stablelm", "nemotron", "phi2")
 # GLM-4's names for its norms around each sublayer and its fused gate and up, as its Hugging Face
 # folders have them (weights.py reads those as the others')
 _GLM4_NAMES = {"post_attention_norm": "post_self_attn_layernorm",
@@ -210,10 +208,7 @@ def gguf_config(g: _Gguf) -> dict:
                                  {"partial_rotary_factor": 1.0} if arch in PARTIAL_ROPE else {}),
         "rope_theta": theta, **({"rope_scaling": scaling} if scaling else {}),
         **(_olmo3_fields(g, theta, scaling, layers) if olmo3 else {}),
-        **({LAYER_NORMED[arch]: float(g.get(f"{arch}.attention.layer_norm_epsilon"))}
-           if arch in LAYER_NORMED else
-           {"rms_norm_eps": float(g.get(f"{arch}.attention.layer_norm_rms_epsilon",
-                                        1e-6 if arch in GEMMAS else None))}),
+        **_norm_eps(g, arch),
         **({"logit_scale": float(g.get(f"{arch}.logit_scale", 1.0))} if arch in COHERES else {}),
         # StableLM's q/k/v biases and parallel block (no norm before its MLP), as llama.cpp
         # tells them apart; StarCoder2's biases everywhere
@@ -238,6 +233,16 @@ def gguf_config(g: _Gguf) -> dict:
         "eos_token_id": list(dict.fromkeys(i for i in eos if i >= 0)),
         "torch_dtype": "float32",
     }
+
+
+def _norm_eps(g: _Gguf, arch: str) -> dict:
+    """The norms' eps under the field its folder's architecture reads: a LayerNorm's
+    (llama.cpp's layer_norm_epsilon) or an RMSNorm's."""
+    ours = SUPPORTED[ARCHITECTURES[arch][0]][0]
+    if ours in NORM_EPS:
+        return {NORM_EPS[ours]: float(g.get(f"{arch}.attention.layer_norm_epsilon"))}
+    return {"rms_norm_eps": float(g.get(f"{arch}.attention.layer_norm_rms_epsilon",
+                                        1e-6 if arch in GEMMAS else None))}
 
 
 def _window_layers(g: _Gguf, arch: str, layers: int) -> list[str]:

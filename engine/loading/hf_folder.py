@@ -13,8 +13,8 @@ from engine.chat_template import ChatTemplateError, check_template
 from engine.config import ModelConfig
 from engine.errors import ModelLoadError
 from engine.loading.architectures import (ACTIVATIONS, COHERES, GRANITE, GRANITES,
-                                          LAYER_NORMED, LLAMA_DEFAULTS, MIXTURES, MULTIMODAL,
-                                          ROTARY_SHARES, SUPPORTED)
+                                          LLAMA_DEFAULTS, MIXTURES, MULTIMODAL, NORM_EPS,
+                                          ROTARY_SHARES, SUPPORTED, TIED_BY_DEFAULT)
 from engine.loading.quantization_config import read_quantization
 from engine.tokenizer import Tokenizer
 
@@ -180,13 +180,10 @@ def read_config(folder: Path) -> ModelConfig:
             num_kv_heads=_int(cfg, path, "num_key_value_heads", heads) or heads,
             head_dim=_int(cfg, path, "head_dim", 0), rotary_dim=rotary_dim, rope_theta=theta,
             rope_scaling=scaling,
-            rms_norm_eps=(_number(cfg, path, "layer_norm_eps", 1e-5) if arch in LAYER_NORMED else
-                          _number(cfg, path, "norm_epsilon", 1e-5) if arch == "starcoder2" else
-                          _number(cfg, path, "norm_eps", 1e-5) if arch == "nemotron" else
+            rms_norm_eps=(_number(cfg, path, NORM_EPS[arch], 1e-5) if arch in NORM_EPS else
                           _number(cfg, path, "rms_norm_eps", 1e-6)), max_position=max_position,
             tie_word_embeddings=_bool(cfg, path, "tie_word_embeddings",  # transformers' defaults
-                                      arch.startswith("gemma") or arch in COHERES
-                                      or arch == "starcoder2"),
+                                      arch in TIED_BY_DEFAULT),
             bos_token_id=cfg.get("bos_token_id"), eos_token_ids=eos, architecture=arch,
             quantization=quantization.label if quantization else "", **switches)
     except (TypeError, ValueError) as exc:

@@ -114,6 +114,13 @@ class _Part:
     half: int | None = None
 
 
+def _gate_up_halves(layer: str, name: str) -> dict[str, _Part]:
+    """A layer's gate and up, stored as one tensor's first and second halves (GLM-4's, Granite
+    4.0's)."""
+    return {f"{layer}.mlp.gate_proj.weight": _Part(name, half=0),
+            f"{layer}.mlp.up_proj.weight": _Part(name, half=1)}
+
+
 class Weights(Mapping[str, torch.Tensor]):
     """A folder's tensors by the model's names, each read from its memory-mapped file when asked
     for, in the file's dtype: a model cast on load (stored in fp32, run in bf16, or the other
@@ -159,19 +166,13 @@ class Weights(Mapping[str, torch.Tensor]):
         return self._read(part.name, lambda handle: handle.get_slice(part.name)[index])
 
     def _dequantized(self, part: _Part) -> torch.Tensor:
-        """A quantized checkpoint's tensor, dequantized where it is stored quantized."""
+        """A quantized checkpoint's tensor, dequantized where it is stored quantized (of stacked
+        experts, its expert's part of the weights, scales and all)."""
         stored = self.plain[part.name]
-
-        def read(name: str) -> torch.Tensor | None:
-            """A stored tensor (its expert's part, scales and all, of stacked experts)."""
-            if name not in self.files:
-                return None
-            return self._read(name, lambda handle: handle.get_tensor(name) if part.expert is None
-                              else handle.get_slice(name)[part.expert])
-
         try:
             tensor = read_plain(self.quantization, part.name, stored,
-                                self._stored_shape(part.name), read)
+                                self._stored_shape(part.name),
+                                lambda name: self._tensor(name, part.expert))
         except ValueError as exc:
             raise ModelLoadError(self.files[stored], f"{stored}: {exc}") from None
         if part.half is None:
@@ -203,8 +204,7 @@ class Weights(Mapping[str, torch.Tensor]):
             layer, kind = shared.groups()
             if kind == "output_linear":
                 return {f"{layer}.mlp.down_proj.weight": _Part(name)}
-            return {f"{layer}.mlp.gate_proj.weight": _Part(name, half=0),
-                    f"{layer}.mlp.up_proj.weight": _Part(name, half=1)}
+            return _gate_up_halves(layer, name)
         gateless = GATELESS_NAME.fullmatch(name)
         if gateless:
             self.namings.add("gateless")
@@ -215,8 +215,7 @@ class Weights(Mapping[str, torch.Tensor]):
             self.namings.add("glm4")
             layer, kind = glm4.groups()
             if kind == "mlp.gate_up_proj":
-                return {f"{layer}.mlp.gate_proj.weight": _Part(name, half=0),
-                        f"{layer}.mlp.up_proj.weight": _Part(name, half=1)}
+                return _gate_up_halves(layer, name)
             return {f"{layer}.{GLM4_NORMS[kind]}.weight": _Part(name)}
         granite = GRANITE_MOE_NAME.fullmatch(name)
         shape = self._stored_shape(name) if granite else ()
@@ -248,10 +247,12 @@ class Weights(Mapping[str, torch.Tensor]):
         except ValueError as exc:
             raise ModelLoadError(self.files[stored], f"{stored}: {exc}") from None
 
-    def _tensor(self, name: str) -> torch.Tensor | None:
+    def _tensor(self, name: str, expert: int | None = None) -> torch.Tensor | None:
+        """A stored tensor (its `expert`'s part where given); None where there is none."""
         if name not in self.files:
             return None
-        return self._read(name, lambda handle: handle.get_tensor(name))
+        return self._read(name, lambda handle: handle.get_tensor(name) if expert is None else
+                          handle.get_slice(name)[expert])
 
     def _header_shape(self, name: str) -> tuple[int, ...]:
         return tuple(self._read(name, lambda handle: handle.get_slice(name).get_shape()))
