@@ -26,7 +26,8 @@ from engine.devices import (cpu_threads, dtype_name, free_memory_bytes, hardware
                             resolve_device, resolve_dtype, set_cpu_threads)
 from engine.errors import SwarmscopeError
 from engine.kv_cache import PagedKVCache
-from engine.model import LlamaModel, num_weights
+from engine.checkpoint_layout import num_weights
+from engine.model import LlamaModel
 from engine.runner import ModelRunner
 from engine.spec.calibration import BATCH_SHAPES, DEFAULT_CONTEXT, measure
 

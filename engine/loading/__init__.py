@@ -20,7 +20,8 @@ from engine.loading.gguf_convert import check_gguf, gguf_shapes
 from engine.loading.hf_folder import read_config, read_sampling_defaults, read_tokenizer
 from engine.loading.weights import NAMINGS, Weights
 from engine.linear import WARM_ROWS, prepacks
-from engine.model import LlamaModel, check_shapes
+from engine.checkpoint_layout import check_shapes
+from engine.model import LlamaModel
 from engine.tokenizer import ByteTokenizer, Tokenizer
 
 Progress = Callable[[str, float], None]

@@ -1,8 +1,8 @@
-"""A Hugging Face folder's safetensors weights, read lazily under the names the model gives
-them (engine/model.py `_hf_shapes`): a multimodal model's text part as a text-only model's,
-Mixtral's experts as the other mixtures name theirs, GraniteMoE's stacked experts as each one's,
-GLM-4's norms and fused gate and up as the others', StarCoder2's and Phi-2's MLP as the others
-without a gate (and Phi-2's attention output and last norm as the others'); a quantized
+"""A Hugging Face folder's safetensors weights, read lazily under the names the model gives them
+(engine/checkpoint_layout.py `hf_shapes`): a multimodal model's text part as a text-only
+model's, Mixtral's experts as the other mixtures name theirs, GraniteMoE's stacked experts as
+each one's, GLM-4's norms and fused gate and up as the others', StarCoder2's and Phi-2's MLP as
+the others without a gate (and Phi-2's attention output and last norm as the others'); a quantized
 checkpoint's weights dequantized (quantized.py)."""
 from __future__ import annotations
 

@@ -68,7 +68,7 @@ def test_from_state_dict_names_problems(tiny_config):
 def test_a_checkpoint_of_another_layout_is_named_in_a_few_names(tiny_config):
     """A quantized checkpoint differs in every linear of every layer: hundreds of names for a
     real model. The message names a few of each kind and counts the rest."""
-    from engine.model import check_shapes
+    from engine.checkpoint_layout import check_shapes
 
     shapes = {name.replace(".weight", ".qweight") if "proj" in name else name: tuple(t.shape)
               for name, t in LlamaModel.random(tiny_config).hf_state_dict().items()}
