@@ -11,16 +11,17 @@ from typing import Callable
 import torch
 
 from engine.chat_template import ChatTemplateError
+from engine.checkpoint_layout import check_shapes
 from engine.config import PRESETS, ModelConfig
 from engine.devices import (dtype_name, free_memory_bytes, resolve_device, resolve_dtype,
                             set_cpu_threads)
 from engine.errors import ModelLoadError
 from engine.loading import default_model, gguf_file, hub_cache, ollama_store
 from engine.loading.gguf_convert import check_gguf, gguf_shapes
-from engine.loading.hf_folder import read_config, read_sampling_defaults, read_tokenizer
+from engine.loading.hf_folder import read_config, read_sampling_defaults
+from engine.loading.hf_tokenizer import read_tokenizer
 from engine.loading.weights import NAMINGS, Weights
 from engine.linear import WARM_ROWS, prepacks
-from engine.checkpoint_layout import check_shapes
 from engine.model import LlamaModel
 from engine.tokenizer import ByteTokenizer, Tokenizer
 

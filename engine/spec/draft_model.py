@@ -47,7 +47,8 @@ def check_draft_folder(spec: str, target) -> None:
     """What `from_path` refuses a draft model folder for that its config and tokenizer show,
     without loading its weights: a session checks its drafters before it starts."""
     from engine.loading import model_folder_of
-    from engine.loading.hf_folder import read_config, read_tokenizer
+    from engine.loading.hf_folder import read_config
+    from engine.loading.hf_tokenizer import read_tokenizer
     folder, _ = model_folder_of(spec)  # a GGUF's converted now: it loads next
     config = read_config(folder)
     check_shares_tokenizer(spec, config, read_tokenizer(folder, config), target)
