@@ -37,19 +37,15 @@ def hf_sources(model: LlamaModel) -> list[tuple[Tensor, tuple[str, ...]]]:
                  "post_attention_layernorm": (layer.attn_out_norm if outputs_normed else
                                               layer.mlp_norm),
                  "pre_feedforward_layernorm": layer.mlp_norm if outputs_normed else None,
-                 "post_feedforward_layernorm": layer.ff_norm,
-                 "self_attn.q_norm": layer.q_norm, "self_attn.k_norm": layer.k_norm}
+                 "post_feedforward_layernorm": layer.ff_norm}
         sources += [(param, (f"{p}{name}.weight",)) for name, param in norms.items()
                     if param is not None]
         biases = {"input_layernorm": layer.input_norm_bias,
                   "post_attention_layernorm": layer.mlp_norm_bias}
         sources += [(param, (f"{p}{name}.bias",)) for name, param in biases.items()
                     if param is not None]
-        sources += [
-            (layer.qkv, (p + "self_attn.qkv_proj.weight",) if fused else
-             tuple(p + f"self_attn.{x}_proj.weight" for x in "qkv")),
-            (layer.o_proj, (p + "self_attn.o_proj.weight",)),
-        ]
+        sources += (_attention_sources(layer, p, fused) if layer.short_conv is None else
+                    _conv_sources(layer.short_conv, p + "conv."))
         if layer.moe is None and not model.config.gated_mlp:
             sources += [(layer.up, (p + "mlp.up_proj.weight",)),
                         (layer.down, (p + "mlp.down_proj.weight",))]
@@ -63,13 +59,36 @@ def hf_sources(model: LlamaModel) -> list[tuple[Tensor, tuple[str, ...]]]:
             if moe.shared is not None:
                 sources += _mlp_sources(moe.shared, p + "mlp.shared_expert.", False)
                 sources.append((moe.shared_gate, (p + "mlp.shared_expert_gate.weight",)))
-        if layer.qkv_bias is not None:
-            sources.append((layer.qkv_bias, tuple(p + f"self_attn.{x}_proj.bias" for x in "qkv")))
-        if layer.o_bias is not None:
-            sources += [(layer.o_bias, (p + "self_attn.o_proj.bias",)),
-                        (layer.up_bias, (p + "mlp.up_proj.bias",)),
+        if layer.moe is None and layer.up_bias is not None:
+            sources += [(layer.up_bias, (p + "mlp.up_proj.bias",)),
                         (layer.down_bias, (p + "mlp.down_proj.bias",))]
     return sources
+
+
+def _attention_sources(layer: nn.Module, p: str, fused: bool
+                       ) -> list[tuple[Tensor, tuple[str, ...]]]:
+    """An attention layer's parameters and the HF tensors they are made of."""
+    sources = [(param, (f"{p}self_attn.{name}.weight",))
+               for name, param in (("q_norm", layer.q_norm), ("k_norm", layer.k_norm))
+               if param is not None]
+    sources += [(layer.qkv, (p + "self_attn.qkv_proj.weight",) if fused else
+                 tuple(p + f"self_attn.{x}_proj.weight" for x in "qkv")),
+                (layer.o_proj, (p + "self_attn.o_proj.weight",))]
+    if layer.qkv_bias is not None:
+        sources.append((layer.qkv_bias, tuple(p + f"self_attn.{x}_proj.bias" for x in "qkv")))
+    if layer.o_bias is not None:
+        sources.append((layer.o_bias, (p + "self_attn.o_proj.bias",)))
+    return sources
+
+
+def _conv_sources(conv: nn.Module, prefix: str) -> list[tuple[Tensor, tuple[str, ...]]]:
+    """A short convolution's parameters (engine/short_conv.py) and the HF tensors they are
+    made of, under `prefix`: LFM2's names."""
+    return [(param, (f"{prefix}{name}.{kind}",)) for name, kind, param in (
+        ("in_proj", "weight", conv.in_proj), ("conv", "weight", conv.kernel),
+        ("out_proj", "weight", conv.out_proj), ("in_proj", "bias", conv.in_bias),
+        ("conv", "bias", conv.kernel_bias), ("out_proj", "bias", conv.out_bias))
+        if param is not None]
 
 
 def _mlp_sources(mlp: nn.Module, prefix: str, fused: bool
@@ -158,12 +177,16 @@ def hf_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
         norms += [] if c.parallel_block else ["post_attention_layernorm"]
         shapes |= {f"{p}{name}.{kind}": (c.hidden_size,) for name in norms
                    for kind in (("weight", "bias") if c.norm_bias else ("weight",))}
-        shapes.update({p + "self_attn.qkv_proj.weight": (q + 2 * kv, c.hidden_size)}
-                      if c.fused_projections else {
-                          p + "self_attn.q_proj.weight": (q, c.hidden_size),
-                          p + "self_attn.k_proj.weight": (kv, c.hidden_size),
-                          p + "self_attn.v_proj.weight": (kv, c.hidden_size)})
-        shapes[p + "self_attn.o_proj.weight"] = (c.hidden_size, q)
+        attends = i not in c.conv_layers
+        if attends:
+            shapes.update({p + "self_attn.qkv_proj.weight": (q + 2 * kv, c.hidden_size)}
+                          if c.fused_projections else {
+                              p + "self_attn.q_proj.weight": (q, c.hidden_size),
+                              p + "self_attn.k_proj.weight": (kv, c.hidden_size),
+                              p + "self_attn.v_proj.weight": (kv, c.hidden_size)})
+            shapes[p + "self_attn.o_proj.weight"] = (c.hidden_size, q)
+        else:
+            shapes |= _conv_shapes(p + "conv.", c)
         if c.has_experts(i):
             shapes[p + "mlp.gate.weight"] = (c.num_experts, c.hidden_size)
             for e in range(c.num_experts):
@@ -178,14 +201,14 @@ def hf_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
         else:
             shapes |= {p + "mlp.up_proj.weight": (c.intermediate_size, c.hidden_size),
                        p + "mlp.down_proj.weight": (c.hidden_size, c.intermediate_size)}
-        if c.qkv_bias:
+        if c.qkv_bias and attends:
             shapes |= {p + f"self_attn.{x}_proj.bias": (n,)
                        for x, n in (("q", q), ("k", kv), ("v", kv))}
         if c.linear_bias:
-            shapes |= {p + "self_attn.o_proj.bias": (c.hidden_size,),
-                       p + "mlp.up_proj.bias": (c.intermediate_size,),
-                       p + "mlp.down_proj.bias": (c.hidden_size,)}
-        if c.qk_norm:
+            shapes |= ({p + "self_attn.o_proj.bias": (c.hidden_size,)} if attends else {}) | {
+                p + "mlp.up_proj.bias": (c.intermediate_size,),
+                p + "mlp.down_proj.bias": (c.hidden_size,)}
+        if c.qk_norm and attends:
             shapes.update({p + "self_attn.q_norm.weight": (q if c.qk_norm_whole else c.head_dim,),
                            p + "self_attn.k_norm.weight": (kv if c.qk_norm_whole else c.head_dim,)})
         if c.norm_after:
@@ -193,6 +216,15 @@ def hf_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
         if c.norm_after and c.norm_before:
             shapes[p + "pre_feedforward_layernorm.weight"] = (c.hidden_size,)
     return shapes
+
+
+def _conv_shapes(prefix: str, c: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """A short convolution's tensors under `prefix` (LFM2's names), with their shapes."""
+    h = c.hidden_size
+    weights = {"in_proj": (3 * h, h), "conv": (h, 1, c.conv_kernel), "out_proj": (h, h)}
+    return ({f"{prefix}{name}.weight": shape for name, shape in weights.items()}
+            | ({f"{prefix}{name}.bias": (shape[0],) for name, shape in weights.items()}
+               if c.conv_bias else {}))
 
 
 def _mlp_shapes(prefix: str, hidden: int, width: int, fused: bool) -> dict[str, tuple[int, ...]]:

@@ -22,7 +22,8 @@ class ModelConfig:
     windows, RoPE in its sliding layers alone), StableLM LayerNorms with biases, Arcee an MLP
     without a gate, StarCoder2 both and biases everywhere, Phi-2 all of that side by side and
     its head's bias, Nemotron Arcee's MLP and LayerNorms by 1 + weight with biases. Mixtral,
-    Qwen2-MoE, Qwen3-MoE, OLMoE and GraniteMoE are mixtures of experts."""
+    Qwen2-MoE, Qwen3-MoE, OLMoE and GraniteMoE are mixtures of experts. LFM2 runs gated short
+    convolutions in most layers in place of attention."""
 
     vocab_size: int
     hidden_size: int
@@ -86,6 +87,12 @@ class ModelConfig:
     # long-context attention scale: 1 within the original context); beta 0: none
     query_scaling_beta: float = 0.0
     query_scaling_context: int = 0
+    # LFM2's gated short convolutions in these layers in place of attention: in_proj's three
+    # parts B, C and x give C * (a depthwise causal convolution over the last conv_kernel
+    # positions of B * x), the positions before cached as keys and values are (engine/short_conv.py)
+    conv_layers: tuple[int, ...] = ()
+    conv_kernel: int = 3
+    conv_bias: bool = False  # in_proj, the convolution and out_proj add biases
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
     architecture: str = "llama"
@@ -120,7 +127,7 @@ class ModelConfig:
         if self.query_scaling_beta and not self.query_scaling_context > 0:
             raise ValueError(f"query scaling needs a positive context, got "
                              f"{self.query_scaling_context}")
-        for name in ("nope_layers", "sliding_layers", "dense_layers"):
+        for name in ("nope_layers", "sliding_layers", "dense_layers", "conv_layers"):
             layers = tuple(getattr(self, name))
             setattr(self, name, layers)
             if not all(0 <= i < self.num_layers for i in layers):
@@ -129,6 +136,9 @@ class ModelConfig:
         if self.sliding_layers and not (self.sliding_window or 0) > 0:
             raise ValueError(f"sliding layers need a positive sliding_window, got "
                              f"{self.sliding_window}")
+        if self.conv_layers and not self.conv_kernel >= 1:
+            raise ValueError(f"a short convolution spans at least one position, got "
+                             f"{self.conv_kernel}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation {self.activation!r} is not one of {ACTIVATIONS}")
         if not (self.norm_before or self.norm_after):
@@ -156,12 +166,18 @@ class ModelConfig:
         token), fp8 weights dequantized"."""
         experts = (f", {self.num_experts} experts ({self.experts_per_token} a token)"
                    if self.num_experts else "")
+        convs = f" ({len(self.conv_layers)} short-convolution)" if self.conv_layers else ""
         stored = f", {self.quantization} weights dequantized" if self.quantization else ""
-        return f"{self.architecture}, {self.num_layers} layers{experts}{stored}"
+        return f"{self.architecture}, {self.num_layers} layers{convs}{experts}{stored}"
 
     def has_experts(self, layer: int) -> bool:
         """Whether `layer`'s MLP is a mixture of experts."""
         return self.num_experts > 0 and layer not in self.dense_layers
+
+    @property
+    def attention_layers(self) -> tuple[int, ...]:
+        """The layers that attend (all but the short-convolution ones)."""
+        return tuple(i for i in range(self.num_layers) if i not in self.conv_layers)
 
     @property
     def group_size(self) -> int:
@@ -176,7 +192,8 @@ class ModelConfig:
         return replace(self, num_layers=num_layers,
                        nope_layers=tuple(i for i in self.nope_layers if i < num_layers),
                        sliding_layers=tuple(i for i in self.sliding_layers if i < num_layers),
-                       dense_layers=tuple(i for i in self.dense_layers if i < num_layers))
+                       dense_layers=tuple(i for i in self.dense_layers if i < num_layers),
+                       conv_layers=tuple(i for i in self.conv_layers if i < num_layers))
 
 
 PRESETS: dict[str, ModelConfig] = {

@@ -1,8 +1,8 @@
-"""Paged KV storage: one torch tensor per layer for K and for V, indexed by the block manager's
+"""Paged KV storage: one torch tensor per attention layer for K and for V (and one per
+short-convolution layer for its B * x, engine/short_conv.py), indexed by the block manager's
 block ids. The model sees only slot mappings and block tables, never sequences."""
 from __future__ import annotations
 
-import math
 
 import torch
 
@@ -19,8 +19,13 @@ class PagedKVCache:
         self.blocks = BlockManager(num_blocks, block_size)
         # A tensor's own device: "cuda" becomes "cuda:0", as the model's weights report it.
         self.dtype, self.device = dtype, torch.empty(0, device=device).device
-        shape = (config.num_layers, num_blocks, block_size, config.num_kv_heads, config.head_dim)
-        needed, free = 2 * math.prod(shape) * dtype.itemsize, free_memory_bytes(self.device)
+        shape = (len(config.attention_layers), num_blocks, block_size, config.num_kv_heads,
+                 config.head_dim)
+        # one block more, never handed out and never written: the zeros a short convolution
+        # reads for the positions before a sequence's first (short_conv.preceding_slots)
+        conv_shape = (len(config.conv_layers), num_blocks + 1, block_size, config.hidden_size)
+        needed = PagedKVCache.bytes_per_block(config, block_size, dtype) * num_blocks
+        free = free_memory_bytes(self.device)
         too_large = SwarmscopeError(f"a KV cache of {num_blocks * block_size} tokens needs "
                                     f"{needed / 1e9:.1f} GB"
                                     + (f", and {free / 1e9:.1f} GB is free" if free else "")
@@ -32,13 +37,16 @@ class PagedKVCache:
             # layout may read unwritten slots, and garbage there must at least be finite.
             self.k = torch.zeros(shape, dtype=dtype, device=self.device)
             self.v = torch.zeros(shape, dtype=dtype, device=self.device)
+            self.conv = torch.zeros(conv_shape, dtype=dtype, device=self.device)
         except (RuntimeError, MemoryError) as exc:  # torch.OutOfMemoryError is a RuntimeError
             raise too_large from exc
 
     @staticmethod
     def bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
         elem = torch.empty((), dtype=dtype).element_size()
-        return 2 * config.num_layers * block_size * config.num_kv_heads * config.head_dim * elem
+        per_token = (2 * len(config.attention_layers) * config.num_kv_heads * config.head_dim
+                     + len(config.conv_layers) * config.hidden_size)
+        return per_token * block_size * elem
 
     @property
     def block_size(self) -> int:
@@ -46,7 +54,8 @@ class PagedKVCache:
 
     @property
     def num_bytes(self) -> int:
-        return 2 * self.k.numel() * self.k.element_size()
+        return self.bytes_per_block(self.config, self.block_size, self.dtype) * \
+            self.blocks.num_blocks
 
     @property
     def held_bytes(self) -> int:
@@ -59,10 +68,6 @@ class PagedKVCache:
         """The most of the cache held at once."""
         return self.num_bytes // self.blocks.num_blocks * self.blocks.peak_blocks_held
 
-    def layer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """K and V storage of one layer, each [num_blocks, block_size, num_kv_heads, head_dim]."""
-        return self.k[index], self.v[index]
-
     def copy_sequence(self, source_id: int, target_id: int, num_tokens: int) -> None:
         """Give `target_id` its own blocks holding the first `num_tokens` cached tokens of
         `source_id` (a fork: both continue independently)."""
@@ -71,3 +76,4 @@ class PagedKVCache:
         source = self.blocks.block_table(source_id)[:len(target)]
         self.k[:, target] = self.k[:, source]
         self.v[:, target] = self.v[:, source]
+        self.conv[:, target] = self.conv[:, source]

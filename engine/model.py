@@ -29,6 +29,7 @@ from engine.config import ModelConfig
 from engine.kv_cache import PagedKVCache
 from engine.linear import SLOW_CPU_BF16_GEMM, WARM_ROWS, linear, prepacks
 from engine.mlp import MixtureOfExperts, gated_mlp, plain_mlp
+from engine.short_conv import ShortConv
 
 
 @dataclass(slots=True)
@@ -44,6 +45,9 @@ class StepMetadata:
     # sliding-window layers' plan where some lane's context is past the window; None: none is,
     # and they attend as the others do
     sliding_plan: AttentionPlan | None = None
+    # [num_tokens, conv_kernel - 1] the slots of each row's preceding positions, read by
+    # short-convolution layers (short_conv.preceding_slots); None in models without them
+    conv_slots: Tensor | None = None
 
 
 def _rotated(qk: Tensor, cos: Tensor, sin: Tensor, c: ModelConfig) -> Tensor:
@@ -91,7 +95,8 @@ _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
 
 class DecoderLayer(nn.Module):
     def __init__(self, config: ModelConfig, dtype: torch.dtype, device, rotates: bool = True,
-                 sliding: bool = False, experts: bool = False) -> None:
+                 sliding: bool = False, experts: bool = False, conv: bool = False,
+                 slot: int = 0) -> None:
         super().__init__()
         c, kw = config, {"dtype": dtype, "device": device}
         self.rotates = rotates  # RoPE in this layer (SmolLM3 leaves it out of some)
@@ -110,18 +115,25 @@ class DecoderLayer(nn.Module):
         # ff_norm: OLMo 2's and Gemma 2's), or both
         self.input_norm = norm(c.hidden_size, c.norm_before)
         self.input_norm_bias = norm_bias(c.hidden_size, c.norm_before)
-        self.qkv = nn.Parameter(torch.empty(self.q_size + 2 * self.kv_size, c.hidden_size, **kw))
-        self.qkv_bias = (nn.Parameter(torch.empty(self.q_size + 2 * self.kv_size, **kw))
-                         if c.qkv_bias else None)
-        q_span, k_span = (self.q_size, self.kv_size) if c.qk_norm_whole else (c.head_dim,) * 2
-        self.q_norm = norm(q_span, c.qk_norm)
-        self.k_norm = norm(k_span, c.qk_norm)
-        self.o_proj = nn.Parameter(torch.empty(c.hidden_size, self.q_size, **kw))
+        # the mixer: attention, or LFM2's short convolution; `slot` is its index among the
+        # layers of its kind in the cache (PagedKVCache's k and v, or conv)
+        self.slot = slot
+        self.short_conv = ShortConv(c, dtype, device) if conv else None
 
         def bias(width: int) -> nn.Parameter | None:
             return nn.Parameter(torch.empty(width, **kw)) if c.linear_bias else None
 
-        self.o_bias = bias(c.hidden_size)
+        if not conv:
+            self.qkv = nn.Parameter(torch.empty(self.q_size + 2 * self.kv_size, c.hidden_size,
+                                                **kw))
+            self.qkv_bias = (nn.Parameter(torch.empty(self.q_size + 2 * self.kv_size, **kw))
+                             if c.qkv_bias else None)
+            q_span, k_span = ((self.q_size, self.kv_size) if c.qk_norm_whole else
+                              (c.head_dim,) * 2)
+            self.q_norm = norm(q_span, c.qk_norm)
+            self.k_norm = norm(k_span, c.qk_norm)
+            self.o_proj = nn.Parameter(torch.empty(c.hidden_size, self.q_size, **kw))
+            self.o_bias = bias(c.hidden_size)
         self.attn_out_norm = norm(c.hidden_size, c.norm_after)
         self.mlp_norm = norm(c.hidden_size, c.norm_before and not c.parallel_block)
         self.mlp_norm_bias = norm_bias(c.hidden_size, c.norm_before and not c.parallel_block)
@@ -139,7 +151,7 @@ class DecoderLayer(nn.Module):
             self.down = nn.Parameter(torch.empty(c.hidden_size, c.intermediate_size, **kw))
             self.up_bias, self.down_bias = bias(c.intermediate_size), bias(c.hidden_size)
         # the weights `linear` multiplies by (LlamaModel.prepack)
-        self.LINEARS = ("qkv", "o_proj") + (
+        self.LINEARS = (() if conv else ("qkv", "o_proj")) + (
             () if experts else ("gate_up" if c.gated_mlp else "up", "down"))
         self.config = config
         # (a layer with RoPE of its own, unscaled, takes none of the scaling's factor)
@@ -147,12 +159,32 @@ class DecoderLayer(nn.Module):
                                 else c.attention_multiplier) * (
             1.0 if self.local_rope else _folded_rope_factor(c) ** 2)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, k_cache: Tensor, v_cache: Tensor,
-                meta: StepMetadata, query_scale: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, kv: PagedKVCache, meta: StepMetadata,
+                query_scale: Tensor | None = None) -> Tensor:
         c = self.config
-        n = x.shape[0]                                                    # x: [n, hidden]
         h = x if self.input_norm is None else self.normed(x, self.input_norm, c.rms_norm_eps,
                                                           self.input_norm_bias)
+        out = (self._attention(h, cos, sin, kv.k[self.slot], kv.v[self.slot], meta, query_scale)
+               if self.short_conv is None else
+               self.short_conv(h, kv.conv[self.slot], meta.slot_mapping, meta.write_rows,
+                               meta.conv_slots))
+        if self.attn_out_norm is not None:
+            out = self.normed(out, self.attn_out_norm, c.rms_norm_eps)
+        x = self._residual(x, out)
+        if not c.parallel_block:  # (Cohere's MLP reads the attention's input, `h`)
+            h = x if self.mlp_norm is None else self.normed(x, self.mlp_norm, c.rms_norm_eps,
+                                                            self.mlp_norm_bias)
+        out = (self.moe(h, self.activation) if self.moe is not None else
+               gated_mlp(h, self.gate_up, self.down, self.activation) if c.gated_mlp else
+               plain_mlp(h, self.up, self.down, self.activation, self.up_bias, self.down_bias))
+        if self.ff_norm is not None:
+            out = self.normed(out, self.ff_norm, c.rms_norm_eps)
+        return self._residual(x, out)
+
+    def _attention(self, h: Tensor, cos: Tensor, sin: Tensor, k_cache: Tensor, v_cache: Tensor,
+                   meta: StepMetadata, query_scale: Tensor | None) -> Tensor:
+        c = self.config
+        n = h.shape[0]                                                    # h: [n, hidden]
         qkv = linear(h, self.qkv, self.qkv_bias)                         # [n, q + 2 kv]
         qk, v = qkv.split((self.q_size + self.kv_size, self.kv_size), dim=-1)
         if c.qk_norm_whole:  # across the heads, before RoPE
@@ -181,18 +213,7 @@ class DecoderLayer(nn.Module):
                             window=self.window if windowed else None,
                             softcap=c.attention_softcap)                  # [n, nh, hd]
         out = linear(o.reshape(n, self.q_size), self.o_proj, self.o_bias)
-        if self.attn_out_norm is not None:
-            out = self.normed(out, self.attn_out_norm, c.rms_norm_eps)
-        x = self._residual(x, out)
-        if not c.parallel_block:  # (Cohere's MLP reads the attention's input, `h`)
-            h = x if self.mlp_norm is None else self.normed(x, self.mlp_norm, c.rms_norm_eps,
-                                                            self.mlp_norm_bias)
-        out = (self.moe(h, self.activation) if self.moe is not None else
-               gated_mlp(h, self.gate_up, self.down, self.activation) if c.gated_mlp else
-               plain_mlp(h, self.up, self.down, self.activation, self.up_bias, self.down_bias))
-        if self.ff_norm is not None:
-            out = self.normed(out, self.ff_norm, c.rms_norm_eps)
-        return self._residual(x, out)
+        return out
 
     def _residual(self, x: Tensor, out: Tensor) -> Tensor:
         """x + out, out scaled by Granite's residual multiplier where it has one (a plain `+`
@@ -208,10 +229,13 @@ class LlamaModel(nn.Module):
         kw = {"dtype": dtype, "device": device}
         self.config = config
         self.embed = nn.Parameter(torch.empty(config.vocab_size, config.hidden_size, **kw))
+        conv, attention = config.conv_layers, config.attention_layers
         self.layers = nn.ModuleList(DecoderLayer(config, dtype, device,
                                                  rotates=i not in config.nope_layers,
                                                  sliding=i in config.sliding_layers,
-                                                 experts=config.has_experts(i))
+                                                 experts=config.has_experts(i),
+                                                 conv=i in conv,
+                                                 slot=(conv if i in conv else attention).index(i))
                                     for i in range(config.num_layers))
         self.norm = nn.Parameter(torch.empty(config.hidden_size, dtype=norm_dtype(config, dtype),
                                              device=device))
@@ -296,9 +320,8 @@ class LlamaModel(nn.Module):
                  self._rope(meta.positions, self.local_inv_freq, 1.0, x.dtype))
         query_scale = (_query_scale(meta.positions, self.config).to(x.dtype)[:, None, None]
                        if self.config.query_scaling_beta else None)  # once for every layer
-        for index, layer in enumerate(self.layers):
-            x = layer(x, *(local if layer.local_rope else (cos, sin)), kv.k[index], kv.v[index],
-                      meta, query_scale)
+        for layer in self.layers:
+            x = layer(x, *(local if layer.local_rope else (cos, sin)), kv, meta, query_scale)
         h = self.normed(x[logit_rows], self.norm, self.config.rms_norm_eps, self.norm_bias)
         logits = linear(h, self.head, self.head_bias).float()
         if self.config.logits_scaling != 1.0:

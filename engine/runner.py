@@ -10,6 +10,7 @@ from engine.errors import KVCacheFull
 from engine.forward_batch import ForwardOutput, LaneInput
 from engine.kv_cache import PagedKVCache
 from engine.model import LlamaModel, StepMetadata
+from engine.short_conv import preceding_slots
 
 LAYOUTS = ("packed", "padded")
 
@@ -79,7 +80,10 @@ class ModelRunner:
             block_tables=block_tables, cu_q_lens=cu_q_lens, ctx_lens=ctx_lens,
             plan=None if kernels else plan(),
             sliding_plan=(plan(c.sliding_window) if c.sliding_layers and max(ctx) > c.sliding_window
-                          else None))
+                          else None),
+            conv_slots=(preceding_slots(positions, block_tables, cu_q_lens, bs, c.conv_kernel - 1,
+                                        zero_slot=self.kv.blocks.num_blocks * bs)
+                        if c.conv_layers else None))
         logits = self.model(torch.tensor(ids, dtype=torch.int64, device=dev), meta, self.kv,
                             torch.tensor(logit_rows, dtype=torch.int64, device=dev))
         return ForwardOutput(logits=list(logits.split([lane.logits_rows for lane in lanes])),

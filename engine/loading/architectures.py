@@ -7,11 +7,13 @@ from __future__ import annotations
 # Cohere's and Cohere 2's switches
 COHERE = {"layer_norm": True, "parallel_block": True, "rope_interleaved": True}
 COHERES = ("cohere", "cohere2")
-# The config field of each LayerNormed architecture's eps (the others': rms_norm_eps)
+# The config field of each architecture's norms' eps where it is not rms_norm_eps (those of
+# the LayerNormed ones, and LFM2's RMSNorms')
 NORM_EPS = {"cohere": "layer_norm_eps", "cohere2": "layer_norm_eps", "stablelm": "layer_norm_eps",
-            "phi": "layer_norm_eps", "starcoder2": "norm_epsilon", "nemotron": "norm_eps"}
+            "phi": "layer_norm_eps", "starcoder2": "norm_epsilon", "nemotron": "norm_eps",
+            "lfm2": "norm_eps"}
 # Architectures whose head is tied to the embedding where a config does not say
-TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3", "cohere", "cohere2", "starcoder2")
+TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3", "cohere", "cohere2", "starcoder2", "lfm2")
 # The share of a head RoPE turns where a config leaves it out (transformers' defaults)
 ROTARY_SHARES = {"stablelm": 0.25, "glm4": 0.5, "phi": 0.5, "nemotron": 0.5}
 # architectures[0] in config.json -> (our architecture name, its switches).
@@ -71,6 +73,9 @@ SUPPORTED = {
     # Granite 4.0's: Granite's scalars, its MLP's gate and up one tensor (weights.py reads its
     # halves), every layer attention (Granite 4.0 Micro); Mamba layers or experts refused
     "GraniteMoeHybridForCausalLM": ("granitemoehybrid", {}),
+    # LFM2: gated short convolutions in most layers (layer_types), Qwen3's q/k norms in the
+    # others (weights.py reads its operator_norm, ffn_norm, feed_forward and names as theirs)
+    "Lfm2ForCausalLM": ("lfm2", {"qk_norm": True}),
 }
 GRANITES = ("granite", "granitemoe", "granitemoehybrid")  # with Granite's scalars
 # A mixture's config field for its experts' width, and whether the chosen experts' weights are

@@ -39,7 +39,8 @@ ARCHITECTURES = {"llama": ("LlamaForCausalLM", True), "qwen2": ("Qwen2ForCausalL
                  # Qwen2-VL's, Qwen2.5-VL's (llama.cpp's name, Ollama's) and Qwen3-VL's text
                  # models, whose multimodal RoPE is plain RoPE on text
                  "qwen2vl": ("Qwen2ForCausalLM", False), "qwen25vl": ("Qwen2ForCausalLM", False),
-                 "qwen3vl": ("Qwen3ForCausalLM", False)}
+                 "qwen3vl": ("Qwen3ForCausalLM", False),
+                 "lfm2": ("Lfm2ForCausalLM", False)}
 COHERES = ("command-r", "cohere2")  # logits scaled
 _ACTIVATIONS = {"starcoder2": "gelu_pytorch_tanh", "arcee": "relu2", "nemotron": "relu2",
                 "phi2": "gelu_new"}  # the others' SiLU
@@ -123,7 +124,7 @@ def gguf_config(g: Gguf) -> dict:
         "intermediate_size": int(g.get(f"{arch}.feed_forward_length")),
         "num_hidden_layers": layers,
         "num_attention_heads": heads,
-        "num_key_value_heads": int(g.get(f"{arch}.attention.head_count_kv", heads)),
+        **_kv_heads(g, arch, heads, layers),
         # (said where whole too: these architectures' configs default to part of a head)
         "head_dim": head_dim, **({"partial_rotary_factor": _share(g, rotary, head_dim)}
                                  if rotary != head_dim else
@@ -157,14 +158,35 @@ def gguf_config(g: Gguf) -> dict:
     }
 
 
+def _kv_heads(g: Gguf, arch: str, heads: int, layers: int) -> dict:
+    """num_key_value_heads; where the file gives a count for each layer (LFM2's), those of 0
+    are short-convolution layers (layer_types), as llama.cpp's converter writes them, and the
+    attention layers' counts must agree."""
+    counts = g.get(f"{arch}.attention.head_count_kv", heads)
+    if not isinstance(counts, list):
+        return {"num_key_value_heads": int(counts)}
+    attending = {int(n) for n in counts if n}
+    if len(counts) != layers or len(attending) != 1 or arch != "lfm2":
+        raise ModelLoadError(g.path, f"{arch}.attention.head_count_kv must be one count, or "
+                                     f"(LFM2's) one for each of the {layers} layers that is 0 "
+                                     f"or the same for all, got {counts!r}")
+    names = {t.name for t in g.reader.tensors}
+    return {"num_key_value_heads": attending.pop(),
+            "layer_types": ["full_attention" if n else "conv" for n in counts],
+            "conv_L_cache": int(g.get("lfm2.shortconv.l_cache", 3)),
+            "conv_bias": any(name.endswith("shortconv.in_proj.bias") for name in names),
+            "block_auto_adjust_ff_dim": False}  # feed_forward_length is the width itself
+
+
 def _norm_eps(g: Gguf, arch: str) -> dict:
     """The norms' eps under the field its folder's architecture reads: a LayerNorm's
     (llama.cpp's layer_norm_epsilon) or an RMSNorm's."""
-    ours = SUPPORTED[ARCHITECTURES[arch][0]][0]
-    if ours in NORM_EPS:
-        return {NORM_EPS[ours]: float(g.get(f"{arch}.attention.layer_norm_epsilon"))}
-    return {"rms_norm_eps": float(g.get(f"{arch}.attention.layer_norm_rms_epsilon",
-                                        1e-6 if arch in GEMMAS else None))}
+    ours, switches = SUPPORTED[ARCHITECTURES[arch][0]]
+    field = NORM_EPS.get(ours, "rms_norm_eps")
+    if switches.get("layer_norm"):
+        return {field: float(g.get(f"{arch}.attention.layer_norm_epsilon"))}
+    return {field: float(g.get(f"{arch}.attention.layer_norm_rms_epsilon",
+                               1e-6 if arch in GEMMAS else None))}
 
 
 def _window_layers(g: Gguf, arch: str, layers: int) -> list[str]:

@@ -4,10 +4,10 @@ by gguf_config.py) and a rebuilt tokenizer.json.
 llama.cpp's llama (Llama, Mistral, SmolLM; Mixtral with its experts), smollm3, granite, qwen2,
 qwen3, olmo2, phi3 (Phi-3, Phi-3.5, Phi-4-mini), gemma, gemma2, gemma3, exaone4, ernie4_5, glm4
 (the 0414 models), command-r (Cohere's: Aya, Command R), cohere2 (Command R7B), stablelm,
-starcoder2, arcee, nemotron, phi2 (its q, k and v one tensor or three), the text models of
-qwen2vl, qwen25vl and qwen3vl, and the mixtures qwen2moe, qwen3moe, olmoe and granitemoe are
-read, with the tokenizers gguf_tokenizer.py rebuilds; other architectures are refused naming
-theirs."""
+starcoder2, arcee, nemotron, phi2 (its q, k and v one tensor or three), lfm2 (its short
+convolutions), the text models of qwen2vl, qwen25vl and qwen3vl, and the mixtures qwen2moe,
+qwen3moe, olmoe and granitemoe are read, with the tokenizers gguf_tokenizer.py rebuilds; other
+architectures are refused naming theirs."""
 from __future__ import annotations
 
 import json
@@ -52,6 +52,9 @@ _LAYER_NAMES = {
     "ffn_down_exps": "mlp.experts.{expert}.down_proj",
     "ffn_gate_shexp": "mlp.shared_expert.gate_proj", "ffn_up_shexp": "mlp.shared_expert.up_proj",
     "ffn_down_shexp": "mlp.shared_expert.down_proj", "ffn_gate_inp_shexp": "mlp.shared_expert_gate",
+    # LFM2's short convolutions
+    "shortconv.conv": "conv.conv", "shortconv.in_proj": "conv.in_proj",
+    "shortconv.out_proj": "conv.out_proj",
 }
 EXPERT = "{expert}"
 _FUSED_NAMES = {"attn_qkv": "self_attn.qkv_proj", "ffn_up": "mlp.gate_up_proj"}
@@ -77,7 +80,9 @@ def hf_name(gguf_name: str, arch: str) -> str | None:
     """A GGUF tensor's Hugging Face name in a model of llama.cpp's architecture `arch`."""
     if gguf_name in _GLOBAL_NAMES:
         return _GLOBAL_NAMES[gguf_name]
-    m = re.fullmatch(r"blk\.(\d+)\.(\w+)\.(weight|bias)", gguf_name)
+    if gguf_name == "token_embd_norm.weight" and arch == "lfm2":  # LFM2's last norm
+        return "model.norm.weight"
+    m = re.fullmatch(r"blk\.(\d+)\.(\w+(?:\.\w+)?)\.(weight|bias)", gguf_name)
     names = {**_LAYER_NAMES, **(_FUSED_NAMES if arch in FUSED else {}),
              **({"ffn_norm": "pre_feedforward_layernorm"} if arch in SANDWICHED else {}),
              **(_GLM4_NAMES if arch == "glm4" else {}),
@@ -118,6 +123,8 @@ def _tensors(g: Gguf, t, config: dict, dequantized: torch.dtype,
         w = w - 1  # back to the checkpoint's weight, which the model scales by 1 + it
     if name.endswith("shared_expert_gate.weight"):
         w = w.reshape(1, -1)  # llama.cpp keeps the gate's one row as a vector
+    if name.endswith("conv.conv.weight"):
+        w = w.reshape(w.shape[0], 1, -1)  # a depthwise Conv1d's, which llama.cpp squeezed
     dtype = _STORED.get(kind, dequantized)
     # copies: GGUF data is a read-only mmap
     if QKV in name:

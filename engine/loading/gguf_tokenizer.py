@@ -27,7 +27,8 @@ _TEKKEN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{L
            r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 SPLITS = {"llama-bpe": _LLAMA3, "llama3": _LLAMA3, "llama-v3": _LLAMA3, "smaug-bpe": _LLAMA3,
           "dbrx": _LLAMA3, "falcon3": _LLAMA3, "pixtral": _LLAMA3, "glm4": _LLAMA3,
-          "chatglm-bpe": _LLAMA3, "qwen2": _QWEN2, "deepseek-r1-qwen": _QWEN2, "tekken": _TEKKEN}
+          "chatglm-bpe": _LLAMA3, "lfm2": _LLAMA3, "qwen2": _QWEN2, "deepseek-r1-qwen": _QWEN2,
+          "tekken": _TEKKEN}
 # GPT-2's own regex (ByteLevel's), and the same after every digit is made a word of its own
 GPT2_SPLITS = ("gpt2", "gpt-2", "default", "olmo", "mpt", "jais", "trillion", "exaone4")
 DIGIT_SPLITS = ("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva")

@@ -137,6 +137,9 @@ def read_config(folder: Path) -> ModelConfig:
                                "parallel_block": _bool(cfg, path, "use_parallel_residual", False)}
     if arch == "granitemoehybrid":
         cfg = _granite_hybrid(cfg, path)
+    convolutions = {}
+    if arch == "lfm2":
+        cfg, convolutions = _lfm2(cfg, path)
     if arch == "olmoe" and cfg.get("clip_qkv") is not None:
         raise ModelLoadError(path, f"clip_qkv ({cfg['clip_qkv']}) is not supported")
     if cfg.get("use_bidirectional_attention"):
@@ -175,6 +178,7 @@ def read_config(folder: Path) -> ModelConfig:
             **(_local_rope(cfg, path, theta) if arch == "olmo3" and sliding else {}),
             **(_query_scaling(cfg, path) if arch == "ministral3" else {}),
             **(_cohere(cfg, path) if arch in COHERES else {}),
+            **convolutions,
             **sliding, activation=activation,
             num_kv_heads=_int(cfg, path, "num_key_value_heads", heads) or heads,
             head_dim=_int(cfg, path, "head_dim", 0), rotary_dim=rotary_dim, rope_theta=theta,
@@ -321,6 +325,40 @@ def _granite_hybrid(cfg: dict, path: Path) -> dict:
     width = _int(cfg, path, "shared_intermediate_size")
     kept = {name: value for name, value in cfg.items() if name != "layer_types"}  # all full
     return kept | {"intermediate_size": width}
+
+
+def _lfm2(cfg: dict, path: Path) -> tuple[dict, dict]:
+    """LFM2's config as the others name its fields, and its short convolutions' ModelConfig
+    fields. Its MLP's width as transformers works it out (two thirds of block_ff_dim, or
+    intermediate_size, times block_ffn_dim_multiplier, rounded up to block_multiple_of); its
+    short-convolution layers layer_types' "conv" ones, or all but full_attn_idxs (every layer
+    attends where neither is given)."""
+    width = _int(cfg, path, "block_ff_dim", 0) or _int(cfg, path, "intermediate_size")
+    if _bool(cfg, path, "block_auto_adjust_ff_dim", True):
+        width = int(2 * width / 3)
+        if cfg.get("block_ffn_dim_multiplier", 1.0) is not None:
+            step = _int(cfg, path, "block_multiple_of", 256)
+            if step < 1:
+                raise ModelLoadError(path, f"block_multiple_of must be positive, got {step}")
+            width = step * -(-int(_number(cfg, path, "block_ffn_dim_multiplier", 1.0) * width)
+                             // step)
+    layers = _int(cfg, path, "num_hidden_layers")
+    kinds = cfg.get("layer_types")
+    if kinds is None:
+        attends = cfg.get("full_attn_idxs", list(range(layers)))
+        if not isinstance(attends, list) or not all(isinstance(i, int) for i in attends):
+            raise ModelLoadError(path, f"full_attn_idxs must list layer indices, got {attends!r}")
+        kinds = ["full_attention" if i in attends else "conv" for i in range(layers)]
+    if (not isinstance(kinds, list) or len(kinds) != layers
+            or any(kind not in ("conv", "full_attention") for kind in kinds)):
+        raise ModelLoadError(path, f"layer_types must name each of the {layers} layers "
+                                   f"\"conv\" or \"full_attention\", got {kinds!r}")
+    tied = cfg.get("tie_embedding", cfg.get("tie_word_embeddings", True))
+    kept = {name: value for name, value in cfg.items() if name != "layer_types"}  # none slide
+    return ({"rope_theta": 1e6} | kept | {"intermediate_size": width, "tie_word_embeddings": tied},
+            {"conv_layers": tuple(i for i, kind in enumerate(kinds) if kind == "conv"),
+             "conv_kernel": _int(cfg, path, "conv_L_cache", 3),
+             "conv_bias": _bool(cfg, path, "conv_bias", False)})
 
 
 def _cohere(cfg: dict, path: Path) -> dict:

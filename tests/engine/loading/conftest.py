@@ -112,7 +112,8 @@ def hf_tiny(arch: str, **overrides):
                "starcoder2": ("Starcoder2Config", "Starcoder2ForCausalLM"),
                "phi": ("PhiConfig", "PhiForCausalLM"),
                "nemotron": ("NemotronConfig", "NemotronForCausalLM"),
-               "granitemoehybrid": ("GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM")}
+               "granitemoehybrid": ("GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM"),
+               "lfm2": ("Lfm2Config", "Lfm2ForCausalLM")}
     config_cls, model_cls = (getattr(transformers, n) for n in classes[arch])
     kwargs = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
@@ -206,7 +207,7 @@ def as_stored(hf):
 LLAMA_CPP_PERMUTED = ("llama", "smollm3", "granite", "granitemoe", "arcee")  # Q/K rows
 # architectures whose layers' tensors are named here by gguf's own map, and those by their name
 BY_GGUF_NAMES = ("exaone4", "ernie4_5", "glm4", "command-r", "cohere2", "stablelm",
-                 "starcoder2", "arcee", "nemotron", "phi2")
+                 "starcoder2", "arcee", "nemotron", "phi2", "lfm2")
 ARCH_BY_NAME = {name: arch for arch, name in gguf.MODEL_ARCH_NAMES.items()}
 
 
@@ -247,12 +248,18 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
     w.add_block_count(c.num_hidden_layers)
     w.add_context_length(c.max_position_embeddings)
     w.add_embedding_length(c.hidden_size)
-    w.add_feed_forward_length(c.intermediate_size)
+    if arch == "lfm2":  # as llama.cpp's LFM2Model writes it: its MLP's width, as worked out
+        w.add_feed_forward_length(hf_model.model.layers[0].feed_forward.w1.out_features)
+        w.add_head_count_kv([c.num_key_value_heads if kind != "conv" else 0
+                             for kind in c.layer_types])  # 0: a short convolution
+        w.add_shortconv_l_cache(c.conv_L_cache)
+    else:
+        w.add_feed_forward_length(c.intermediate_size)
+        w.add_head_count_kv(c.num_key_value_heads)
     w.add_head_count(c.num_attention_heads)
-    w.add_head_count_kv(c.num_key_value_heads)
     rope = c.rope_parameters.get("full_attention", c.rope_parameters)  # Gemma 3's by layer type
     w.add_rope_freq_base(rope["rope_theta"])
-    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    w.add_layer_norm_rms_eps(c.norm_eps if arch == "lfm2" else c.rms_norm_eps)
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     w.add_rope_dimension_count(int(head_dim * rope.get("partial_rotary_factor", 1.0)))
     if arch in ("granite", "granitemoe"):  # as llama.cpp's GraniteModel writes them
@@ -325,6 +332,11 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
             if not c.tie_word_embeddings:
                 w.add_tensor(name.replace("lm_head", "output"), a)
             continue
+        if name == "model.embedding_norm.weight":  # LFM2's last norm, as llama.cpp names it
+            w.add_tensor("token_embd_norm.weight", a)
+            continue
+        if name.endswith("conv.conv.weight"):
+            a = a.squeeze(1)  # as llama.cpp's LFM2Model stores it
         name = name.replace("model.final_layernorm.", "model.norm.")  # (Phi's name for it)
         if name in ("model.norm.weight", "model.norm.bias"):
             w.add_tensor(name.replace("model.norm", "output_norm"), a)
