@@ -110,6 +110,7 @@ MULTIMODAL = {
     "LlavaOnevisionForConditionalGeneration": (LLAVA_TEXT, {}),
     "Idefics3ForConditionalGeneration": ({"llama": "LlamaForCausalLM"}, {}),
     "SmolVLMForConditionalGeneration": ({"llama": "LlamaForCausalLM"}, {}),
+    "Lfm2VlForConditionalGeneration": ("Lfm2ForCausalLM", {}),  # LFM2-VL's LFM2
 }
 # transformers' LlamaConfig defaults, which LLaVA 1.5's text_config leaves to it
 LLAMA_DEFAULTS = {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,

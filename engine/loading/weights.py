@@ -199,42 +199,42 @@ class Weights(Mapping[str, torch.Tensor]):
         return len(self.stored)
 
     def _parts(self, name: str) -> dict[str, _Part]:
-        """The model's tensors a stored one holds, by the model's names."""
-        for prefix, ours in TEXT_PREFIXES.items():
-            if name.startswith(prefix):
-                return {ours + name[len(prefix):]: _Part(name)}
-        mixtral = MIXTRAL_NAME.fullmatch(name)
+        """The model's tensors a stored one holds, by the model's names: a multimodal model's
+        text tensors as a text-only model names them, then as the others name theirs."""
+        ours = next((text + name[len(prefix):] for prefix, text in TEXT_PREFIXES.items()
+                     if name.startswith(prefix)), name)
+        mixtral = MIXTRAL_NAME.fullmatch(ours)
         if mixtral:
             self.namings.add("mixtral")
             layer, part, projection = mixtral.groups()
             if projection:
                 part = part.replace(projection, MIXTRAL_PROJECTIONS[projection])
             return {f"{layer}.mlp.{part}.weight": _Part(name)}
-        shared = GRANITE_SHARED_NAME.fullmatch(name)
+        shared = GRANITE_SHARED_NAME.fullmatch(ours)
         if shared:
             self.namings.add("granitemoehybrid")
             layer, kind = shared.groups()
             if kind == "output_linear":
                 return {f"{layer}.mlp.down_proj.weight": _Part(name)}
             return _gate_up_halves(layer, name)
-        gateless = GATELESS_NAME.fullmatch(name)
+        gateless = GATELESS_NAME.fullmatch(ours)
         if gateless:
             self.namings.add("gateless")
             prefix, kind, part = gateless.groups()
             return {f"{prefix}.{GATELESS_NAMES[kind]}.{part}": _Part(name)}
-        lfm2 = LFM2_NAME.fullmatch(name)
+        lfm2 = LFM2_NAME.fullmatch(ours)
         if lfm2:
             self.namings.add("lfm2")
             prefix, kind = lfm2.groups()
             return {f"{prefix}.{LFM2_NAMES[kind]}.weight": _Part(name)}
-        glm4 = GLM4_NAME.fullmatch(name) if self.glm4 else None
+        glm4 = GLM4_NAME.fullmatch(ours) if self.glm4 else None
         if glm4:
             self.namings.add("glm4")
             layer, kind = glm4.groups()
             if kind == "mlp.gate_up_proj":
                 return _gate_up_halves(layer, name)
             return {f"{layer}.{GLM4_NORMS[kind]}.weight": _Part(name)}
-        granite = GRANITE_MOE_NAME.fullmatch(name)
+        granite = GRANITE_MOE_NAME.fullmatch(ours)
         shape = self._stored_shape(name) if granite else ()
         if granite and (granite[2] == "router.layer" or len(shape) == 3):
             self.namings.add("granitemoe")
@@ -245,7 +245,7 @@ class Weights(Mapping[str, torch.Tensor]):
                            {"down_proj": None})
             return {f"{layer}.mlp.experts.{e}.{projection}.weight": _Part(name, e, half)
                     for e in range(shape[0]) for projection, half in projections.items()}
-        return {name: _Part(name)}
+        return {ours: _Part(name)}
 
     def _shape(self, part: _Part) -> tuple[int, ...]:
         shape = self._stored_shape(part.name)

@@ -162,3 +162,28 @@ def test_an_lfm2_gguf_loads_as_the_model_it_holds(tmp_path):
     assert (loaded.config.conv_layers, loaded.config.intermediate_size) == ((0, 2, 3), 64)
     torch.testing.assert_close(engine_logits(loaded.model, PROMPT),
                                reference_logits(as_stored(hf), PROMPT), atol=1e-4, rtol=0)
+
+
+def test_lfm2_vls_text_model_loads_as_lfm2(tmp_path):
+    """LFM2-VL (Lfm2VlForConditionalGeneration): its language_model is an LFM2, under
+    model.language_model. and LFM2's own names; its vision tower and projector are not read."""
+    transformers = pytest.importorskip("transformers")
+    text = transformers.Lfm2Config(
+        vocab_size=265, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=2, layer_types=["conv", "full_attention", "conv"],
+        block_multiple_of=16, max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
+        pad_token_id=0)
+    vision = transformers.Siglip2VisionConfig(hidden_size=32, intermediate_size=64,
+                                              num_hidden_layers=1, num_attention_heads=2,
+                                              num_patches=16, patch_size=4)
+    torch.manual_seed(0)
+    hf = transformers.Lfm2VlForConditionalGeneration(transformers.Lfm2VlConfig(
+        vision_config=vision, text_config=text, image_token_id=10)).eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if name.endswith("norm.weight"):
+                p.add_(0.1 * torch.randn_like(p))
+    loaded = load_model(str(save_hf_folder(hf, tmp_path / "lfm2-vl")), dtype="fp32", device="cpu")
+    assert (loaded.config.architecture, loaded.config.conv_layers) == ("lfm2", (0, 2))
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT), reference_logits(hf, PROMPT),
+                               atol=1e-4, rtol=0)
