@@ -54,6 +54,8 @@ def hf_sources(model: LlamaModel) -> list[tuple[Tensor, tuple[str, ...]]]:
         else:
             moe = layer.moe
             sources.append((moe.router, (p + "mlp.gate.weight",)))
+            if moe.expert_bias is not None:
+                sources.append((moe.expert_bias, (p + "mlp.expert_bias",)))
             for e, expert in enumerate(moe.experts):
                 sources += _mlp_sources(expert, f"{p}mlp.experts.{e}.", False)
             if moe.shared is not None:
@@ -189,6 +191,8 @@ def hf_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
             shapes |= _conv_shapes(p + "conv.", c)
         if c.has_experts(i):
             shapes[p + "mlp.gate.weight"] = (c.num_experts, c.hidden_size)
+            if c.expert_bias:
+                shapes[p + "mlp.expert_bias"] = (c.num_experts,)
             for e in range(c.num_experts):
                 shapes |= _mlp_shapes(f"{p}mlp.experts.{e}.", c.hidden_size, c.expert_size, False)
             if c.shared_expert_size:

@@ -23,7 +23,8 @@ class ModelConfig:
     without a gate, StarCoder2 both and biases everywhere, Phi-2 all of that side by side and
     its head's bias, Nemotron Arcee's MLP and LayerNorms by 1 + weight with biases. Mixtral,
     Qwen2-MoE, Qwen3-MoE, OLMoE and GraniteMoE are mixtures of experts. LFM2 runs gated short
-    convolutions in most layers in place of attention."""
+    convolutions in most layers in place of attention (LFM2-MoE with experts routed by
+    sigmoids)."""
 
     vocab_size: int
     hidden_size: int
@@ -83,6 +84,12 @@ class ModelConfig:
     normalize_expert_weights: bool = False
     shared_expert_size: int = 0  # 0: none
     dense_layers: tuple[int, ...] = ()
+    # LFM2-MoE's routing: each expert's score the sigmoid of its router logit rather than a
+    # softmax over them, the experts chosen by score plus a bias of their own (expert_bias,
+    # which weighs nothing), the chosen scores (normalized) the weights, times routed_scaling
+    sigmoid_routing: bool = False
+    expert_bias: bool = False
+    routed_scaling: float = 1.0
     # Ministral 3's queries scaled by 1 + beta log(1 + floor(position / context)) (Llama 4's
     # long-context attention scale: 1 within the original context); beta 0: none
     query_scaling_beta: float = 0.0
@@ -124,6 +131,10 @@ class ModelConfig:
             raise ValueError(f"a mixture of {self.num_experts} experts needs 1 to "
                              f"{self.num_experts} experts a token (got {self.experts_per_token}) "
                              f"of a positive width (got {self.expert_size})")
+        if (self.sigmoid_routing or self.expert_bias) and not self.num_experts:
+            raise ValueError("sigmoid routing and expert biases are a mixture's")
+        if not self.routed_scaling > 0:
+            raise ValueError(f"routed_scaling must be positive, got {self.routed_scaling}")
         if self.query_scaling_beta and not self.query_scaling_context > 0:
             raise ValueError(f"query scaling needs a positive context, got "
                              f"{self.query_scaling_context}")

@@ -1,7 +1,7 @@
 """A layer's MLP: gated (a dense layer's, and each expert's), plain (a dense layer's without a
 gate: Arcee's, StarCoder2's), or a mixture of experts that a
 router picks among for every token (Mixtral, Qwen2-MoE with its shared expert, Qwen3-MoE,
-OLMoE, GraniteMoE). Weights are stored gate and up fused, as the dense layers' are
+OLMoE, GraniteMoE; LFM2-MoE by sigmoids). Weights are stored gate and up fused, as the dense layers' are
 (engine/model.py)."""
 from __future__ import annotations
 
@@ -48,8 +48,13 @@ class MixtureOfExperts(nn.Module):
         super().__init__()
         c = config
         self.per_token, self.normalize = c.experts_per_token, c.normalize_expert_weights
+        self.sigmoid_routing, self.routed_scaling = c.sigmoid_routing, c.routed_scaling
         self.router = nn.Parameter(torch.empty(c.num_experts, c.hidden_size, dtype=dtype,
                                                device=device))
+        # (in fp32, as LFM2-MoE keeps it: it only ranks, and bf16 would reorder close scores)
+        self.expert_bias = (nn.Parameter(torch.empty(c.num_experts, dtype=torch.float32,
+                                                     device=device))
+                            if c.expert_bias else None)
         self.experts = nn.ModuleList(Expert(c.hidden_size, c.expert_size, dtype, device)
                                      for _ in range(c.num_experts))
         self.shared = (Expert(c.hidden_size, c.shared_expert_size, dtype, device)
@@ -60,12 +65,8 @@ class MixtureOfExperts(nn.Module):
 
     def forward(self, h: Tensor, activation: Activation) -> Tensor:
         n, per_token = h.shape[0], self.per_token
-        # softmax in fp32, the top few's weights (rescaled) in the model's dtype, as
-        # transformers routes
-        probs = torch.softmax(linear(h, self.router).float(), dim=-1)   # [n, experts]
-        weights, chosen = probs.topk(per_token, dim=-1)                  # [n, per_token]
-        if self.normalize:
-            weights = weights / weights.sum(dim=-1, keepdim=True)
+        weights, chosen = (self._sigmoid_routed(h) if self.sigmoid_routing else
+                           self._softmax_routed(h))                      # [n, per_token]
         # The (token, choice) pairs grouped by expert, each expert's MLP run once over its
         # group's rows, then put back in pair order and summed by the weights, one product for
         # all: ~6 ops an expert where gathering, weighting and adding each group apart took ~9,
@@ -90,3 +91,23 @@ class MixtureOfExperts(nn.Module):
             shared = gated_mlp(h, self.shared.gate_up, self.shared.down, activation)
             out = out + torch.sigmoid(linear(h, self.shared_gate)) * shared
         return out
+
+    def _softmax_routed(self, h: Tensor) -> tuple[Tensor, Tensor]:
+        """Each token's chosen experts and their weights: a softmax in fp32, the top few's
+        weights (rescaled) in the model's dtype, as transformers routes."""
+        probs = torch.softmax(linear(h, self.router).float(), dim=-1)   # [n, experts]
+        weights, chosen = probs.topk(self.per_token, dim=-1)
+        if self.normalize:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return weights, chosen
+
+    def _sigmoid_routed(self, h: Tensor) -> tuple[Tensor, Tensor]:
+        """LFM2-MoE's: each expert's sigmoid score, ranked with its bias added, the chosen
+        ones' scores (normalized, as transformers does, with 1e-6 below) the weights."""
+        scores = torch.sigmoid(linear(h, self.router))                   # [n, experts]
+        ranked = scores if self.expert_bias is None else scores.float() + self.expert_bias
+        chosen = ranked.topk(self.per_token, dim=-1).indices
+        weights = scores.gather(1, chosen)
+        if self.normalize:
+            weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-6)
+        return weights * self.routed_scaling if self.routed_scaling != 1.0 else weights, chosen

@@ -11,9 +11,10 @@ COHERES = ("cohere", "cohere2")
 # the LayerNormed ones, and LFM2's RMSNorms')
 NORM_EPS = {"cohere": "layer_norm_eps", "cohere2": "layer_norm_eps", "stablelm": "layer_norm_eps",
             "phi": "layer_norm_eps", "starcoder2": "norm_epsilon", "nemotron": "norm_eps",
-            "lfm2": "norm_eps"}
+            "lfm2": "norm_eps", "lfm2_moe": "norm_eps"}
 # Architectures whose head is tied to the embedding where a config does not say
-TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3", "cohere", "cohere2", "starcoder2", "lfm2")
+TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3", "cohere", "cohere2", "starcoder2", "lfm2",
+                   "lfm2_moe")
 # The share of a head RoPE turns where a config leaves it out (transformers' defaults)
 ROTARY_SHARES = {"stablelm": 0.25, "glm4": 0.5, "phi": 0.5, "nemotron": 0.5}
 # architectures[0] in config.json -> (our architecture name, its switches).
@@ -76,13 +77,16 @@ SUPPORTED = {
     # LFM2: gated short convolutions in most layers (layer_types), Qwen3's q/k norms in the
     # others (weights.py reads its operator_norm, ffn_norm, feed_forward and names as theirs)
     "Lfm2ForCausalLM": ("lfm2", {"qk_norm": True}),
+    # LFM2's, its MLPs past the first few mixtures of experts routed by sigmoids
+    "Lfm2MoeForCausalLM": ("lfm2_moe", {"qk_norm": True}),
 }
 GRANITES = ("granite", "granitemoe", "granitemoehybrid")  # with Granite's scalars
 # A mixture's config field for its experts' width, and whether the chosen experts' weights are
 # always rescaled to sum to 1 (else as norm_topk_prob says)
 MIXTURES = {"mixtral": ("intermediate_size", True), "qwen2_moe": ("moe_intermediate_size", False),
             "qwen3_moe": ("moe_intermediate_size", False), "olmoe": ("intermediate_size", False),
-            "granitemoe": ("intermediate_size", True)}  # its softmax is over the chosen
+            "granitemoe": ("intermediate_size", True),  # its softmax is over the chosen
+            "lfm2_moe": ("moe_intermediate_size", False)}
 LLAVA_TEXT = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
               "qwen2": "Qwen2ForCausalLM"}
 # Models that also see images, whose text model loads alone: its architecture (or by its

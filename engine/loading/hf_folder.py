@@ -138,8 +138,8 @@ def read_config(folder: Path) -> ModelConfig:
     if arch == "granitemoehybrid":
         cfg = _granite_hybrid(cfg, path)
     convolutions = {}
-    if arch == "lfm2":
-        cfg, convolutions = _lfm2(cfg, path)
+    if arch in ("lfm2", "lfm2_moe"):
+        cfg, convolutions = _lfm2(cfg, path, arch)
     if arch == "olmoe" and cfg.get("clip_qkv") is not None:
         raise ModelLoadError(path, f"clip_qkv ({cfg['clip_qkv']}) is not supported")
     if cfg.get("use_bidirectional_attention"):
@@ -267,8 +267,8 @@ def _activation(cfg: dict, path: Path, arch: str) -> str:
 
 def _experts(cfg: dict, path: Path, arch: str, layers: int) -> dict:
     """A mixture of experts' fields (MIXTURES): Qwen's keep a dense MLP in the layers
-    mlp_only_layers lists and in all but every decoder_sparse_step-th, and Qwen2-MoE has a
-    shared expert, as transformers reads them."""
+    mlp_only_layers lists and in all but every decoder_sparse_step-th, Qwen2-MoE has a
+    shared expert, LFM2-MoE routes by sigmoids, as transformers reads them."""
     width, normalized = MIXTURES[arch]
     # Mixtral's count is num_local_experts, the others' num_experts, which transformers >= 5
     # saves under Mixtral's name
@@ -277,7 +277,15 @@ def _experts(cfg: dict, path: Path, arch: str, layers: int) -> dict:
     fields = {"num_experts": _int(cfg, path, count),
               "experts_per_token": _int(cfg, path, "num_experts_per_tok"),
               "expert_size": _int(cfg, path, width),
-              "normalize_expert_weights": normalized or _bool(cfg, path, "norm_topk_prob", False)}
+              "normalize_expert_weights": normalized or _bool(cfg, path, "norm_topk_prob",
+                                                              arch == "lfm2_moe")}
+    if arch == "lfm2_moe":  # sigmoid routing; its first num_dense_layers dense
+        dense = _int(cfg, path, "num_dense_layers", 2)
+        if not 0 <= dense <= layers:
+            raise ModelLoadError(path, f"num_dense_layers must be 0 to {layers}, got {dense}")
+        fields |= {"sigmoid_routing": True, "dense_layers": tuple(range(dense)),
+                   "expert_bias": _bool(cfg, path, "use_expert_bias", True),
+                   "routed_scaling": _number(cfg, path, "routed_scaling_factor", 1.0)}
     if arch == "qwen2_moe":
         fields["shared_expert_size"] = _int(cfg, path, "shared_expert_intermediate_size")
     if arch in ("qwen2_moe", "qwen3_moe"):
@@ -327,14 +335,14 @@ def _granite_hybrid(cfg: dict, path: Path) -> dict:
     return kept | {"intermediate_size": width}
 
 
-def _lfm2(cfg: dict, path: Path) -> tuple[dict, dict]:
+def _lfm2(cfg: dict, path: Path, arch: str) -> tuple[dict, dict]:
     """LFM2's config as the others name its fields, and its short convolutions' ModelConfig
-    fields. Its MLP's width as transformers works it out (two thirds of block_ff_dim, or
-    intermediate_size, times block_ffn_dim_multiplier, rounded up to block_multiple_of); its
-    short-convolution layers layer_types' "conv" ones, or all but full_attn_idxs (every layer
-    attends where neither is given)."""
+    fields. Its MLP's width as transformers works it out for LFM2 (two thirds of block_ff_dim,
+    or intermediate_size, times block_ffn_dim_multiplier, rounded up to block_multiple_of;
+    LFM2-MoE's dense MLPs are intermediate_size wide); its short-convolution layers layer_types'
+    "conv" ones, or all but full_attn_idxs (every layer attends where neither is given)."""
     width = _int(cfg, path, "block_ff_dim", 0) or _int(cfg, path, "intermediate_size")
-    if _bool(cfg, path, "block_auto_adjust_ff_dim", True):
+    if arch == "lfm2" and _bool(cfg, path, "block_auto_adjust_ff_dim", True):
         width = int(2 * width / 3)
         if cfg.get("block_ffn_dim_multiplier", 1.0) is not None:
             step = _int(cfg, path, "block_multiple_of", 256)

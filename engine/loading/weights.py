@@ -49,12 +49,12 @@ GATELESS_NAMES = {"mlp.c_fc": "mlp.up_proj", "mlp.c_proj": "mlp.down_proj",
                   "self_attn.dense": "self_attn.o_proj", "final_layernorm": "norm"}
 # Granite 4.0's MLP: its gate and up one tensor, its down another
 GRANITE_SHARED_NAME = re.compile(r"(.*)\.shared_mlp\.(input_linear|output_linear)\.weight")
-# LFM2's names for its norms, MLP, attention output and q/k norms and its last norm
-LFM2_NAME = re.compile(r"(.*)\.(operator_norm|ffn_norm|feed_forward\.w[123]|self_attn\.out_proj|"
-                       r"self_attn\.[qk]_layernorm|embedding_norm)\.weight")
+# LFM2's names for its norms, its MLP (feed_forward, its w1, w3 and w2 Mixtral's; LFM2-MoE's
+# router, experts and expert bias under it), its attention's output and q/k norms, its last norm
+LFM2_NAME = re.compile(r"(.*)\.(operator_norm|ffn_norm|feed_forward|self_attn\.out_proj|"
+                       r"self_attn\.[qk]_layernorm|embedding_norm)(\..+)")
 LFM2_NAMES = {"operator_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
-              "feed_forward.w1": "mlp.gate_proj", "feed_forward.w3": "mlp.up_proj",
-              "feed_forward.w2": "mlp.down_proj", "self_attn.out_proj": "self_attn.o_proj",
+              "feed_forward": "mlp", "self_attn.out_proj": "self_attn.o_proj",
               "self_attn.q_layernorm": "self_attn.q_norm",
               "self_attn.k_layernorm": "self_attn.k_norm", "embedding_norm": "norm"}
 # What each renaming reads as what, for a mismatch's message (Weights.namings)
@@ -73,10 +73,10 @@ NAMINGS = {
     "gateless": "StarCoder2's mlp.c_fc and c_proj, and Phi-2's mlp.fc1 and fc2, named as "
                 "mlp.up_proj and down_proj, Phi-2's self_attn.dense and model.final_layernorm "
                 "as self_attn.o_proj and model.norm",
-    "lfm2": "LFM2's operator_norm, ffn_norm, feed_forward.w1, w3, w2, self_attn.out_proj, "
-            "q_layernorm, k_layernorm and model.embedding_norm named as input_layernorm, "
-            "post_attention_layernorm, mlp.gate_proj, up_proj, down_proj, self_attn.o_proj, "
-            "q_norm, k_norm and model.norm"}
+    "lfm2": "LFM2's operator_norm, ffn_norm, feed_forward (its w1, w3, w2), "
+            "self_attn.out_proj, q_layernorm, k_layernorm and model.embedding_norm named as "
+            "input_layernorm, post_attention_layernorm, mlp (gate_proj, up_proj, down_proj), "
+            "self_attn.o_proj, q_norm, k_norm and model.norm"}
 
 
 def weight_files(folder: Path) -> dict[str, Path]:
@@ -225,8 +225,9 @@ class Weights(Mapping[str, torch.Tensor]):
         lfm2 = LFM2_NAME.fullmatch(ours)
         if lfm2:
             self.namings.add("lfm2")
-            prefix, kind = lfm2.groups()
-            return {f"{prefix}.{LFM2_NAMES[kind]}.weight": _Part(name)}
+            prefix, kind, rest = lfm2.groups()
+            rest = re.sub(r"\.(w[123])\.", lambda w: f".{MIXTRAL_PROJECTIONS[w[1]]}.", rest)
+            return {f"{prefix}.{LFM2_NAMES[kind]}{rest}": _Part(name)}
         glm4 = GLM4_NAME.fullmatch(ours) if self.glm4 else None
         if glm4:
             self.namings.add("glm4")

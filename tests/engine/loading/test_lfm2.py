@@ -187,3 +187,28 @@ def test_lfm2_vls_text_model_loads_as_lfm2(tmp_path):
     assert (loaded.config.architecture, loaded.config.conv_layers) == ("lfm2", (0, 2))
     torch.testing.assert_close(engine_logits(loaded.model, PROMPT), reference_logits(hf, PROMPT),
                                atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("fields", [{}, {"use_expert_bias": False, "routed_scaling_factor": 2.5,
+                                         "norm_topk_prob": False}])
+def test_lfm2_moe_matches_transformers(tmp_path, fields):
+    """LFM2-MoE (LFM2-8B-A1B's kind): its first layer's MLP dense, the others' four experts,
+    two a token, chosen by sigmoid scores plus a bias of each expert's (random here, so that
+    it moves the choices), weighted by the scores alone."""
+    hf = hf_tiny("lfm2_moe", **{"num_hidden_layers": 3,
+                                "layer_types": ["conv", "full_attention", "conv"],
+                                "num_dense_layers": 1, "num_experts": 4, "num_experts_per_tok": 2,
+                                "moe_intermediate_size": 32, "norm_eps": 1e-5} | fields)
+    with torch.no_grad():
+        for name, buffer in hf.named_buffers():
+            if name.endswith("expert_bias"):
+                buffer.copy_(torch.randn_like(buffer))
+    loaded = load_model(str(save_hf_folder(hf, tmp_path / "lfm2-moe")), dtype="fp32",
+                        device="cpu")
+    c = loaded.config
+    assert (c.architecture, c.conv_layers, c.dense_layers, c.num_experts, c.expert_size) == (
+        "lfm2_moe", (0, 2), (0,), 4, 32)
+    assert (c.sigmoid_routing, c.expert_bias, c.intermediate_size) == (
+        True, "use_expert_bias" not in fields, 96)
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT), reference_logits(hf, PROMPT),
+                               atol=1e-4, rtol=0)
