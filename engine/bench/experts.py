@@ -20,13 +20,13 @@ import sys
 
 import torch
 
+from engine.checkpoint_layout import num_weights
 from engine.cli.options import add_device_options, check_at_least
 from engine.config import ModelConfig
 from engine.devices import (cpu_threads, dtype_name, free_memory_bytes, hardware,
                             resolve_device, resolve_dtype, set_cpu_threads)
 from engine.errors import SwarmscopeError
 from engine.kv_cache import PagedKVCache
-from engine.checkpoint_layout import num_weights
 from engine.model import LlamaModel
 from engine.runner import ModelRunner
 from engine.spec.calibration import BATCH_SHAPES, DEFAULT_CONTEXT, measure

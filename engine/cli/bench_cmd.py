@@ -14,13 +14,15 @@ BENCHES = {
     "memory": "engine.bench.memory",
     "serve": "engine.bench.serve",
     "experts": "engine.bench.experts",
+    "dequant": "engine.bench.dequant",
     "gui": "app.bench",
 }
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("bench", help="run a benchmark (decode, attention, spec, swarm, "
-                                                  "threads, memory, serve, experts, gui)")
+                                                  "threads, memory, serve, experts, dequant, "
+                                                  "gui)")
     benches = parser.add_subparsers(dest="bench", metavar="NAME", required=True)
     for name, module_name in BENCHES.items():
         module = importlib.import_module(module_name)

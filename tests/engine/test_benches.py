@@ -238,3 +238,21 @@ def test_bench_serve_holds_every_answer_to_a_response_format(capsys, tmp_path):
 def test_bench_serve_bad_options_are_messages_that_name_them(capsys, option, message):
     assert main(["bench", "serve", "--model", "tiny-test", *option]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_bench_dequant_reads_each_format_back_beside_the_plain_matrix(capsys):
+    report = _json_out(capsys, ["bench", "dequant", "--rows", "256", "--columns", "384",
+                                "--repeats", "1", "--json"])
+    assert (report["rows"], report["columns"]) == (256, 384)
+    rows = {row["format"]: row for row in report["formats"]}
+    assert list(rows) == ["bf16 (plain)", "gptq int4", "awq int4", "fp8 blocks"]
+    assert rows["bf16 (plain)"]["x_plain"] == 1.0
+    assert all(row["ms"] > 0 for row in rows.values())
+
+
+@pytest.mark.parametrize("option,message", [
+    (["--rows", "300"], "--rows and --columns must be multiples of 128"),
+    (["--repeats", "0"], "--repeats must be >= 1, got 0")])
+def test_bench_dequant_bad_options_are_messages_that_name_them(capsys, option, message):
+    assert main(["bench", "dequant", "--rows", "256", "--columns", "256", *option]) == 2
+    assert capsys.readouterr().err == f"swarmscope bench dequant: {message}\n"
