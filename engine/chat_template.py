@@ -102,7 +102,8 @@ def render_chat(template: str | None, messages: list[dict[str, str]], *,
     not read change nothing, as in transformers' apply_chat_template). A template that refuses a
     system message (Mistral v0.1's, Gemma 1's and 2's) gets its text at the head of the first
     user message instead, as Gemma 3's own template and other tools put it; one in Granite 3's
-    roles gets past calls and tool answers in them (`_granite_roles`)."""
+    roles gets past calls and tool answers in them (`_granite_roles`), LFM2's past calls in the
+    answers' text (`_lfm2_calls`)."""
     def render(messages: list[dict[str, str]]) -> str:
         try:
             return _compile(template or CHATML).render(
@@ -113,6 +114,8 @@ def render_chat(template: str | None, messages: list[dict[str, str]], *,
 
     if template and "assistant_tool_call" in template:
         messages = _granite_roles(messages)
+    elif template and LFM2_TOOLS in template and "tool_calls" not in template:
+        messages = _lfm2_calls(messages)
     try:
         return render(messages)
     except ChatTemplateError as exc:
@@ -147,6 +150,44 @@ def _granite_roles(messages: list[dict]) -> list[dict]:
         else:
             renamed.append(message)
     return renamed
+
+
+LFM2_TOOLS = "<|tool_list_start|>"  # where LFM2's templates list the tools
+LFM2_CALLS = ("<|tool_call_start|>", "<|tool_call_end|>")  # around the calls it writes
+
+
+def _lfm2_calls(messages: list[dict]) -> list[dict]:
+    """The conversation with each assistant's calls written before its text as LFM2 writes
+    them (its templates render an answer's text alone): a Python list of calls between
+    <|tool_call_start|> and <|tool_call_end|>."""
+    written = []
+    for message in messages:
+        calls = message.get("tool_calls") if message.get("role") == "assistant" else None
+        if calls:
+            listed = ", ".join(_pythonic_call(call["function"]) for call in calls)
+            opening, closing = LFM2_CALLS
+            message = {**message, "content": f"{opening}[{listed}]{closing}"
+                                             f"{message.get('content') or ''}"}
+        written.append(message)
+    return written
+
+
+def _pythonic_call(function: dict) -> str:
+    arguments = function.get("arguments", {})
+    keywords = (", ".join(f"{name}={_pythonic(value)}" for name, value in arguments.items())
+                if isinstance(arguments, dict) else "")
+    return f"{function['name']}({keywords})"
+
+
+def _pythonic(value) -> str:
+    """`value` (JSON's) as a Python literal: strings double-quoted as LFM2 writes them."""
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(map(_pythonic, value)) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_pythonic(k)}: {_pythonic(v)}" for k, v in value.items()) + "}"
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _system_folded(messages: list[dict[str, str]]) -> list[dict[str, str]] | None:

@@ -1,5 +1,5 @@
 """How models write tool calls, and reading them back out of an answer, whole or as it streams,
-as vLLM's and llama.cpp's servers read these models'. Five forms, each asked for by the chat
+as vLLM's and llama.cpp's servers read these models'. Six forms, each asked for by the chat
 templates that hold its marker:
 - tagged (Hermes'): each call a JSON object {"name", "arguments"} between <tool_call> tags,
   anywhere in the answer: Qwen2.5, Qwen3, SmolLM3, Hermes;
@@ -10,19 +10,23 @@ templates that hold its marker:
 - named (Mistral's since its v11 tokenizers: Mistral Small 3.2, Devstral, Magistral): each call
   [TOOL_CALLS]name[ARGS] and its arguments as a JSON object ([CALL_ID]id before [ARGS] in some),
   after any text;
-- Granite 3's: <|tool_call|> and a JSON list of {"name", "arguments"}, after any text.
+- Granite 3's: <|tool_call|> and a JSON list of {"name", "arguments"}, after any text;
+- pythonic (LFM2's): a Python list of calls, name(argument=value, ...), between
+  <|tool_call_start|> and <|tool_call_end|>, anywhere in the answer.
 A model writes what it likes: an answer that is not well-formed calls in its form (not JSON, no
 name, a call cut short) is text, as the model wrote it. Where a request forces a call
 (tool_choice), the answer is held to calls in its model's form (`grammar`, output_format.py),
 each call's JSON to its tool's parameters."""
 from __future__ import annotations
 
+import ast
 import json
 import re
 import uuid
 from dataclasses import dataclass
 from typing import Callable
 
+from engine.chat_template import LFM2_CALLS, LFM2_TOOLS
 from engine.output_format import json_rule
 from engine.serve.held_text import tag_start
 
@@ -211,7 +215,98 @@ class GraniteCalls(ListedCalls):
     new_id = CallForm.new_id  # its templates take any id
 
 
-FORMS = (TaggedCalls(), JsonCalls(), NamedCalls(), ListedCalls(), GraniteCalls())
+class PythonicCalls(CallForm):
+    """Each call a Python call of keyword arguments whose values are literals (JSON's true,
+    false and null read as Python's, as a model may write them): LFM2's form."""
+    name = "a Python list of calls in <|tool_call_start|> tags"
+    marker = LFM2_TOOLS
+    OPEN, CLOSE = LFM2_CALLS
+    _BLOCK = re.compile(re.escape(OPEN) + r"(.*?)" + re.escape(CLOSE), re.S)
+    _JSON_NAMES = {"true": True, "false": False, "null": None}
+
+    def split(self, text: str) -> tuple[str, list[ToolCall]]:
+        calls, outside, end = [], [], 0
+        for block in self._BLOCK.finditer(text):
+            found = self._listed(block.group(1).strip())
+            if found is None:
+                return text, []
+            calls += found
+            outside.append(text[end:block.start()])
+            end = block.end()
+        rest = text[end:]
+        if not calls or self.OPEN in rest:  # a block left open: an answer cut short
+            return text, []
+        return "".join(outside) + rest, calls
+
+    def _listed(self, body: str) -> list[ToolCall] | None:
+        """`body` read as a list of calls (or one call); None where it is not that."""
+        try:
+            tree = ast.parse(body, mode="eval").body
+        except (SyntaxError, ValueError):
+            return None
+        calls = [self._call(node) for node in (tree.elts if isinstance(tree, ast.List)
+                                               else [tree])]
+        return calls if calls and None not in calls else None
+
+    def _call(self, node: ast.expr) -> ToolCall | None:
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and not node.args and all(k.arg for k in node.keywords)):
+            return None
+        try:
+            arguments = {k.arg: self._value(k.value) for k in node.keywords}
+            return ToolCall(node.func.id, json.dumps(arguments, ensure_ascii=False),
+                            self.new_id())
+        except (ValueError, TypeError):  # not a literal, or not one JSON holds
+            return None
+
+    def _value(self, node: ast.expr):
+        if isinstance(node, ast.Name) and node.id in self._JSON_NAMES:
+            return self._JSON_NAMES[node.id]
+        if isinstance(node, ast.List):
+            return [self._value(item) for item in node.elts]
+        if isinstance(node, ast.Dict):
+            return {self._value(key): self._value(value)
+                    for key, value in zip(node.keys, node.values)}
+        return ast.literal_eval(node)
+
+    def held_from(self, text: str, sent: int) -> int:
+        return _held_at_marker(self.OPEN, text, sent)
+
+    def grammar(self, tools: list[dict], parallel: bool, tag: Callable[[str], str]) -> str:
+        """Each tool's call with its arguments in the order its schema lists them (those it
+        requires, then any of the others), each value JSON under its schema; a tool whose
+        parameters name none takes any keyword arguments."""
+        more = ' ("," " "? call)*' if parallel else ""
+        rules = [f'calls: {tag(self.OPEN)} "[" call{more} "]" {tag(self.CLOSE)}',
+                 "call: " + " | ".join(f"call{i}" for i in range(len(tools))),
+                 f'keyword: /[A-Za-z_][A-Za-z0-9_]*/ "=" {json_rule({}, CALL_SPACING)}']
+        for i, tool in enumerate(tools):
+            parameters = _parameters(tool)
+            properties = parameters.get("properties") or {}
+            required = [name for name in properties if name in parameters.get("required", [])]
+            ordered = required + [name for name in properties if name not in required]
+            items = [f"arg{i}_{k}" for k in range(len(ordered))]
+            rules += [f"{item}: {json.dumps(name + '=')} "
+                      f"{json_rule(properties[name], CALL_SPACING)}"
+                      for item, name in zip(items, ordered)]
+            arguments = (_arguments(items, len(required)) if properties else
+                         '(keyword (", " keyword)*)?')
+            rules.append(f"call{i}: {json.dumps(tool['function']['name'] + '(')} {arguments} "
+                         '")"')
+        return "\n".join(rules)
+
+
+def _arguments(items: list[str], required: int) -> str:
+    """The first `required` of `items` in order, then any of the rest in order, ", " between."""
+    def after(start: int) -> str:
+        return " ".join(f'(", " {item})?' for item in items[start:])
+    if required:
+        return " \", \" ".join(items[:required]) + " " + after(required)
+    return "(" + " | ".join(f"{item} {after(k + 1)}" for k, item in enumerate(items)) + ")?"
+
+
+FORMS = (TaggedCalls(), JsonCalls(), NamedCalls(), ListedCalls(), GraniteCalls(),
+         PythonicCalls())
 
 
 def form_of(template: str | None) -> CallForm | None:

@@ -66,6 +66,15 @@ DEVSTRAL = ("[SYSTEM_PROMPT]x[/SYSTEM_PROMPT]{% if tools %}[AVAILABLE_TOOLS]{{ t
             "{{ '[TOOL_CALLS]' + call.function.name + '[ARGS]' + arguments }}{% endfor %}</s>"
             "{% endif %}{% endfor %}")
 DEVSTRAL_CALL = '[TOOL_CALLS]read_file[ARGS]{"path": "a.py"}'
+# LFM2's, in brief: the tools listed in the system turn, a call a Python list in tags of its own
+LFM2 = ("{% if tools %}<|im_start|>system\nList of tools: <|tool_list_start|>["
+        "{% for tool in tools %}{{ tool | tojson }}{% if not loop.last %}, {% endif %}{% endfor %}"
+        "]<|tool_list_end|><|im_end|>\n{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}"
+        "\n{% if m.role == 'tool' %}<|tool_response_start|>{{ m.content }}<|tool_response_end|>"
+        "{% else %}{{ m.content }}{% endif %}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+LFM2_TAGS = ("<|tool_call_start|>", "<|tool_call_end|>")
+LFM2_CALL = '<|tool_call_start|>[read_file(path="a.py")]<|tool_call_end|>'
 # Granite 3's, in brief: past calls and tool answers in roles of its own, no 'tool' role
 GRANITE = ("{% if tools %}<|start_of_role|>available_tools<|end_of_role|>{% for tool in tools %}"
            "\n{{ tool | tojson }}{% endfor %}<|end_of_text|>\n{% endif %}"
@@ -96,13 +105,14 @@ def serving(loaded, calibration, max_context: int, client_lanes: int):
         engine.close()
 
 
-def call_tokenizer(folder, template: str) -> Tokenizer:
+def call_tokenizer(folder, template: str, tags: tuple[str, ...] = ()) -> Tokenizer:
     """A byte-level BPE tokenizer with `template`, the tags of calls and reasoning special tokens
-    (as in Hermes' and Llama's models: an answer decoded without specials would lose them)."""
+    (as in Hermes' and Llama's models: an answer decoded without specials would lose them), and
+    `tags` after them."""
     inner = tokenizers.Tokenizer.from_file(str(make_tokenizer_json(folder / "tokenizer.json")))
     inner.add_special_tokens([AddedToken(tag, special=True, normalized=False)
                               for tag in ("<tool_call>", "</tool_call>", "<|python_tag|>",
-                                          "<think>", "</think>", "<|tool_call|>")])
+                                          "<think>", "</think>", "<|tool_call|>", *tags)])
     return Tokenizer(inner, chat_template=template, eos_tokens=("<|im_end|>",))
 
 

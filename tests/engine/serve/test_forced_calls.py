@@ -8,8 +8,9 @@ import pytest
 from engine.loading import load_model
 from engine.serve.request import ApiRequest, RequestError
 from tests.engine.serve.serving import (ASK, CALL_TEXT, DEVSTRAL, DEVSTRAL_CALL, GRANITE,
-                                        GRANITE_CALL, HERMES, LLAMA, LLAMA_CALL, MISTRAL,
-                                        MISTRAL_CALL, TOOLS, call_tokenizer, serving, thinker)
+                                        GRANITE_CALL, HERMES, LFM2, LFM2_CALL, LFM2_TAGS, LLAMA,
+                                        LLAMA_CALL, MISTRAL, MISTRAL_CALL, TOOLS, call_tokenizer,
+                                        serving, thinker)
 
 LS = {"type": "function", "function": {"name": "ls", "parameters": {
     "type": "object", "properties": {"all": {"type": "boolean"}}, "required": ["all"],
@@ -45,6 +46,51 @@ def test_a_required_call_is_a_call_of_a_tool_offered_in_the_models_form(tmp_path
     ls_call = call.replace("read_file", "ls").replace('"path": "a.py"', '"all": true')
     assert takes_ls(ls_call) and not takes_ls(call)
     assert not takes_ls(ls_call.replace("true", '"yes"'))
+
+
+def test_a_required_lfm2_call_is_a_python_list_of_calls_of_the_tools_offered(tmp_path):
+    """Each call's keyword arguments in its schema's order, those it requires first, each value
+    JSON under its schema."""
+    tokenizer = call_tokenizer(tmp_path, LFM2, LFM2_TAGS)
+    request, takes = held_to(tokenizer, tool_choice="required")
+    assert takes(LFM2_CALL) and not takes("It holds x = 1.")
+    assert takes(LFM2_CALL.replace('path="a.py"', ""))  # path is not required
+    assert takes(LFM2_CALL.replace('read_file(path="a.py")', "ls(all=true)"))
+    assert takes(LFM2_CALL.replace(")]", "), ls(all=false)]"))  # parallel calls
+    for wrong in ('read_file(path=1)', 'write_file(path="a.py")', "ls()", 'ls(all="yes")',
+                  'ls(all=true, depth=2)'):  # ls takes `all` alone, and must have it
+        assert not takes(LFM2_CALL.replace('read_file(path="a.py")', wrong)), wrong
+    [read] = request.tool_form.split(LFM2_CALL)[1]
+    assert (read.name, json.loads(read.arguments)) == ("read_file", {"path": "a.py"})
+    _, takes_ls = held_to(tokenizer, tool_choice={"type": "function", "function": {"name": "ls"}})
+    assert takes_ls(LFM2_CALL.replace('read_file(path="a.py")', "ls(all=false)"))
+    assert not takes_ls(LFM2_CALL)
+    _, one = held_to(tokenizer, tool_choice="required", parallel_tool_calls=False)
+    assert not one(LFM2_CALL.replace(")]", "), ls(all=false)]"))
+
+
+def test_a_required_lfm2_calls_arguments_are_those_required_then_any_others(tmp_path):
+    """In the schema's order, the required first; a tool whose parameters name none takes any
+    keyword arguments."""
+    now = {"type": "function", "function": {"name": "now"}}
+    grep = {"type": "function", "function": {"name": "grep", "parameters": {
+        "type": "object", "properties": {"path": {"type": "string"}, "pattern": {"type": "string"},
+                                         "limit": {"type": "integer"}}, "required": ["pattern"]}}}
+    tokenizer = call_tokenizer(tmp_path, LFM2, LFM2_TAGS)
+    request = ApiRequest.parse({"messages": ASK, "tools": [now, grep], "tool_choice": "required"},
+                               tokenizer, 4096)
+
+    def takes(call: str) -> bool:
+        ids = tokenizer.encode(f"<|tool_call_start|>[{call}]<|tool_call_end|>")
+        return request.output_format.allowed(ids) == len(ids)
+    assert takes("now()") and takes('now(tz="UTC", fine=true)')
+    assert not takes('now("UTC")') and not takes("later()")
+    for call in ('grep(pattern="x")', 'grep(pattern="x", path="a")', 'grep(pattern="x", limit=3)',
+                 'grep(pattern="x", path="a", limit=3)'):
+        assert takes(call), call
+    for call in ('grep(path="a")', 'grep()', 'grep(path="a", pattern="x")',
+                 'grep(pattern="x", limit=3, path="a")', 'grep(pattern="x", limit="3")'):
+        assert not takes(call), call
 
 
 def test_one_call_unless_parallel_calls_are_allowed(tmp_path):

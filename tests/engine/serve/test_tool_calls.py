@@ -9,16 +9,16 @@ import pytest
 from engine.errors import ModelLoadError
 from engine.loading import load_model
 from engine.serve.call_forms import (CallStream, GraniteCalls, JsonCalls, ListedCalls,
-                                     NamedCalls, TaggedCalls, form_of)
+                                     NamedCalls, PythonicCalls, TaggedCalls, form_of)
 from engine.serve.http_api import ApiServer
 from engine.serve.request import ApiRequest, RequestError
 from engine.serve.tool_calls import template_calls
 from engine.tokenizer import ByteTokenizer, Tokenizer
 from tests.engine.loading.conftest import make_tokenizer_json
 from tests.engine.serve.serving import (ASK, CALL_TEXT, DEVSTRAL, DEVSTRAL_CALL, GRANITE,
-                                        GRANITE_CALL, HERMES, LLAMA, LLAMA_CALL, MISTRAL,
-                                        MISTRAL_CALL, TOOLS, call_tokenizer, scripted_client,
-                                        serving)
+                                        GRANITE_CALL, HERMES, LFM2, LFM2_CALL, LFM2_TAGS, LLAMA,
+                                        LLAMA_CALL, MISTRAL, MISTRAL_CALL, TOOLS, call_tokenizer,
+                                        scripted_client, serving)
 
 QWEN3_TOOLS = HERMES + "{# strips </think> from past answers #}"
 split_calls = TaggedCalls().split
@@ -147,6 +147,57 @@ def test_a_granite_answer_lists_its_calls_after_its_text(text, content, calls):
     assert all(c.id.startswith("call_") for c in found)
 
 
+@pytest.mark.parametrize("text, content, calls", [
+    (LFM2_CALL, "", [("read_file", {"path": "a.py"})]),
+    ("Let me look. " + LFM2_CALL + " Then ls.", "Let me look.  Then ls.",
+     [("read_file", {"path": "a.py"})]),
+    ('<|tool_call_start|>[read_file(path="a.py"), ls(all=True, depth=2, only=None)]'
+     '<|tool_call_end|>', "", [("read_file", {"path": "a.py"}),
+                               ("ls", {"all": True, "depth": 2, "only": None})]),
+    # JSON's literals, a call without its list, nested values
+    ('<|tool_call_start|>ls(all=true, skip=null, sort={"by": ["name", 1.5]})<|tool_call_end|>',
+     "", [("ls", {"all": True, "skip": None, "sort": {"by": ["name", 1.5]}})]),
+    ('<|tool_call_start|>[read_file("a.py")]<|tool_call_end|>', None, []),  # positional
+    ('<|tool_call_start|>[read_file(path=open("a.py"))]<|tool_call_end|>', None, []),
+    ('<|tool_call_start|>[read_file(path="a.py"]<|tool_call_end|>', None, []),
+    ('<|tool_call_start|>[os.remove(path="a.py")]<|tool_call_end|>', None, []),
+    (LFM2_CALL[:-5], None, []),  # cut short
+])
+def test_an_lfm2_answer_writes_its_calls_as_a_python_list(text, content, calls):
+    _reads(PythonicCalls(), text, content, calls)
+
+
+@pytest.mark.parametrize("step", [1, 4])
+def test_an_lfm2_stream_never_sends_part_of_a_call(step):
+    answer = "Let me <look>. " + LFM2_CALL
+    stream, sent = CallStream(PythonicCalls()), []
+    for i in range(0, len(answer), step):
+        sent.append(stream.add(answer[i:i + step]))
+    rest, calls = stream.end()
+    assert "".join(sent) + rest == "Let me <look>. " and "<|" not in "".join(sent)
+    assert [c.name for c in calls] == ["read_file"]
+
+
+def test_an_lfm2_models_past_calls_go_back_into_its_answers_text(tmp_path):
+    """LFM2's templates render an answer's text alone: its calls are written there, before
+    it, as the model writes them, and read back as the calls they were."""
+    tokenizer = call_tokenizer(tmp_path, LFM2, LFM2_TAGS)
+    arguments = {"path": "a.py", "lines": [1, 2], "all": True, "skip": None, "how": {"x": "y"}}
+    request = ApiRequest.parse({"messages": ASK + [
+        {"role": "assistant", "content": "Reading.", "tool_calls": [{
+            "id": "call_1", "type": "function",
+            "function": {"name": "read_file", "arguments": json.dumps(arguments)}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "x = 1"}], "tools": TOOLS},
+        tokenizer, 4096)
+    prompt = tokenizer.decode(request.prompt_ids)
+    assert "List of tools: <|tool_list_start|>[" in prompt
+    assert ('<|tool_call_start|>[read_file(path="a.py", lines=[1, 2], all=True, skip=None, '
+            'how={"x": "y"})]<|tool_call_end|>Reading.<|im_end|>') in prompt
+    assert "<|tool_response_start|>x = 1<|tool_response_end|>" in prompt
+    [call] = PythonicCalls().split(prompt[prompt.index("<|tool_call_start|>"):])[1]
+    assert (call.name, json.loads(call.arguments)) == ("read_file", arguments)
+
+
 def test_a_granite_models_call_comes_back_and_goes_back_in_its_templates_roles(tmp_path):
     """Granite 3's templates have no tool role and leave an assistant's tool_calls out: the
     calls go back as an assistant_tool_call message, the answer as a tool_response one."""
@@ -201,7 +252,7 @@ def test_a_template_asks_for_the_form_its_marker_names():
     assert isinstance(form_of(MISTRAL), ListedCalls) and not isinstance(form_of(MISTRAL),
                                                                            NamedCalls)
     assert isinstance(form_of(DEVSTRAL), NamedCalls)  # its template holds [TOOL_CALLS] too
-    assert isinstance(form_of(GRANITE), GraniteCalls)
+    assert isinstance(form_of(GRANITE), GraniteCalls) and isinstance(form_of(LFM2), PythonicCalls)
     assert isinstance(form_of(HERMES), TaggedCalls) and isinstance(form_of(LLAMA), JsonCalls)
     assert form_of(None) is None and form_of("{{ messages[0].content }}") is None
 
