@@ -108,7 +108,7 @@ class TaggedCalls(CallForm):
     def split(self, text: str) -> tuple[str, list[ToolCall]]:
         calls, outside, end = [], [], 0
         for block in self._BLOCK.finditer(text):
-            found = self.calls(block.group(1).strip())
+            found = self.block_calls(block.group(1).strip())
             if found is None:
                 return text, []
             calls += found
@@ -118,6 +118,10 @@ class TaggedCalls(CallForm):
         if not calls or self.OPEN in rest:  # a block left open: an answer cut short
             return text, []
         return "".join(outside) + rest, calls
+
+    def block_calls(self, body: str) -> list[ToolCall] | None:
+        """The calls between a pair of tags; None where it is not calls."""
+        return self.calls(body)
 
     def held_from(self, text: str, sent: int) -> int:
         return _held_at_marker(self.OPEN, text, sent)
@@ -215,7 +219,7 @@ class GraniteCalls(ListedCalls):
     new_id = CallForm.new_id  # its templates take any id
 
 
-class PythonicCalls(CallForm):
+class PythonicCalls(TaggedCalls):
     """Each call a Python call of keyword arguments whose values are literals (JSON's true,
     false and null read as Python's, as a model may write them): LFM2's form."""
     name = "a Python list of calls in <|tool_call_start|> tags"
@@ -224,22 +228,8 @@ class PythonicCalls(CallForm):
     _BLOCK = re.compile(re.escape(OPEN) + r"(.*?)" + re.escape(CLOSE), re.S)
     _JSON_NAMES = {"true": True, "false": False, "null": None}
 
-    def split(self, text: str) -> tuple[str, list[ToolCall]]:
-        calls, outside, end = [], [], 0
-        for block in self._BLOCK.finditer(text):
-            found = self._listed(block.group(1).strip())
-            if found is None:
-                return text, []
-            calls += found
-            outside.append(text[end:block.start()])
-            end = block.end()
-        rest = text[end:]
-        if not calls or self.OPEN in rest:  # a block left open: an answer cut short
-            return text, []
-        return "".join(outside) + rest, calls
-
-    def _listed(self, body: str) -> list[ToolCall] | None:
-        """`body` read as a list of calls (or one call); None where it is not that."""
+    def block_calls(self, body: str) -> list[ToolCall] | None:
+        """`body` read as a list of calls (or one call)."""
         try:
             tree = ast.parse(body, mode="eval").body
         except (SyntaxError, ValueError):
@@ -268,9 +258,6 @@ class PythonicCalls(CallForm):
             return {self._value(key): self._value(value)
                     for key, value in zip(node.keys, node.values)}
         return ast.literal_eval(node)
-
-    def held_from(self, text: str, sent: int) -> int:
-        return _held_at_marker(self.OPEN, text, sent)
 
     def grammar(self, tools: list[dict], parallel: bool, tag: Callable[[str], str]) -> str:
         """Each tool's call with its arguments in the order its schema lists them (those it
