@@ -3,7 +3,6 @@ short-convolution layer for its B * x, engine/short_conv.py), indexed by the blo
 block ids. The model sees only slot mappings and block tables, never sequences."""
 from __future__ import annotations
 
-
 import torch
 
 from engine.block_manager import BlockManager

@@ -1,8 +1,7 @@
 """A layer's MLP: gated (a dense layer's, and each expert's), plain (a dense layer's without a
-gate: Arcee's, StarCoder2's), or a mixture of experts that a
-router picks among for every token (Mixtral, Qwen2-MoE with its shared expert, Qwen3-MoE,
-OLMoE, GraniteMoE; LFM2-MoE by sigmoids). Weights are stored gate and up fused, as the dense layers' are
-(engine/model.py)."""
+gate: Arcee's, StarCoder2's), or a mixture of experts that a router picks among for every token
+(Mixtral, Qwen2-MoE with its shared expert, Qwen3-MoE, OLMoE, GraniteMoE; LFM2-MoE by
+sigmoids). Weights are stored gate and up fused, as the dense layers' are (engine/model.py)."""
 from __future__ import annotations
 
 from typing import Callable

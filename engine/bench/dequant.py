@@ -91,14 +91,14 @@ def _quantized(config: dict, stored: dict[str, torch.Tensor], rows: int,
 
 def _gptq(rows: int, columns: int) -> dict[str, torch.Tensor]:
     """AutoGPTQ's int4 layout: qweight [in / 8, out], qzeros [groups, out / 8], scales."""
-    return {"w.qweight": _words(columns // 8, rows), "w.qzeros": _words(columns // GROUP, rows // 8),
-            "w.scales": torch.rand(columns // GROUP, rows, dtype=torch.float16) / 100}
+    return {"w.qweight": _words(columns // 8, rows), "w.qzeros": _zeros(rows, columns),
+            "w.scales": _scales(rows, columns)}
 
 
 def _awq(rows: int, columns: int) -> dict[str, torch.Tensor]:
     """AutoAWQ's GEMM layout: qweight [in, out / 8], qzeros [groups, out / 8], scales."""
-    return {"w.qweight": _words(columns, rows // 8), "w.qzeros": _words(columns // GROUP, rows // 8),
-            "w.scales": torch.rand(columns // GROUP, rows, dtype=torch.float16) / 100}
+    return {"w.qweight": _words(columns, rows // 8), "w.qzeros": _zeros(rows, columns),
+            "w.scales": _scales(rows, columns)}
 
 
 def _fp8_blocks(rows: int, columns: int) -> dict[str, torch.Tensor]:
@@ -109,6 +109,15 @@ def _fp8_blocks(rows: int, columns: int) -> dict[str, torch.Tensor]:
 
 def _words(rows: int, columns: int) -> torch.Tensor:
     return torch.randint(-2 ** 31, 2 ** 31 - 1, (rows, columns), dtype=torch.int32)
+
+
+def _zeros(rows: int, columns: int) -> torch.Tensor:
+    """GPTQ's and AWQ's zero points, packed eight a word: [groups, out / 8]."""
+    return _words(columns // GROUP, rows // 8)
+
+
+def _scales(rows: int, columns: int) -> torch.Tensor:
+    return torch.rand(columns // GROUP, rows, dtype=torch.float16) / 100
 
 
 FORMATS = {

@@ -170,9 +170,9 @@ def test_lfm2_vls_text_model_loads_as_lfm2(tmp_path):
     transformers = pytest.importorskip("transformers")
     text = transformers.Lfm2Config(
         vocab_size=265, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
-        num_attention_heads=4, num_key_value_heads=2, layer_types=["conv", "full_attention", "conv"],
-        block_multiple_of=16, max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
-        pad_token_id=0)
+        num_attention_heads=4, num_key_value_heads=2,
+        layer_types=["conv", "full_attention", "conv"], block_multiple_of=16,
+        max_position_embeddings=256, bos_token_id=1, eos_token_id=2, pad_token_id=0)
     vision = transformers.Siglip2VisionConfig(hidden_size=32, intermediate_size=64,
                                               num_hidden_layers=1, num_attention_heads=2,
                                               num_patches=16, patch_size=4)
