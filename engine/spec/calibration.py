@@ -231,6 +231,8 @@ def model_key(loaded) -> str:
     c = loaded.config
     shapes = (c.vocab_size, c.hidden_size, c.intermediate_size, c.num_layers, c.num_heads,
               c.num_kv_heads, c.head_dim, c.tie_word_embeddings, c.qkv_bias, c.qk_norm)
+    if c.conv_layers or c.num_experts:  # (only then: other models' caches keep their names)
+        shapes += (c.conv_layers, c.num_experts, c.experts_per_token, c.expert_size)
     return f"{loaded.name}-{hashlib.sha1(repr(shapes).encode()).hexdigest()[:8]}"
 
 

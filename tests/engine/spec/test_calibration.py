@@ -1,4 +1,5 @@
 import dataclasses
+import hashlib
 import json
 import math
 import random
@@ -198,9 +199,15 @@ def test_cache_is_kept_apart_for_models_of_one_name():
     model = SimpleNamespace(name="checkpoint-500", config=config)
     again = SimpleNamespace(name="checkpoint-500", config=config.with_())
     bigger = SimpleNamespace(name="checkpoint-500", config=config.with_(num_layers=3))
+    hybrid = SimpleNamespace(name="checkpoint-500", config=config.with_(conv_layers=(0,)))
+    mixture = SimpleNamespace(name="checkpoint-500", config=config.with_(
+        num_experts=4, experts_per_token=2, expert_size=32))
     assert cal.model_key(model) == cal.model_key(again)
-    assert cal.model_key(model) != cal.model_key(bigger)
-    assert cal.model_key(model).startswith("checkpoint-500-")
+    keys = {cal.model_key(m) for m in (model, bigger, hybrid, mixture)}
+    assert len(keys) == 4 and all(key.startswith("checkpoint-500-") for key in keys)
+    # a dense model's key is what it was before the layers' kinds were counted
+    assert cal.model_key(model) == "checkpoint-500-" + hashlib.sha1(repr((
+        320, 64, 128, 2, 4, 2, 16, True, False, False)).encode()).hexdigest()[:8]
 
 
 def test_needs_a_point_at_one():
