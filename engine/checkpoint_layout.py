@@ -80,6 +80,8 @@ def _attention_sources(layer: nn.Module, p: str, fused: bool
         sources.append((layer.qkv_bias, tuple(p + f"self_attn.{x}_proj.bias" for x in "qkv")))
     if layer.o_bias is not None:
         sources.append((layer.o_bias, (p + "self_attn.o_proj.bias",)))
+    if layer.gate is not None:
+        sources.append((layer.gate, (p + "self_attn.gate_proj.weight",)))
     return sources
 
 
@@ -187,6 +189,8 @@ def hf_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
                               p + "self_attn.k_proj.weight": (kv, c.hidden_size),
                               p + "self_attn.v_proj.weight": (kv, c.hidden_size)})
             shapes[p + "self_attn.o_proj.weight"] = (c.hidden_size, q)
+            if c.attention_gate:
+                shapes[p + "self_attn.gate_proj.weight"] = (c.num_heads, c.hidden_size)
         else:
             shapes |= _conv_shapes(p + "conv.", c)
         if c.has_experts(i):

@@ -24,7 +24,7 @@ class ModelConfig:
     its head's bias, Nemotron Arcee's MLP and LayerNorms by 1 + weight with biases. Mixtral,
     Qwen2-MoE, Qwen3-MoE, OLMoE and GraniteMoE are mixtures of experts. LFM2 runs gated short
     convolutions in most layers in place of attention (LFM2-MoE with experts routed by
-    sigmoids)."""
+    sigmoids; LFM3 with norms around each sublayer, windows and gated attention)."""
 
     vocab_size: int
     hidden_size: int
@@ -53,6 +53,9 @@ class ModelConfig:
     gated_mlp: bool = True  # False: the MLP is down(act(up x)), with no gate (Arcee, StarCoder2)
     linear_bias: bool = False  # the attention's output and the MLP add biases (StarCoder2)
     head_bias: bool = False  # the LM head adds a bias (Phi-2's)
+    # each head's attention output scaled by a sigmoid gate of the layer's input (LFM3's
+    # self_attn.gate_proj)
+    attention_gate: bool = False
     fused_projections: bool = False  # checkpoints hold qkv_proj and gate_up_proj (Phi-3)
     rotary_dim: int = 0  # a head's leading dimensions RoPE turns; 0: all (head_dim)
     # RoPE turns adjacent pairs of those dimensions (GLM-4's, ERNIE 4.5's), not their halves:

@@ -134,6 +134,8 @@ class DecoderLayer(nn.Module):
             self.k_norm = norm(k_span, c.qk_norm)
             self.o_proj = nn.Parameter(torch.empty(c.hidden_size, self.q_size, **kw))
             self.o_bias = bias(c.hidden_size)
+            self.gate = (nn.Parameter(torch.empty(c.num_heads, c.hidden_size, **kw))
+                         if c.attention_gate else None)
         self.attn_out_norm = norm(c.hidden_size, c.norm_after)
         self.mlp_norm = norm(c.hidden_size, c.norm_before and not c.parallel_block)
         self.mlp_norm_bias = norm_bias(c.hidden_size, c.norm_before and not c.parallel_block)
@@ -151,7 +153,8 @@ class DecoderLayer(nn.Module):
             self.down = nn.Parameter(torch.empty(c.hidden_size, c.intermediate_size, **kw))
             self.up_bias, self.down_bias = bias(c.intermediate_size), bias(c.hidden_size)
         # the weights `linear` multiplies by (LlamaModel.prepack)
-        self.LINEARS = (() if conv else ("qkv", "o_proj")) + (
+        self.LINEARS = (() if conv else ("qkv", "o_proj") + (
+            ("gate",) if c.attention_gate else ())) + (
             () if experts else ("gate_up" if c.gated_mlp else "up", "down"))
         self.config = config
         # (a layer with RoPE of its own, unscaled, takes none of the scaling's factor)
@@ -212,6 +215,8 @@ class DecoderLayer(nn.Module):
                             plan=meta.sliding_plan if windowed else meta.plan,
                             window=self.window if windowed else None,
                             softcap=c.attention_softcap)                  # [n, nh, hd]
+        if self.gate is not None:
+            o = o * torch.sigmoid(linear(h, self.gate))[:, :, None]
         out = linear(o.reshape(n, self.q_size), self.o_proj, self.o_bias)
         return out
 

@@ -15,7 +15,10 @@ it in tests/engine/loading/test_hf_folder.py):
 - longrope (Phi-3.5, Phi-4-mini): each frequency divided by its own short factor, and cos and sin
   scaled by sqrt(1 + ln(factor) / ln(original context)) unless given. Past the original context
   transformers switches every position to the long factors, a change with the sequence's length
-  as dynamic's: the context is capped there instead (loading/hf_folder.py)."""
+  as dynamic's: the context is capped there instead (loading/hf_folder.py);
+- proportional (LFM3's full layers): the whole head's frequencies, the first `rotated_share` of
+  them kept (divided by `factor`) and the rest 0, so that those dimensions turn not at all: unlike
+  partial rotary, the turned pairs are a whole head's (j, j + head_dim / 2)."""
 from __future__ import annotations
 
 import math
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-KINDS = ("linear", "llama3", "yarn", "longrope")
+KINDS = ("linear", "llama3", "yarn", "longrope", "proportional")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,18 +41,22 @@ class RopeScaling:
     attention_factor: float | None = None  # yarn: cos/sin scale; None: from factor
     truncate: bool = True            # yarn: round the blend's dimension range outwards
     short_factors: tuple[float, ...] = ()  # longrope: each frequency's divisor
+    rotated_share: float = 1.0       # proportional: the share of the frequencies kept
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(_unsupported(self.kind))
         if not self.factor > 0:
             raise ValueError(f"RoPE scaling factor must be positive, got {self.factor}")
-        if self.kind != "linear" and self.original_max_position <= 0:
+        if self.kind not in ("linear", "proportional") and self.original_max_position <= 0:
             raise ValueError(f"RoPE scaling {self.kind!r} needs original_max_position_embeddings")
         if self.kind == "longrope" and not (self.short_factors
                                             and all(f > 0 for f in self.short_factors)):
             raise ValueError("longrope RoPE scaling needs short_factor, a list of positive "
                              "numbers")
+        if self.kind == "proportional" and not 0 < self.rotated_share <= 1:
+            raise ValueError(f"proportional RoPE's partial_rotary_factor must be in (0, 1], got "
+                             f"{self.rotated_share}")
         if self.kind == "llama3" and not self.high_freq_factor > self.low_freq_factor > 0:
             raise ValueError("llama3 RoPE scaling needs high_freq_factor > low_freq_factor > 0, "
                              f"got {self.high_freq_factor} and {self.low_freq_factor}")
@@ -64,7 +71,7 @@ class RopeScaling:
         if kind not in KINDS:  # before the fields, which another variant may lack
             raise ValueError(_unsupported(kind))
         original = int(params.get("original_max_position_embeddings") or 0)
-        factor = params.get("factor")
+        factor = params.get("factor", 1.0 if kind == "proportional" else None)
         if factor is None and kind in ("yarn", "longrope") and original:
             factor = max_position / original
         if factor is None:
@@ -81,7 +88,9 @@ class RopeScaling:
         return cls(kind, float(factor), original_max_position=original,
                    attention_factor=None if attention is None else float(attention),
                    truncate=bool(params.get("truncate", True)),
-                   short_factors=tuple(map(float, params.get("short_factor") or ())), **extras)
+                   short_factors=tuple(map(float, params.get("short_factor") or ())),
+                   rotated_share=float(params.get("partial_rotary_factor", 1.0)
+                                       if kind == "proportional" else 1.0), **extras)
 
 
 def _unsupported(kind: str) -> str:
@@ -102,6 +111,9 @@ def frequencies(rotary_dim: int, theta: float, scaling: RopeScaling | None = Non
         return inv_freq / scaling.factor
     if scaling.kind == "llama3":
         return _llama3(inv_freq, scaling)
+    if scaling.kind == "proportional":  # (as transformers counts the pairs kept)
+        kept = int(scaling.rotated_share * rotary_dim // 2)
+        return torch.cat((inv_freq[:kept], torch.zeros(len(inv_freq) - kept))) / scaling.factor
     if scaling.kind == "longrope":
         if len(scaling.short_factors) != len(inv_freq):
             raise ValueError(f"longrope's short_factor has {len(scaling.short_factors)} numbers, "

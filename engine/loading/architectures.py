@@ -11,10 +11,10 @@ COHERES = ("cohere", "cohere2")
 # the LayerNormed ones, and LFM2's RMSNorms')
 NORM_EPS = {"cohere": "layer_norm_eps", "cohere2": "layer_norm_eps", "stablelm": "layer_norm_eps",
             "phi": "layer_norm_eps", "starcoder2": "norm_epsilon", "nemotron": "norm_eps",
-            "lfm2": "norm_eps", "lfm2_moe": "norm_eps"}
+            "lfm2": "norm_eps", "lfm2_moe": "norm_eps", "lfm3": "norm_eps"}
 # Architectures whose head is tied to the embedding where a config does not say
 TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3", "cohere", "cohere2", "starcoder2", "lfm2",
-                   "lfm2_moe")
+                   "lfm2_moe", "lfm3")
 # The share of a head RoPE turns where a config leaves it out (transformers' defaults)
 ROTARY_SHARES = {"stablelm": 0.25, "glm4": 0.5, "phi": 0.5, "nemotron": 0.5}
 # architectures[0] in config.json -> (our architecture name, its switches).
@@ -79,7 +79,15 @@ SUPPORTED = {
     "Lfm2ForCausalLM": ("lfm2", {"qk_norm": True}),
     # LFM2's, its MLPs past the first few mixtures of experts routed by sigmoids
     "Lfm2MoeForCausalLM": ("lfm2_moe", {"qk_norm": True}),
+    # LFM2's, with norms after each sublayer too, windowed layers and the attention's output
+    # gated (its norms' names: weights.py)
+    "Lfm3ForCausalLM": ("lfm3", {"qk_norm": True}),
 }
+# transformers' Lfm3Config defaults for the fields a config may leave out
+LFM3_DEFAULTS = {"head_dim": 128, "sliding_window": 256, "rope_parameters": {
+    "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+    "full_attention": {"rope_type": "proportional", "rope_theta": 1_000_000.0,
+                       "partial_rotary_factor": 0.5}}}
 GRANITES = ("granite", "granitemoe", "granitemoehybrid")  # with Granite's scalars
 # A mixture's config field for its experts' width, and whether the chosen experts' weights are
 # always rescaled to sum to 1 (else as norm_topk_prob says)

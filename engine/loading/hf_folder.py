@@ -13,8 +13,8 @@ from engine import rope
 from engine.config import ModelConfig
 from engine.errors import ModelLoadError
 from engine.loading.architectures import (ACTIVATIONS, COHERES, GRANITE, GRANITES,
-                                          LLAMA_DEFAULTS, MIXTURES, MULTIMODAL, NORM_EPS,
-                                          ROTARY_SHARES, SUPPORTED, TIED_BY_DEFAULT)
+                                          LFM3_DEFAULTS, LLAMA_DEFAULTS, MIXTURES, MULTIMODAL,
+                                          NORM_EPS, ROTARY_SHARES, SUPPORTED, TIED_BY_DEFAULT)
 from engine.loading.quantization_config import read_quantization
 
 
@@ -58,9 +58,11 @@ def _rope(cfg: dict, path: Path, max_position: int, default_share: float
     if not 0 < share <= 1:
         raise ModelLoadError(path, f"partial_rotary_factor must be in (0, 1], got {share}")
     try:
-        return theta, rope.RopeScaling.from_params(params, max_position), share
+        scaling = rope.RopeScaling.from_params(params, max_position)
     except (KeyError, TypeError, ValueError) as exc:
         raise ModelLoadError(path, f"rope parameters {params!r}: {exc}") from None
+    # proportional RoPE's share is of the whole head's frequencies, which it turns (rope.py)
+    return theta, scaling, 1.0 if scaling and scaling.kind == "proportional" else share
 
 
 _REQUIRED = object()
@@ -138,7 +140,7 @@ def read_config(folder: Path) -> ModelConfig:
     if arch == "granitemoehybrid":
         cfg = _granite_hybrid(cfg, path)
     convolutions = {}
-    if arch in ("lfm2", "lfm2_moe"):
+    if arch in ("lfm2", "lfm2_moe", "lfm3"):
         cfg, convolutions = _lfm2(cfg, path, arch)
     if arch == "olmoe" and cfg.get("clip_qkv") is not None:
         raise ModelLoadError(path, f"clip_qkv ({cfg['clip_qkv']}) is not supported")
@@ -336,11 +338,12 @@ def _granite_hybrid(cfg: dict, path: Path) -> dict:
 
 
 def _lfm2(cfg: dict, path: Path, arch: str) -> tuple[dict, dict]:
-    """LFM2's config as the others name its fields, and its short convolutions' ModelConfig
-    fields. Its MLP's width as transformers works it out for LFM2 (two thirds of block_ff_dim,
-    or intermediate_size, times block_ffn_dim_multiplier, rounded up to block_multiple_of;
-    LFM2-MoE's dense MLPs are intermediate_size wide); its short-convolution layers layer_types'
-    "conv" ones, or all but full_attn_idxs (every layer attends where neither is given)."""
+    """LFM2's (and LFM2-MoE's and LFM3's) config as the others name its fields, and its short
+    convolutions' ModelConfig fields. Its MLP's width as transformers works it out for LFM2 (two
+    thirds of block_ff_dim, or intermediate_size, times block_ffn_dim_multiplier, rounded up to
+    block_multiple_of; the others' are intermediate_size wide); its short-convolution layers
+    layer_types' "conv" ones, or all but full_attn_idxs (every layer attends where neither is
+    given; LFM3's defaults as transformers has them)."""
     width = _int(cfg, path, "block_ff_dim", 0) or _int(cfg, path, "intermediate_size")
     if arch == "lfm2" and _bool(cfg, path, "block_auto_adjust_ff_dim", True):
         width = int(2 * width / 3)
@@ -352,21 +355,41 @@ def _lfm2(cfg: dict, path: Path, arch: str) -> tuple[dict, dict]:
                              // step)
     layers = _int(cfg, path, "num_hidden_layers")
     kinds = cfg.get("layer_types")
+    if kinds is None and arch == "lfm3":
+        kinds = ["full_attention" if i % 4 == 2 else "sliding_attention" if i % 4 == 0 and i
+                 else "conv" for i in range(layers)]
     if kinds is None:
         attends = cfg.get("full_attn_idxs", list(range(layers)))
         if not isinstance(attends, list) or not all(isinstance(i, int) for i in attends):
             raise ModelLoadError(path, f"full_attn_idxs must list layer indices, got {attends!r}")
         kinds = ["full_attention" if i in attends else "conv" for i in range(layers)]
-    if (not isinstance(kinds, list) or len(kinds) != layers
-            or any(kind not in ("conv", "full_attention") for kind in kinds)):
-        raise ModelLoadError(path, f"layer_types must name each of the {layers} layers "
-                                   f"\"conv\" or \"full_attention\", got {kinds!r}")
+    named = ("conv", "full_attention", "sliding_attention")[:3 if arch == "lfm3" else 2]
+    if not isinstance(kinds, list) or len(kinds) != layers or any(k not in named for k in kinds):
+        raise ModelLoadError(path, f"layer_types must name each of the {layers} layers one of "
+                                   f"{', '.join(named)}, got {kinds!r}")
     tied = cfg.get("tie_embedding", cfg.get("tie_word_embeddings", True))
-    kept = {name: value for name, value in cfg.items() if name != "layer_types"}  # none slide
+    kept = {name: value for name, value in cfg.items() if name != "layer_types"}  # read here
+    fields = {"conv_layers": tuple(i for i, kind in enumerate(kinds) if kind == "conv"),
+              "conv_kernel": _int(cfg, path, "conv_L_cache", 7 if arch == "lfm3" else 3),
+              "conv_bias": _bool(cfg, path, "conv_bias", False)}
+    if arch == "lfm3":
+        kept = LFM3_DEFAULTS | kept
+        fields |= _lfm3(kept, path, kinds)
     return ({"rope_theta": 1e6} | kept | {"intermediate_size": width, "tie_word_embeddings": tied},
-            {"conv_layers": tuple(i for i, kind in enumerate(kinds) if kind == "conv"),
-             "conv_kernel": _int(cfg, path, "conv_L_cache", 3),
-             "conv_bias": _bool(cfg, path, "conv_bias", False)})
+            fields)
+
+
+def _lfm3(cfg: dict, path: Path, kinds: list[str]) -> dict:
+    """LFM3's norms around each sublayer (use_sandwich_norm), its attention's output gate, its
+    windowed layers with a RoPE of their own."""
+    sliding = tuple(i for i, kind in enumerate(kinds) if kind == "sliding_attention")
+    window = _int(cfg, path, "sliding_window", 0)
+    if sliding and window < 1:
+        raise ModelLoadError(path, f"sliding_window must be positive, got {window}")
+    return {"norm_after": _bool(cfg, path, "use_sandwich_norm", True),
+            "attention_gate": _bool(cfg, path, "use_attention_gate", True),
+            **({"sliding_window": window, "sliding_layers": sliding,
+                **_local_rope(cfg, path, 10000.0)} if sliding else {})}
 
 
 def _cohere(cfg: dict, path: Path) -> dict:

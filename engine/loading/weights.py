@@ -52,11 +52,16 @@ GRANITE_SHARED_NAME = re.compile(r"(.*)\.shared_mlp\.(input_linear|output_linear
 # LFM2's names for its norms, its MLP (feed_forward, its w1, w3 and w2 Mixtral's; LFM2-MoE's
 # router, experts and expert bias under it), its attention's output and q/k norms, its last norm
 LFM2_NAME = re.compile(r"(.*)\.(operator_norm|ffn_norm|feed_forward|self_attn\.out_proj|"
-                       r"self_attn\.[qk]_layernorm|embedding_norm)(\..+)")
+                       r"self_attn\.[qk]_layernorm|embedding_norm|post_operator_norm|"
+                       r"post_ffn_norm)(\..+)")
 LFM2_NAMES = {"operator_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
               "feed_forward": "mlp", "self_attn.out_proj": "self_attn.o_proj",
               "self_attn.q_layernorm": "self_attn.q_norm",
               "self_attn.k_layernorm": "self_attn.k_norm", "embedding_norm": "norm"}
+# LFM3's, where its sublayers' outputs are normed too (as Gemma 2's are named)
+LFM3_SANDWICH = {"post_operator_norm": "post_attention_layernorm",
+                 "ffn_norm": "pre_feedforward_layernorm",
+                 "post_ffn_norm": "post_feedforward_layernorm"}
 # What each renaming reads as what, for a mismatch's message (Weights.namings)
 NAMINGS = {
     "mixtral": "Mixtral's block_sparse_moe.gate and block_sparse_moe.experts.E.w1, w3, w2 named "
@@ -76,7 +81,9 @@ NAMINGS = {
     "lfm2": "LFM2's operator_norm, ffn_norm, feed_forward (its w1, w3, w2), "
             "self_attn.out_proj, q_layernorm, k_layernorm and model.embedding_norm named as "
             "input_layernorm, post_attention_layernorm, mlp (gate_proj, up_proj, down_proj), "
-            "self_attn.o_proj, q_norm, k_norm and model.norm"}
+            "self_attn.o_proj, q_norm, k_norm and model.norm (LFM3's post_operator_norm, "
+            "ffn_norm and post_ffn_norm, where it has the first, as post_attention_layernorm, "
+            "pre_feedforward_layernorm and post_feedforward_layernorm)"}
 
 
 def weight_files(folder: Path) -> dict[str, Path]:
@@ -157,6 +164,8 @@ class Weights(Mapping[str, torch.Tensor]):
         self.namings: set[str] = set()  # the NAMINGS these weights were read with
         # GLM-4's names mean others' where its own norm after the attention is among them
         self.glm4 = any(name.endswith(".post_self_attn_layernorm.weight") for name in self.plain)
+        # LFM3's where it norms its sublayers' outputs
+        self.lfm3_sandwich = any(name.endswith(".post_operator_norm.weight") for name in self.plain)
         self.stored: dict[str, _Part] = {}  # the model's name -> where it is stored
         for name in self.plain:
             if not name.startswith(OTHER_PREFIXES):  # (a vision tower's, not read)
@@ -227,7 +236,8 @@ class Weights(Mapping[str, torch.Tensor]):
             self.namings.add("lfm2")
             prefix, kind, rest = lfm2.groups()
             rest = re.sub(r"\.(w[123])\.", lambda w: f".{MIXTRAL_PROJECTIONS[w[1]]}.", rest)
-            return {f"{prefix}.{LFM2_NAMES[kind]}{rest}": _Part(name)}
+            names = LFM2_NAMES | (LFM3_SANDWICH if self.lfm3_sandwich else {})
+            return {f"{prefix}.{names.get(kind, kind)}{rest}": _Part(name)}
         glm4 = GLM4_NAME.fullmatch(ours) if self.glm4 else None
         if glm4:
             self.namings.add("glm4")

@@ -114,7 +114,8 @@ def hf_tiny(arch: str, **overrides):
                "nemotron": ("NemotronConfig", "NemotronForCausalLM"),
                "granitemoehybrid": ("GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM"),
                "lfm2": ("Lfm2Config", "Lfm2ForCausalLM"),
-               "lfm2_moe": ("Lfm2MoeConfig", "Lfm2MoeForCausalLM")}
+               "lfm2_moe": ("Lfm2MoeConfig", "Lfm2MoeForCausalLM"),
+               "lfm3": ("Lfm3Config", "Lfm3ForCausalLM")}
     config_cls, model_cls = (getattr(transformers, n) for n in classes[arch])
     kwargs = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,

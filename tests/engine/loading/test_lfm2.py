@@ -1,5 +1,5 @@
-"""LFM2 (Liquid AI's hybrids): gated short convolutions in most layers, attention in the others,
-from a Hugging Face folder and from a GGUF, against transformers' own model."""
+"""LFM2 and LFM3 (Liquid AI's hybrids): gated short convolutions in most layers, attention in the
+others, from a Hugging Face folder and from a GGUF, against transformers' own model."""
 import json
 
 import pytest
@@ -212,3 +212,50 @@ def test_lfm2_moe_matches_transformers(tmp_path, fields):
         True, "use_expert_bias" not in fields, 96)
     torch.testing.assert_close(engine_logits(loaded.model, PROMPT), reference_logits(hf, PROMPT),
                                atol=1e-4, rtol=0)
+
+
+LFM3_LAYERS = ["conv", "sliding_attention", "full_attention", "conv", "sliding_attention",
+               "full_attention"]
+
+
+def hf_lfm3(**fields):
+    """A random LFM3 of six layers, a window of 4 tokens in two, heads of 16 (RoPE on the full
+    layers' first half of frequencies, proportional RoPE, and a base of its own in the sliding
+    ones, as transformers defaults them)."""
+    return hf_tiny("lfm3", **{"pad_token_id": 0, "num_hidden_layers": 6, "head_dim": 16,
+                              "sliding_window": 4, "norm_eps": 1e-5, "layer_types": LFM3_LAYERS}
+                   | fields)
+
+
+@pytest.mark.parametrize("fields", [{}, {"use_sandwich_norm": False, "use_attention_gate": False}])
+def test_lfm3_matches_transformers(tmp_path, fields):
+    """LFM3: LFM2's short convolutions (7 wide), norms after each sublayer too, windowed layers,
+    each head's attention output gated by a sigmoid of the layer's input."""
+    hf = hf_lfm3(**fields)
+    loaded = load_model(str(save_hf_folder(hf, tmp_path / "lfm3")), dtype="fp32", device="cpu")
+    c = loaded.config
+    assert (c.conv_layers, c.conv_kernel, c.sliding_layers, c.sliding_window) == (
+        (0, 3), 7, (1, 4), 4)
+    assert (c.norm_after, c.attention_gate) == (not fields, not fields)
+    assert (c.rope_scaling.kind, c.rope_scaling.rotated_share, c.rotary_dim) == (
+        "proportional", 0.5, 16)
+    assert (c.rope_theta, c.local_rope_theta) == (1e6, 1e4)
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT), reference_logits(hf, PROMPT),
+                               atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("layout", ["packed", "padded"])
+def test_lfm3_decodes_in_pieces_as_it_reads_whole(tmp_path, layout):
+    """Past the window, a piece at a time: the windowed layers' keys slide as transformers'."""
+    hf = hf_lfm3()
+    model = load_model(str(save_hf_folder(hf, tmp_path / "lfm3")), dtype="fp32",
+                       device="cpu").model
+    expected = reference_logits(hf, PROMPT)
+    runner = ModelRunner(model, PagedKVCache(model.config, 16, 4, model.dtype, "cpu"))
+    done = 0
+    for size in (3, 1, 5, 2, 1, 8):
+        logits = runner.forward([LaneInput(0, PROMPT[done:done + size], done, size)],
+                                layout).logits[0]
+        torch.testing.assert_close(logits, expected[done:done + size], atol=1e-4, rtol=0)
+        done += size
+    assert done == len(PROMPT)
