@@ -1,11 +1,10 @@
 """Hugging Face model folders: config.json -> ModelConfig (which architectures, as what:
-architectures.py) and generation_config.json's sampling (the tokenizer: hf_tokenizer.py; the
-weights: weights.py).
+architectures.py; the fields of families that have their own: hf_families.py) and
+generation_config.json's sampling (the tokenizer: hf_tokenizer.py; the weights: weights.py).
 
 Every problem a user's folder can have becomes a ModelLoadError naming the file at fault."""
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -13,31 +12,12 @@ from engine import rope
 from engine.config import ModelConfig
 from engine.errors import ModelLoadError
 from engine.loading.architectures import (ACTIVATIONS, COHERES, GRANITE, GRANITES,
-                                          LFM3_DEFAULTS, LLAMA_DEFAULTS, MIXTURES, MULTIMODAL,
-                                          NORM_EPS, ROTARY_SHARES, SUPPORTED, TIED_BY_DEFAULT)
+                                          LLAMA_DEFAULTS, MIXTURES, MULTIMODAL, NORM_EPS,
+                                          ROTARY_SHARES, SUPPORTED, TIED_BY_DEFAULT)
+from engine.loading.config_fields import boolean, integer, number, read_json, token_ids
+from engine.loading.hf_families import (cohere, experts, gemma, granite_hybrid, liquid,
+                                        local_rope, query_scaling)
 from engine.loading.quantization_config import read_quantization
-
-
-def read_json(path: Path, required: bool = True) -> dict | None:
-    if not path.is_file():
-        if required:
-            raise ModelLoadError(path, "file not found")
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ModelLoadError(path, f"not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise ModelLoadError(path, "expected a JSON object")
-    return data
-
-
-def _ids(value, path: Path, field: str) -> list[int]:
-    """Token ids given as one id or a list of them."""
-    ids = [] if value is None else value if isinstance(value, list) else [value]
-    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
-        raise ModelLoadError(path, f"{field} must be a token id or a list of them, got {value!r}")
-    return ids
 
 
 def _rope(cfg: dict, path: Path, max_position: int, default_share: float
@@ -49,12 +29,12 @@ def _rope(cfg: dict, path: Path, max_position: int, default_share: float
     params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     if not isinstance(params, dict):
         raise ModelLoadError(path, f"rope parameters must be an object, got {params!r}")
-    if "full_attention" in params:  # by layer type (Gemma 3's): the full layers' (`_gemma`)
+    if "full_attention" in params:  # by layer type (Gemma 3's): the full layers' (`gemma`)
         params = params["full_attention"] or {}
     params = {name: cfg[name] for name in ("original_max_position_embeddings",
                                            "partial_rotary_factor") if cfg.get(name)} | params
-    theta = _number(params if "rope_theta" in params else cfg, path, "rope_theta", 10000.0)
-    share = _number(params, path, "partial_rotary_factor", default_share)
+    theta = number(params if "rope_theta" in params else cfg, path, "rope_theta", 10000.0)
+    share = number(params, path, "partial_rotary_factor", default_share)
     if not 0 < share <= 1:
         raise ModelLoadError(path, f"partial_rotary_factor must be in (0, 1], got {share}")
     try:
@@ -63,41 +43,6 @@ def _rope(cfg: dict, path: Path, max_position: int, default_share: float
         raise ModelLoadError(path, f"rope parameters {params!r}: {exc}") from None
     # proportional RoPE's share is of the whole head's frequencies, which it turns (rope.py)
     return theta, scaling, 1.0 if scaling and scaling.kind == "proportional" else share
-
-
-_REQUIRED = object()
-
-
-def _int(cfg: dict, path: Path, name: str, default=_REQUIRED) -> int:
-    """config.json's integer field `name`; absent or null, `default` where there is one."""
-    value = cfg.get(name)
-    if value is None and default is not _REQUIRED:
-        return default
-    if name not in cfg:
-        raise ModelLoadError(path, f"missing field {name!r}")
-    if isinstance(value, float) and value.is_integer():  # 4096.0, as some writers save it
-        value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ModelLoadError(path, f"{name} must be an integer, got {value!r}")
-    return value
-
-
-def _number(cfg: dict, path: Path, name: str, default: float) -> float:
-    value = cfg.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise ModelLoadError(path, f"{name} must be a number, got {value!r}")
-    return float(value)
-
-
-def _bool(cfg: dict, path: Path, name: str, default: bool) -> bool:
-    value = cfg.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, bool):  # "false" would read as true
-        raise ModelLoadError(path, f"{name} must be true or false, got {value!r}")
-    return value
 
 
 def read_config(folder: Path) -> ModelConfig:
@@ -119,10 +64,10 @@ def read_config(folder: Path) -> ModelConfig:
     quantization = read_quantization(cfg, path)  # one not read is refused here
     activation = _activation(cfg, path, arch)
     if arch in ("seed_oss", "glm4"):  # their attention_bias is q's, k's and v's
-        switches = switches | {"qkv_bias": _bool(cfg, path, "attention_bias", True)}
+        switches = switches | {"qkv_bias": boolean(cfg, path, "attention_bias", True)}
         cfg = {name: value for name, value in cfg.items() if name != "attention_bias"}
     if arch == "starcoder2":  # use_bias: every projection's, and its MLP's
-        biased = _bool(cfg, path, "use_bias", True)
+        biased = boolean(cfg, path, "use_bias", True)
         switches = switches | {"qkv_bias": biased, "linear_bias": biased}
         cfg = {name: value for name, value in cfg.items() if name != "use_bias"}
     if any(cfg.get(name) for name in ("attention_bias", "attention_out_bias", "mlp_bias",
@@ -130,32 +75,33 @@ def read_config(folder: Path) -> ModelConfig:
         raise ModelLoadError(path, "attention_bias / attention_out_bias / mlp_bias / use_bias "
                                    "are not supported for " + arch)
     if arch == "qwen2_moe":
-        switches = switches | {"qkv_bias": _bool(cfg, path, "qkv_bias", True)}
+        switches = switches | {"qkv_bias": boolean(cfg, path, "qkv_bias", True)}
     if arch in ("stablelm", "phi"):
         if cfg.get("qk_layernorm"):
             raise ModelLoadError(path, "qk_layernorm (q and k LayerNorms by head) is not supported")
     if arch == "stablelm":
-        switches = switches | {"qkv_bias": _bool(cfg, path, "use_qkv_bias", False),
-                               "parallel_block": _bool(cfg, path, "use_parallel_residual", False)}
+        switches = switches | {"qkv_bias": boolean(cfg, path, "use_qkv_bias", False),
+                               "parallel_block": boolean(cfg, path, "use_parallel_residual", False)}
     if arch == "granitemoehybrid":
-        cfg = _granite_hybrid(cfg, path)
+        cfg = granite_hybrid(cfg, path)
     convolutions = {}
     if arch in ("lfm2", "lfm2_moe", "lfm3"):
-        cfg, convolutions = _lfm2(cfg, path, arch)
+        cfg, convolutions = liquid(cfg, path, arch)
     if arch == "olmoe" and cfg.get("clip_qkv") is not None:
         raise ModelLoadError(path, f"clip_qkv ({cfg['clip_qkv']}) is not supported")
     if cfg.get("use_bidirectional_attention"):
         raise ModelLoadError(path, "use_bidirectional_attention (an encoder's) is not supported")
-    max_position = _int(cfg, path, "max_position_embeddings", 8192)
+    max_position = integer(cfg, path, "max_position_embeddings", 8192)
     theta, scaling, rotary_share = _rope(cfg, path, max_position, ROTARY_SHARES.get(arch, 1.0))
     if scaling is not None and scaling.kind == "longrope":  # its short factors' context (rope.py)
         max_position = min(max_position, scaling.original_max_position)
-    generation = read_json(folder / "generation_config.json", required=False) or {}
+    generation_path = folder / "generation_config.json"
+    generation = read_json(generation_path, required=False) or {}
     eos = tuple(dict.fromkeys(
-        _ids(cfg.get("eos_token_id"), path, "eos_token_id")
-        + _ids(generation.get("eos_token_id"), folder / "generation_config.json", "eos_token_id")))
-    heads = _int(cfg, path, "num_attention_heads")
-    layers = _int(cfg, path, "num_hidden_layers")
+        token_ids(cfg.get("eos_token_id"), path, "eos_token_id")
+        + token_ids(generation.get("eos_token_id"), generation_path, "eos_token_id")))
+    heads = integer(cfg, path, "num_attention_heads")
+    layers = integer(cfg, path, "num_hidden_layers")
     sliding = _sliding_window(cfg, path, arch, layers)
     if arch == "smollm3":
         nope = _nope_layers(cfg, path, layers)
@@ -166,28 +112,30 @@ def read_config(folder: Path) -> ModelConfig:
         nope = ()
     rotary_dim = 0  # all of a head
     if rotary_share < 1:
-        head_dim = _int(cfg, path, "head_dim", 0) or _int(cfg, path, "hidden_size") // max(heads, 1)
+        head_dim = (integer(cfg, path, "head_dim", 0)
+                    or integer(cfg, path, "hidden_size") // max(heads, 1))
         rotary_dim = int(head_dim * rotary_share)
     try:
         config = ModelConfig(
-            vocab_size=_int(cfg, path, "vocab_size"), hidden_size=_int(cfg, path, "hidden_size"),
-            intermediate_size=_int(cfg, path, "intermediate_size"),
+            vocab_size=integer(cfg, path, "vocab_size"),
+            hidden_size=integer(cfg, path, "hidden_size"),
+            intermediate_size=integer(cfg, path, "intermediate_size"),
             num_layers=layers, num_heads=heads, nope_layers=nope,
-            **({name: _number(cfg, path, name, default) for name, default in GRANITE.items()}
+            **({name: number(cfg, path, name, default) for name, default in GRANITE.items()}
                if arch in GRANITES else {}),
-            **(_gemma(cfg, path, arch) if arch.startswith("gemma") else {}),
-            **(_experts(cfg, path, arch, layers) if arch in MIXTURES else {}),
-            **(_local_rope(cfg, path, theta) if arch == "olmo3" and sliding else {}),
-            **(_query_scaling(cfg, path) if arch == "ministral3" else {}),
-            **(_cohere(cfg, path) if arch in COHERES else {}),
+            **(gemma(cfg, path, arch) if arch.startswith("gemma") else {}),
+            **(experts(cfg, path, arch, layers) if arch in MIXTURES else {}),
+            **(local_rope(cfg, path, theta) if arch == "olmo3" and sliding else {}),
+            **(query_scaling(cfg, path) if arch == "ministral3" else {}),
+            **(cohere(cfg, path) if arch in COHERES else {}),
             **convolutions,
             **sliding, activation=activation,
-            num_kv_heads=_int(cfg, path, "num_key_value_heads", heads) or heads,
-            head_dim=_int(cfg, path, "head_dim", 0), rotary_dim=rotary_dim, rope_theta=theta,
+            num_kv_heads=integer(cfg, path, "num_key_value_heads", heads) or heads,
+            head_dim=integer(cfg, path, "head_dim", 0), rotary_dim=rotary_dim, rope_theta=theta,
             rope_scaling=scaling,
-            rms_norm_eps=(_number(cfg, path, NORM_EPS[arch], 1e-5) if arch in NORM_EPS else
-                          _number(cfg, path, "rms_norm_eps", 1e-6)), max_position=max_position,
-            tie_word_embeddings=_bool(cfg, path, "tie_word_embeddings",  # transformers' defaults
+            rms_norm_eps=(number(cfg, path, NORM_EPS[arch], 1e-5) if arch in NORM_EPS else
+                          number(cfg, path, "rms_norm_eps", 1e-6)), max_position=max_position,
+            tie_word_embeddings=boolean(cfg, path, "tie_word_embeddings",  # transformers' defaults
                                       arch in TIED_BY_DEFAULT),
             bos_token_id=cfg.get("bos_token_id"), eos_token_ids=eos, architecture=arch,
             quantization=quantization.label if quantization else "", **switches)
@@ -218,7 +166,7 @@ def checked_sampling(given: dict, path: Path) -> dict[str, float]:
     top_k is none, as vLLM has it."""
     defaults = {}
     for name, (low, high) in SAMPLING.items():
-        value = _number(given, path, name, None)
+        value = number(given, path, name, None)
         if value is None:
             continue
         if name == "top_k":
@@ -267,166 +215,6 @@ def _activation(cfg: dict, path: Path, arch: str) -> str:
     return ACTIVATIONS[named]
 
 
-def _experts(cfg: dict, path: Path, arch: str, layers: int) -> dict:
-    """A mixture of experts' fields (MIXTURES): Qwen's keep a dense MLP in the layers
-    mlp_only_layers lists and in all but every decoder_sparse_step-th, Qwen2-MoE has a
-    shared expert, LFM2-MoE routes by sigmoids, as transformers reads them."""
-    width, normalized = MIXTURES[arch]
-    # Mixtral's count is num_local_experts, the others' num_experts, which transformers >= 5
-    # saves under Mixtral's name
-    count = next((name for name in ("num_experts", "num_local_experts") if name in cfg),
-                 "num_local_experts" if arch == "mixtral" else "num_experts")
-    fields = {"num_experts": _int(cfg, path, count),
-              "experts_per_token": _int(cfg, path, "num_experts_per_tok"),
-              "expert_size": _int(cfg, path, width),
-              "normalize_expert_weights": normalized or _bool(cfg, path, "norm_topk_prob",
-                                                              arch == "lfm2_moe")}
-    if arch == "lfm2_moe":  # sigmoid routing; its first num_dense_layers dense
-        dense = _int(cfg, path, "num_dense_layers", 2)
-        if not 0 <= dense <= layers:
-            raise ModelLoadError(path, f"num_dense_layers must be 0 to {layers}, got {dense}")
-        fields |= {"sigmoid_routing": True, "dense_layers": tuple(range(dense)),
-                   "expert_bias": _bool(cfg, path, "use_expert_bias", True),
-                   "routed_scaling": _number(cfg, path, "routed_scaling_factor", 1.0)}
-    if arch == "qwen2_moe":
-        fields["shared_expert_size"] = _int(cfg, path, "shared_expert_intermediate_size")
-    if arch in ("qwen2_moe", "qwen3_moe"):
-        step = _int(cfg, path, "decoder_sparse_step", 1)
-        dense = cfg.get("mlp_only_layers") or []
-        if step < 1 or not isinstance(dense, list) or not all(
-                isinstance(i, int) and 0 <= i < layers for i in dense):
-            raise ModelLoadError(path, f"decoder_sparse_step ({step}) must be at least 1 and "
-                                       f"mlp_only_layers ({dense!r}) list layers of the {layers}")
-        fields["dense_layers"] = tuple(i for i in range(layers) if i in dense or (i + 1) % step)
-    return fields
-
-
-def _gemma(cfg: dict, path: Path, arch: str) -> dict:
-    """Gemma's scalars: embeddings scaled by sqrt(hidden_size); from Gemma 2 on, the
-    attention's scale from query_pre_attn_scalar and the caps on scores and logits; Gemma 3's
-    sliding layers' own RoPE base."""
-    fields = {"embedding_multiplier": _int(cfg, path, "hidden_size") ** 0.5}
-    if arch == "gemma":
-        return fields
-    scalar = _number(cfg, path, "query_pre_attn_scalar", 256)
-    if not scalar > 0:
-        raise ModelLoadError(path, f"query_pre_attn_scalar must be positive, got {scalar}")
-    fields |= {"attention_multiplier": scalar ** -0.5,
-               "attention_softcap": _number(cfg, path, "attn_logit_softcapping", 0) or None,
-               "logits_softcap": _number(cfg, path, "final_logit_softcapping", 0) or None}
-    if arch == "gemma3":
-        fields |= _local_rope(cfg, path, _number(cfg, path, "rope_local_base_freq", 10000.0))
-    return fields
-
-
-def _granite_hybrid(cfg: dict, path: Path) -> dict:
-    """Granite 4.0's config as a dense Granite's: its MLP's width shared_intermediate_size; a
-    model with Mamba layers or experts (the -H ones) is refused."""
-    kinds = cfg.get("layer_types") or cfg.get("layers_block_type") or []
-    if any(kind not in ("attention", "full_attention") for kind in kinds):
-        raise ModelLoadError(path, "Mamba layers (layer_types other than attention) are not "
-                                   "supported")
-    if cfg.get("num_local_experts"):
-        raise ModelLoadError(path, f"a mixture of {cfg['num_local_experts']} experts beside its "
-                                   "shared MLP is not supported")
-    if cfg.get("position_embedding_type", "rope") != "rope":
-        raise ModelLoadError(path, f"position_embedding_type "
-                                   f"{cfg['position_embedding_type']!r} is not supported (rope is)")
-    width = _int(cfg, path, "shared_intermediate_size")
-    kept = {name: value for name, value in cfg.items() if name != "layer_types"}  # all full
-    return kept | {"intermediate_size": width}
-
-
-def _lfm2(cfg: dict, path: Path, arch: str) -> tuple[dict, dict]:
-    """LFM2's (and LFM2-MoE's and LFM3's) config as the others name its fields, and its short
-    convolutions' ModelConfig fields. Its MLP's width as transformers works it out for LFM2 (two
-    thirds of block_ff_dim, or intermediate_size, times block_ffn_dim_multiplier, rounded up to
-    block_multiple_of; the others' are intermediate_size wide); its short-convolution layers
-    layer_types' "conv" ones, or all but full_attn_idxs (every layer attends where neither is
-    given; LFM3's defaults as transformers has them)."""
-    width = _int(cfg, path, "block_ff_dim", 0) or _int(cfg, path, "intermediate_size")
-    if arch == "lfm2" and _bool(cfg, path, "block_auto_adjust_ff_dim", True):
-        width = int(2 * width / 3)
-        if cfg.get("block_ffn_dim_multiplier", 1.0) is not None:
-            step = _int(cfg, path, "block_multiple_of", 256)
-            if step < 1:
-                raise ModelLoadError(path, f"block_multiple_of must be positive, got {step}")
-            width = step * -(-int(_number(cfg, path, "block_ffn_dim_multiplier", 1.0) * width)
-                             // step)
-    layers = _int(cfg, path, "num_hidden_layers")
-    kinds = cfg.get("layer_types")
-    if kinds is None and arch == "lfm3":
-        kinds = ["full_attention" if i % 4 == 2 else "sliding_attention" if i % 4 == 0 and i
-                 else "conv" for i in range(layers)]
-    if kinds is None:
-        attends = cfg.get("full_attn_idxs", list(range(layers)))
-        if not isinstance(attends, list) or not all(isinstance(i, int) for i in attends):
-            raise ModelLoadError(path, f"full_attn_idxs must list layer indices, got {attends!r}")
-        kinds = ["full_attention" if i in attends else "conv" for i in range(layers)]
-    named = ("conv", "full_attention", "sliding_attention")[:3 if arch == "lfm3" else 2]
-    if not isinstance(kinds, list) or len(kinds) != layers or any(k not in named for k in kinds):
-        raise ModelLoadError(path, f"layer_types must name each of the {layers} layers one of "
-                                   f"{', '.join(named)}, got {kinds!r}")
-    tied = cfg.get("tie_embedding", cfg.get("tie_word_embeddings", True))
-    kept = {name: value for name, value in cfg.items() if name != "layer_types"}  # read here
-    fields = {"conv_layers": tuple(i for i, kind in enumerate(kinds) if kind == "conv"),
-              "conv_kernel": _int(cfg, path, "conv_L_cache", 7 if arch == "lfm3" else 3),
-              "conv_bias": _bool(cfg, path, "conv_bias", False)}
-    if arch == "lfm3":
-        kept = LFM3_DEFAULTS | kept
-        fields |= _lfm3(kept, path, kinds)
-    return ({"rope_theta": 1e6} | kept | {"intermediate_size": width, "tie_word_embeddings": tied},
-            fields)
-
-
-def _lfm3(cfg: dict, path: Path, kinds: list[str]) -> dict:
-    """LFM3's norms around each sublayer (use_sandwich_norm), its attention's output gate, its
-    windowed layers with a RoPE of their own."""
-    sliding = tuple(i for i, kind in enumerate(kinds) if kind == "sliding_attention")
-    window = _int(cfg, path, "sliding_window", 0)
-    if sliding and window < 1:
-        raise ModelLoadError(path, f"sliding_window must be positive, got {window}")
-    return {"norm_after": _bool(cfg, path, "use_sandwich_norm", True),
-            "attention_gate": _bool(cfg, path, "use_attention_gate", True),
-            **({"sliding_window": window, "sliding_layers": sliding,
-                **_local_rope(cfg, path, 10000.0)} if sliding else {})}
-
-
-def _cohere(cfg: dict, path: Path) -> dict:
-    """Cohere's logits scaled by its logit_scale (as ModelConfig divides them: by its inverse);
-    the q and k LayerNorms of Command R+ (use_qk_norm) are not read."""
-    if cfg.get("use_qk_norm"):
-        raise ModelLoadError(path, "use_qk_norm (q and k LayerNorms by head) is not supported")
-    scale = _number(cfg, path, "logit_scale", 0.0625)
-    if not scale > 0:
-        raise ModelLoadError(path, f"logit_scale must be positive, got {scale}")
-    return {"logits_scaling": 1 / scale}
-
-
-def _query_scaling(cfg: dict, path: Path) -> dict:
-    """Ministral 3's queries scaled by 1 + beta log(1 + floor(position / its original context))
-    (Llama 4's long-context attention scale), from its rope_parameters (or rope_scaling)."""
-    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
-    beta = _number(params, path, "llama_4_scaling_beta", 0.0)
-    if not beta:
-        return {}
-    context = _int(params, path, "original_max_position_embeddings")
-    if context < 1:
-        raise ModelLoadError(path, f"original_max_position_embeddings must be positive, got "
-                                   f"{context}")
-    return {"query_scaling_beta": beta, "query_scaling_context": context}
-
-
-def _local_rope(cfg: dict, path: Path, base: float) -> dict:
-    """The sliding layers' own RoPE, unscaled whatever scaling the full ones have (Gemma 3's,
-    OLMo 3's): its base from rope_parameters' sliding_attention where given, else `base`."""
-    local = (cfg.get("rope_parameters") or {}).get("sliding_attention") or {}
-    if local.get("rope_type", "default") != "default":
-        raise ModelLoadError(path, f"the sliding layers' rope_type {local['rope_type']!r} is "
-                                   "not supported (default)")
-    return {"local_rope_theta": _number(local, path, "rope_theta", base)}
-
-
 # Which layers slide where config.json has no layer_types, as transformers reads it: every layer
 # (Mistral, Ministral 3, Phi-3, Mixtral, Qwen3-MoE, StarCoder2), all but every pattern-th
 # (Gemma 3, pattern 6; Gemma 2, 2; EXAONE 4, 4 or its L and G; OLMo 3 and Cohere 2, 4), those
@@ -435,10 +223,10 @@ def _local_rope(cfg: dict, path: Path, base: float) -> dict:
 def _sliding_window(cfg: dict, path: Path, arch: str, layers: int) -> dict:
     """sliding_window and sliding_layers: the layers where a query sees only the window's keys
     up to its own (and Gemma 3's local RoPE turns, however long its window)."""
-    window = _int(cfg, path, "sliding_window", 0)
+    window = integer(cfg, path, "sliding_window", 0)
     if window < 0:
         raise ModelLoadError(path, f"sliding_window must not be negative, got {window}")
-    if (arch.startswith("qwen") and not _bool(cfg, path, "use_sliding_window", False)
+    if (arch.startswith("qwen") and not boolean(cfg, path, "use_sliding_window", False)
             or arch == "olmoe"):  # OLMoE's attention never slides, whatever its config says
         window = 0
     types = cfg.get("layer_types")
@@ -457,16 +245,16 @@ def _sliding_window(cfg: dict, path: Path, arch: str, layers: int) -> dict:
         sliding = [i for i in range(layers) if pattern[i % len(pattern)] == "L"]
     elif arch in ("gemma2", "gemma3", "exaone4", "olmo3", "cohere2"):
         pattern = (2 if arch == "gemma2" else 4 if arch == "olmo3" else
-                   _int(cfg, path, "sliding_window_pattern", 6 if arch == "gemma3" else 4))
+                   integer(cfg, path, "sliding_window_pattern", 6 if arch == "gemma3" else 4))
         if pattern < 1:
             raise ModelLoadError(path, f"sliding_window_pattern must be at least 1, got {pattern}")
         sliding = [i for i in range(layers) if (i + 1) % pattern]
     elif arch in ("mistral", "ministral3", "phi3", "mixtral", "qwen3_moe", "starcoder2"):
         sliding = list(range(layers))
     elif arch in ("qwen2", "qwen3"):
-        sliding = list(range(_int(cfg, path, "max_window_layers", 28), layers))
+        sliding = list(range(integer(cfg, path, "max_window_layers", 28), layers))
     elif arch == "qwen2_moe":  # every other layer below max_window_layers
-        below = _int(cfg, path, "max_window_layers", 28)
+        below = integer(cfg, path, "max_window_layers", 28)
         sliding = [i for i in range(min(below, layers)) if (i + 1) % 2]
     else:
         sliding = []
@@ -481,7 +269,7 @@ def _nope_layers(cfg: dict, path: Path, layers: int) -> tuple[int, ...]:
     transformers reads them."""
     flags = cfg.get("no_rope_layers")
     if flags is None:
-        interval = _int(cfg, path, "no_rope_layer_interval", 4)
+        interval = integer(cfg, path, "no_rope_layer_interval", 4)
         if interval < 1:
             raise ModelLoadError(path, f"no_rope_layer_interval must be at least 1, got {interval}")
         flags = [int((i + 1) % interval != 0) for i in range(layers)]

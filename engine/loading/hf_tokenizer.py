@@ -8,7 +8,7 @@ from pathlib import Path
 from engine.chat_template import ChatTemplateError, check_template
 from engine.config import ModelConfig
 from engine.errors import ModelLoadError
-from engine.loading.hf_folder import read_json
+from engine.loading.config_fields import read_json
 from engine.tokenizer import Tokenizer
 
 

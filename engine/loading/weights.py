@@ -15,7 +15,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from engine.errors import ModelLoadError
-from engine.loading.hf_folder import read_json
+from engine.loading.config_fields import read_json
 from engine.loading.quantization_config import read_quantization
 from engine.loading.quantized import plain_names, plain_shape, read_plain
 
