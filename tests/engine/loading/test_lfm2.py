@@ -162,6 +162,13 @@ def test_an_lfm2_gguf_loads_as_the_model_it_holds(tmp_path):
     assert (loaded.config.conv_layers, loaded.config.intermediate_size) == ((0, 2, 3), 64)
     torch.testing.assert_close(engine_logits(loaded.model, PROMPT),
                                reference_logits(as_stored(hf), PROMPT), atol=1e-4, rtol=0)
+    # and as transformers' own GGUF reader reads the same file (its Q8_0 embedding kept in
+    # fp32 where the converted folder keeps fp16: a few 1e-4 apart)
+    transformers = pytest.importorskip("transformers")
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(
+        str(tmp_path), gguf_file=path.name, dtype=torch.float32).eval()
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT),
+                               reference_logits(theirs, PROMPT), atol=1e-3, rtol=0)
 
 
 def test_lfm2_vls_text_model_loads_as_lfm2(tmp_path):
