@@ -5,13 +5,17 @@ import json
 import pytest
 import torch
 
+from engine.controls import Controls
+from engine.engine import Engine
 from engine.errors import ModelLoadError
 from engine.forward_batch import LaneInput
 from engine.kv_cache import PagedKVCache
 from engine.loading import load_model
 from engine.loading.hf_folder import read_config
 from engine.runner import ModelRunner
+from engine.spec.calibration import Calibration
 from engine.spec.draft_model import first_layers
+from engine.swarm.config import SwarmConfig
 
 from .conftest import (as_stored, engine_logits, hf_tiny, reference_logits, save_hf_folder,
                        write_tiny_gguf)
@@ -266,3 +270,25 @@ def test_lfm3_decodes_in_pieces_as_it_reads_whole(tmp_path, layout):
         torch.testing.assert_close(logits, expected[done:done + size], atol=1e-4, rtol=0)
         done += size
     assert done == len(PROMPT)
+
+
+def test_a_swarms_agents_write_the_same_with_their_prompts_blocks_shared(tmp_path):
+    """Agents of a category start from the blocks of the system prompt another holds: its
+    convolutions' rows come with them, as its keys and values do, so every agent writes what it
+    writes without sharing (fp32, sampled, no drafts; a short context starts tasks often)."""
+    loaded = load_model(str(save_hf_folder(hf_lfm2(), tmp_path / "lfm2")), dtype="fp32",
+                        device="cpu")
+    written = {}
+    for share in (True, False):
+        engine = Engine(loaded, SwarmConfig(seed=3, clock="virtual", max_context=160,
+                                            share_prefixes=share, temperature=1.0),
+                        Controls(swarm_size=6, tool_latency_s=0.3, policy="off",
+                                 mix={"chat": 1.0, "json": 1.0}),
+                        calibration=Calibration.make_dummy())
+        engine.run(steps=150)
+        assert (engine.kv_usage().shared_tokens > 0) == share
+        written[share] = {view.id: "".join(text for text, _ in view.transcript)
+                          for view in engine.agents()}
+    for agent, text in written[True].items():
+        shorter = min(len(text), len(written[False][agent]))
+        assert shorter > 200 and text[:shorter] == written[False][agent][:shorter]
