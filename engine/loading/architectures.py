@@ -82,12 +82,19 @@ SUPPORTED = {
     # LFM2's, with norms after each sublayer too, windowed layers and the attention's output
     # gated (its norms' names: weights.py)
     "Lfm3ForCausalLM": ("lfm3", {"qk_norm": True}),
+    "HeliumForCausalLM": ("helium", {"rope_interleaved": True}),  # Llama's, RoPE as GLM-4's
 }
-# transformers' Lfm3Config defaults for the fields a config may leave out
-LFM3_DEFAULTS = {"head_dim": 128, "sliding_window": 256, "rope_parameters": {
-    "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
-    "full_attention": {"rope_type": "proportional", "rope_theta": 1_000_000.0,
-                       "partial_rotary_factor": 0.5}}}
+# transformers' config classes' defaults for the fields a config may leave out, where they are
+# not the reader's (hf_folder.py)
+LFM_ROPE = {"rope_theta": 1_000_000.0}
+CONFIG_DEFAULTS = {
+    "lfm2": LFM_ROPE, "lfm2_moe": LFM_ROPE,
+    "lfm3": {"head_dim": 128, "sliding_window": 256, "conv_L_cache": 7, "rope_parameters": {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+        "full_attention": {"rope_type": "proportional", "rope_theta": 1_000_000.0,
+                           "partial_rotary_factor": 0.5}}},
+    "helium": {"head_dim": 128, "rms_norm_eps": 1e-8},
+}
 GRANITES = ("granite", "granitemoe", "granitemoehybrid")  # with Granite's scalars
 # A mixture's config field for its experts' width, and whether the chosen experts' weights are
 # always rescaled to sum to 1 (else as norm_topk_prob says)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.errors import ModelLoadError
-from engine.loading.architectures import LFM3_DEFAULTS, MIXTURES
+from engine.loading.architectures import MIXTURES
 from engine.loading.config_fields import boolean, integer, number
 
 
@@ -113,13 +113,11 @@ def liquid(cfg: dict, path: Path, arch: str) -> tuple[dict, dict]:
     tied = cfg.get("tie_embedding", cfg.get("tie_word_embeddings", True))
     kept = {name: value for name, value in cfg.items() if name != "layer_types"}  # read here
     fields = {"conv_layers": tuple(i for i, kind in enumerate(kinds) if kind == "conv"),
-              "conv_kernel": integer(cfg, path, "conv_L_cache", 7 if arch == "lfm3" else 3),
+              "conv_kernel": integer(cfg, path, "conv_L_cache", 3),
               "conv_bias": boolean(cfg, path, "conv_bias", False)}
     if arch == "lfm3":
-        kept = LFM3_DEFAULTS | kept
         fields |= _lfm3(kept, path, kinds)
-    return ({"rope_theta": 1e6} | kept | {"intermediate_size": width, "tie_word_embeddings": tied},
-            fields)
+    return kept | {"intermediate_size": width, "tie_word_embeddings": tied}, fields
 
 
 def _lfm3(cfg: dict, path: Path, kinds: list[str]) -> dict:

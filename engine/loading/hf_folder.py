@@ -11,9 +11,9 @@ from pathlib import Path
 from engine import rope
 from engine.config import ModelConfig
 from engine.errors import ModelLoadError
-from engine.loading.architectures import (ACTIVATIONS, COHERES, GRANITE, GRANITES,
-                                          LLAMA_DEFAULTS, MIXTURES, MULTIMODAL, NORM_EPS,
-                                          ROTARY_SHARES, SUPPORTED, TIED_BY_DEFAULT)
+from engine.loading.architectures import (ACTIVATIONS, COHERES, CONFIG_DEFAULTS, GRANITE,
+                                          GRANITES, LLAMA_DEFAULTS, MIXTURES, MULTIMODAL,
+                                          NORM_EPS, ROTARY_SHARES, SUPPORTED, TIED_BY_DEFAULT)
 from engine.loading.config_fields import boolean, integer, number, read_json, token_ids
 from engine.loading.hf_families import (cohere, experts, gemma, granite_hybrid, liquid,
                                         local_rope, query_scaling)
@@ -61,6 +61,7 @@ def read_config(folder: Path) -> ModelConfig:
         raise ModelLoadError(path, f"architecture {named!r}{kind} is not supported; supported: "
                                    f"{', '.join(SUPPORTED)}")
     arch, switches = SUPPORTED[named]
+    cfg = CONFIG_DEFAULTS.get(arch, {}) | cfg
     quantization = read_quantization(cfg, path)  # one not read is refused here
     activation = _activation(cfg, path, arch)
     if arch in ("seed_oss", "glm4"):  # their attention_bias is q's, k's and v's

@@ -115,7 +115,8 @@ def hf_tiny(arch: str, **overrides):
                "granitemoehybrid": ("GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM"),
                "lfm2": ("Lfm2Config", "Lfm2ForCausalLM"),
                "lfm2_moe": ("Lfm2MoeConfig", "Lfm2MoeForCausalLM"),
-               "lfm3": ("Lfm3Config", "Lfm3ForCausalLM")}
+               "lfm3": ("Lfm3Config", "Lfm3ForCausalLM"),
+               "helium": ("HeliumConfig", "HeliumForCausalLM")}
     config_cls, model_cls = (getattr(transformers, n) for n in classes[arch])
     kwargs = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
@@ -123,6 +124,8 @@ def hf_tiny(arch: str, **overrides):
                   bos_token_id=1, eos_token_id=2)
     if arch == "qwen3":
         kwargs["head_dim"] = 24  # Qwen3's head_dim is its own field, not hidden / heads
+    if arch == "helium":
+        kwargs["head_dim"] = 16  # its default, 128, is its 2B's (whose o_proj takes hidden_size)
     if arch in MIXTURES:  # four experts, two a token, so that tokens choose differently
         kwargs.update(MIXTURES[arch])
     if arch in ("phi3", "smollm3", "olmo2", "exaone4", "olmoe", "glm4"):

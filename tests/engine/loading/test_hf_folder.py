@@ -27,7 +27,7 @@ PROMPT = [5, 17, 99, 3, 250, 42, 7, 7, 120, 64, 1, 200]
 @pytest.mark.parametrize("arch,tie", [("llama", False), ("llama", True), ("mistral", False),
                                       ("qwen2", False), ("qwen3", True), ("phi3", False),
                                       ("phi3", True), ("olmo2", False), ("seed_oss", False),
-                                      ("glm4", False), ("ernie4_5", True)])
+                                      ("glm4", False), ("ernie4_5", True), ("helium", False)])
 def test_saved_folder_logits_match_transformers(tmp_path, arch, tie):
     hf = hf_tiny(arch, tie_word_embeddings=tie)
     folder = save_hf_folder(hf, tmp_path / f"tiny-{arch}")
@@ -1154,3 +1154,21 @@ def test_checking_a_folder_reads_no_tensor_and_finds_what_loading_would(tiny_lla
                                              r"tokenizer_config.json: chat template refused "
                                              r"the messages: no tools given"):
         check_model_folder(str(folder))
+
+
+@pytest.mark.parametrize("arch,fields,expected", [
+    # Helium's head of 128 and eps of 1e-8 (its HeliumConfig's)
+    ("HeliumForCausalLM", {"num_attention_heads": 4}, (128, 1e-8, 10000.0)),
+    # LFM3's head, window, convolutions 7 wide and RoPE by layer type (its Lfm3Config's)
+    ("Lfm3ForCausalLM", {"num_attention_heads": 4}, (128, 1e-5, 1e6)),
+])
+def test_a_config_that_leaves_fields_out_gets_its_config_classs_defaults(tmp_path, arch, fields,
+                                                                          expected):
+    (tmp_path / "config.json").write_text(json.dumps({
+        "architectures": [arch], "vocab_size": 300, "hidden_size": 512, "intermediate_size": 64,
+        "num_hidden_layers": 8, **fields}))
+    c = read_config(tmp_path)
+    assert (c.head_dim, c.rms_norm_eps, c.rope_theta) == expected
+    if arch == "Lfm3ForCausalLM":
+        assert (c.conv_kernel, c.sliding_window, c.local_rope_theta) == (7, 256, 1e4)
+        assert c.conv_layers == (0, 1, 3, 5, 7) and c.sliding_layers == (4,)
