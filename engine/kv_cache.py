@@ -20,8 +20,7 @@ class PagedKVCache:
         self.dtype, self.device = dtype, torch.empty(0, device=device).device
         shape = (len(config.attention_layers), num_blocks, block_size, config.num_kv_heads,
                  config.head_dim)
-        # one block more, never handed out and never written: the zeros a short convolution
-        # reads for the positions before a sequence's first (short_conv.preceding_slots)
+        # one block more, never handed out and never written: `zero_slot`'s
         conv_shape = (len(config.conv_layers), num_blocks + 1, block_size, config.hidden_size)
         needed = PagedKVCache.bytes_per_block(config, block_size, dtype) * num_blocks
         free = free_memory_bytes(self.device)
@@ -50,6 +49,12 @@ class PagedKVCache:
     @property
     def block_size(self) -> int:
         return self.blocks.block_size
+
+    @property
+    def zero_slot(self) -> int:
+        """A slot of the convolution rows' block past the others, which stays zero: what a short
+        convolution reads for the positions before a sequence's first (preceding_slots)."""
+        return self.blocks.num_blocks * self.block_size
 
     @property
     def num_bytes(self) -> int:

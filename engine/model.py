@@ -5,7 +5,8 @@ Gemma 1-3 with theirs, Cohere 1 and 2 with LayerNorms and attention and MLP side
 with LayerNorms' biases, Arcee with an MLP without a gate, StarCoder2 with both and biases on every
 projection, Phi-2 with all of that side by side and its head's bias; sliding windows in OLMo 3's,
 Gemma's and others' layers, a RoPE of their own in Gemma 3's and OLMo 3's; Mixtral, Qwen2-MoE,
-Qwen3-MoE, OLMoE and GraniteMoE with mixtures of experts, engine/mlp.py) as one forward over
+Qwen3-MoE, OLMoE and GraniteMoE with mixtures of experts, engine/mlp.py; LFM2 and LFM3 with short
+convolutions in place of attention in most layers, engine/short_conv.py) as one forward over
 packed tokens of many lanes and a paged KV cache.
 
 Weights arrive under Hugging Face names; q/k/v and gate/up are stored fused so each layer runs
@@ -217,8 +218,7 @@ class DecoderLayer(nn.Module):
                             softcap=c.attention_softcap)                  # [n, nh, hd]
         if self.gate is not None:
             o = o * torch.sigmoid(linear(h, self.gate))[:, :, None]
-        out = linear(o.reshape(n, self.q_size), self.o_proj, self.o_bias)
-        return out
+        return linear(o.reshape(n, self.q_size), self.o_proj, self.o_bias)
 
     def _residual(self, x: Tensor, out: Tensor) -> Tensor:
         """x + out, out scaled by Granite's residual multiplier where it has one (a plain `+`

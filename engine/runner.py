@@ -82,7 +82,7 @@ class ModelRunner:
             sliding_plan=(plan(c.sliding_window) if c.sliding_layers and max(ctx) > c.sliding_window
                           else None),
             conv_slots=(preceding_slots(positions, block_tables, cu_q_lens, bs, c.conv_kernel - 1,
-                                        zero_slot=self.kv.blocks.num_blocks * bs)
+                                        self.kv.zero_slot)
                         if c.conv_layers else None))
         logits = self.model(torch.tensor(ids, dtype=torch.int64, device=dev), meta, self.kv,
                             torch.tensor(logit_rows, dtype=torch.int64, device=dev))

@@ -56,7 +56,8 @@ class ShortConv(nn.Module):
 def preceding_slots(positions: Tensor, block_tables: Tensor, cu_q_lens: Tensor,
                     block_size: int, back: int, zero_slot: int) -> Tensor:
     """[n, back]: the cache slot of each row's `back` positions before its own, earliest first,
-    in its lane's blocks; `zero_slot` (a block never written) for those before the first."""
+    in its lane's blocks; `zero_slot` (PagedKVCache's, which stays zero) for those before the
+    first."""
     lanes = torch.repeat_interleave(torch.arange(len(cu_q_lens) - 1, device=positions.device),
                                     cu_q_lens.diff(), output_size=len(positions))
     before = positions[:, None] - torch.arange(back, 0, -1, device=positions.device)

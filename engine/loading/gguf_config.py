@@ -125,6 +125,7 @@ def gguf_config(g: Gguf) -> dict:
         "num_hidden_layers": layers,
         "num_attention_heads": heads,
         **_kv_heads(g, arch, heads, layers),
+        **(_lfm2_fields(g, names) if arch == "lfm2" else {}),
         # (said where whole too: these architectures' configs default to part of a head)
         "head_dim": head_dim, **({"partial_rotary_factor": _share(g, rotary, head_dim)}
                                  if rotary != head_dim else
@@ -170,12 +171,15 @@ def _kv_heads(g: Gguf, arch: str, heads: int, layers: int) -> dict:
         raise ModelLoadError(g.path, f"{arch}.attention.head_count_kv must be one count, or "
                                      f"(LFM2's) one for each of the {layers} layers that is 0 "
                                      f"or the same for all, got {counts!r}")
-    names = {t.name for t in g.reader.tensors}
     return {"num_key_value_heads": attending.pop(),
-            "layer_types": ["full_attention" if n else "conv" for n in counts],
-            "conv_L_cache": int(g.get("lfm2.shortconv.l_cache", 3)),
+            "layer_types": ["full_attention" if n else "conv" for n in counts]}
+
+
+def _lfm2_fields(g: Gguf, names: set[str]) -> dict:
+    """LFM2's convolutions' span and biases; its MLP's width is feed_forward_length itself."""
+    return {"conv_L_cache": int(g.get("lfm2.shortconv.l_cache", 3)),
             "conv_bias": any(name.endswith("shortconv.in_proj.bias") for name in names),
-            "block_auto_adjust_ff_dim": False}  # feed_forward_length is the width itself
+            "block_auto_adjust_ff_dim": False}
 
 
 def _norm_eps(g: Gguf, arch: str) -> dict:

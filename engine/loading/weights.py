@@ -164,8 +164,9 @@ class Weights(Mapping[str, torch.Tensor]):
         self.namings: set[str] = set()  # the NAMINGS these weights were read with
         # GLM-4's names mean others' where its own norm after the attention is among them
         self.glm4 = any(name.endswith(".post_self_attn_layernorm.weight") for name in self.plain)
-        # LFM3's where it norms its sublayers' outputs
-        self.lfm3_sandwich = any(name.endswith(".post_operator_norm.weight") for name in self.plain)
+        # LFM's names as the others', LFM3's norms after each sublayer where it has them
+        self.lfm_names = LFM2_NAMES | (LFM3_SANDWICH if any(
+            name.endswith(".post_operator_norm.weight") for name in self.plain) else {})
         self.stored: dict[str, _Part] = {}  # the model's name -> where it is stored
         for name in self.plain:
             if not name.startswith(OTHER_PREFIXES):  # (a vision tower's, not read)
@@ -236,8 +237,7 @@ class Weights(Mapping[str, torch.Tensor]):
             self.namings.add("lfm2")
             prefix, kind, rest = lfm2.groups()
             rest = re.sub(r"\.(w[123])\.", lambda w: f".{MIXTRAL_PROJECTIONS[w[1]]}.", rest)
-            names = LFM2_NAMES | (LFM3_SANDWICH if self.lfm3_sandwich else {})
-            return {f"{prefix}.{names.get(kind, kind)}{rest}": _Part(name)}
+            return {f"{prefix}.{self.lfm_names.get(kind, kind)}{rest}": _Part(name)}
         glm4 = GLM4_NAME.fullmatch(ours) if self.glm4 else None
         if glm4:
             self.namings.add("glm4")
