@@ -44,8 +44,9 @@ def hf_sources(model: LlamaModel) -> list[tuple[Tensor, tuple[str, ...]]]:
                   "post_attention_layernorm": layer.mlp_norm_bias}
         sources += [(param, (f"{p}{name}.bias",)) for name, param in biases.items()
                     if param is not None]
-        sources += (_attention_sources(layer, p, fused) if layer.short_conv is None else
-                    _conv_sources(layer.short_conv, p + "conv."))
+        sources += (_conv_sources(layer.short_conv, p + "conv.") if layer.short_conv is not None
+                    else _delta_sources(layer.delta, p + "linear_attn.")
+                    if layer.delta is not None else _attention_sources(layer, p, fused))
         if layer.moe is None and not model.config.gated_mlp:
             sources += [(layer.up, (p + "mlp.up_proj.weight",)),
                         (layer.down, (p + "mlp.down_proj.weight",))]
@@ -93,6 +94,35 @@ def _conv_sources(conv: nn.Module, prefix: str) -> list[tuple[Tensor, tuple[str,
         ("out_proj", "weight", conv.out_proj), ("in_proj", "bias", conv.in_bias),
         ("conv", "bias", conv.kernel_bias), ("out_proj", "bias", conv.out_bias))
         if param is not None]
+
+
+def _delta_sources(delta: nn.Module, prefix: str) -> list[tuple[Tensor, tuple[str, ...]]]:
+    """A gated DeltaNet's parameters (engine/gated_delta.py) and the HF tensors they are made
+    of, under `prefix`: Qwen3.5's names."""
+    return [(delta.in_proj, tuple(f"{prefix}in_proj_{x}.weight" for x in ("qkv", "b", "a", "z"))),
+            (delta.kernel, (prefix + "conv1d.weight",)), (delta.a_log, (prefix + "A_log",)),
+            (delta.dt_bias, (prefix + "dt_bias",)), (delta.norm, (prefix + "norm.weight",)),
+            (delta.out_proj, (prefix + "out_proj.weight",))]
+
+
+def one_plus_weight(config: ModelConfig, name: str) -> bool:
+    """Whether the tensor `name` is a norm's weight the model scales by 1 + it (Gemma's norms,
+    Qwen3.5's but for its DeltaNet's gated norm)."""
+    return config.gemma_norms and name.endswith("norm.weight") and ".linear_attn." not in name
+
+
+def fused_rows(config: ModelConfig, names: tuple[str, ...]) -> Tensor | None:
+    """The order of a fused parameter's rows, concatenated from `names`, where it is not theirs:
+    q_proj's output gates (Qwen3.5's, beside each head's queries) moved past k and v. None for
+    the others."""
+    if not config.output_gate or not names[0].endswith(("q_proj.weight", "q_proj.bias")):
+        return None
+    c = config
+    heads = torch.arange(c.num_heads)[:, None] * 2 * c.head_dim
+    within = torch.arange(c.head_dim)
+    queries, gates = (heads + within).flatten(), (heads + c.head_dim + within).flatten()
+    rest = 2 * c.num_heads * c.head_dim + torch.arange(2 * c.num_kv_heads * c.head_dim)
+    return torch.cat((queries, rest, gates))
 
 
 def _mlp_sources(mlp: nn.Module, prefix: str, fused: bool
@@ -181,18 +211,21 @@ def hf_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
         norms += [] if c.parallel_block else ["post_attention_layernorm"]
         shapes |= {f"{p}{name}.{kind}": (c.hidden_size,) for name in norms
                    for kind in (("weight", "bias") if c.norm_bias else ("weight",))}
-        attends = i not in c.conv_layers
+        attends = i not in c.conv_layers and i not in c.delta_layers
+        q_rows = 2 * q if c.output_gate else q  # queries, and the output gates beside them
         if attends:
             shapes.update({p + "self_attn.qkv_proj.weight": (q + 2 * kv, c.hidden_size)}
                           if c.fused_projections else {
-                              p + "self_attn.q_proj.weight": (q, c.hidden_size),
+                              p + "self_attn.q_proj.weight": (q_rows, c.hidden_size),
                               p + "self_attn.k_proj.weight": (kv, c.hidden_size),
                               p + "self_attn.v_proj.weight": (kv, c.hidden_size)})
             shapes[p + "self_attn.o_proj.weight"] = (c.hidden_size, q)
             if c.attention_gate:
                 shapes[p + "self_attn.gate_proj.weight"] = (c.num_heads, c.hidden_size)
-        else:
+        elif i in c.conv_layers:
             shapes |= _conv_shapes(p + "conv.", c)
+        else:
+            shapes |= _delta_shapes(p + "linear_attn.", c)
         if c.has_experts(i):
             shapes[p + "mlp.gate.weight"] = (c.num_experts, c.hidden_size)
             if c.expert_bias:
@@ -211,7 +244,7 @@ def hf_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
                        p + "mlp.down_proj.weight": (c.hidden_size, c.intermediate_size)}
         if c.qkv_bias and attends:
             shapes |= {p + f"self_attn.{x}_proj.bias": (n,)
-                       for x, n in (("q", q), ("k", kv), ("v", kv))}
+                       for x, n in (("q", q_rows), ("k", kv), ("v", kv))}
         if c.linear_bias:
             shapes |= ({p + "self_attn.o_proj.bias": (c.hidden_size,)} if attends else {}) | {
                 p + "mlp.up_proj.bias": (c.intermediate_size,),
@@ -233,6 +266,18 @@ def _conv_shapes(prefix: str, c: ModelConfig) -> dict[str, tuple[int, ...]]:
     return ({f"{prefix}{name}.weight": shape for name, shape in weights.items()}
             | ({f"{prefix}{name}.bias": (shape[0],) for name, shape in weights.items()}
                if c.conv_bias else {}))
+
+
+def _delta_shapes(prefix: str, c: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """A gated DeltaNet's tensors under `prefix` (Qwen3.5's names), with their shapes."""
+    h, heads = c.hidden_size, c.delta_value_heads
+    values = heads * c.delta_value_dim
+    conv = 2 * c.delta_key_heads * c.delta_key_dim + values
+    return {prefix + "in_proj_qkv.weight": (conv, h), prefix + "in_proj_z.weight": (values, h),
+            prefix + "in_proj_b.weight": (heads, h), prefix + "in_proj_a.weight": (heads, h),
+            prefix + "conv1d.weight": (conv, 1, c.conv_kernel), prefix + "dt_bias": (heads,),
+            prefix + "A_log": (heads,), prefix + "norm.weight": (c.delta_value_dim,),
+            prefix + "out_proj.weight": (h, values)}
 
 
 def _mlp_shapes(prefix: str, hidden: int, width: int, fused: bool) -> dict[str, tuple[int, ...]]:

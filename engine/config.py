@@ -101,8 +101,19 @@ class ModelConfig:
     # parts B, C and x give C * (a depthwise causal convolution over the last conv_kernel
     # positions of B * x), the positions before cached as keys and values are (engine/short_conv.py)
     conv_layers: tuple[int, ...] = ()
-    conv_kernel: int = 3
+    conv_kernel: int = 3  # the positions a short convolution spans (LFM2's, or gated DeltaNet's)
     conv_bias: bool = False  # in_proj, the convolution and out_proj add biases
+    # Gated DeltaNet in these layers in place of attention (Qwen3.5's linear attention): a
+    # state of delta_key_dim x delta_value_dim a value head, decayed and written to token by
+    # token (engine/gated_delta.py), its key heads each serving as many value heads in turn
+    delta_layers: tuple[int, ...] = ()
+    delta_key_heads: int = 0
+    delta_value_heads: int = 0
+    delta_key_dim: int = 128
+    delta_value_dim: int = 128
+    # each attention output scaled by the sigmoid of a gate q_proj computes beside each head's
+    # queries, as wide (Qwen3.5's)
+    output_gate: bool = False
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
     architecture: str = "llama"
@@ -141,7 +152,8 @@ class ModelConfig:
         if self.query_scaling_beta and not self.query_scaling_context > 0:
             raise ValueError(f"query scaling needs a positive context, got "
                              f"{self.query_scaling_context}")
-        for name in ("nope_layers", "sliding_layers", "dense_layers", "conv_layers"):
+        for name in ("nope_layers", "sliding_layers", "dense_layers", "conv_layers",
+                     "delta_layers"):
             layers = tuple(getattr(self, name))
             setattr(self, name, layers)
             if not all(0 <= i < self.num_layers for i in layers):
@@ -150,9 +162,19 @@ class ModelConfig:
         if self.sliding_layers and not (self.sliding_window or 0) > 0:
             raise ValueError(f"sliding layers need a positive sliding_window, got "
                              f"{self.sliding_window}")
-        if self.conv_layers and not self.conv_kernel >= 1:
+        if (self.conv_layers or self.delta_layers) and not self.conv_kernel >= 1:
             raise ValueError(f"a short convolution spans at least one position, got "
                              f"{self.conv_kernel}")
+        if set(self.conv_layers) & set(self.delta_layers):
+            raise ValueError("a layer mixes by a short convolution or by gated DeltaNet, not both")
+        if self.delta_layers and not (
+                self.delta_key_heads > 0 and self.delta_value_heads % self.delta_key_heads == 0
+                and self.delta_value_heads > 0 and self.delta_key_dim > 0
+                and self.delta_value_dim > 0):
+            raise ValueError(f"gated DeltaNet needs positive head counts, value heads a multiple "
+                             f"of key heads, and positive head widths; got "
+                             f"{self.delta_key_heads} key heads of {self.delta_key_dim} and "
+                             f"{self.delta_value_heads} value heads of {self.delta_value_dim}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation {self.activation!r} is not one of {ACTIVATIONS}")
         if not (self.norm_before or self.norm_after):
@@ -180,7 +202,8 @@ class ModelConfig:
         token), fp8 weights dequantized"."""
         experts = (f", {self.num_experts} experts ({self.experts_per_token} a token)"
                    if self.num_experts else "")
-        convs = f" ({len(self.conv_layers)} short-convolution)" if self.conv_layers else ""
+        convs = (f" ({len(self.conv_layers)} short-convolution)" if self.conv_layers else
+                 f" ({len(self.delta_layers)} gated DeltaNet)" if self.delta_layers else "")
         stored = f", {self.quantization} weights dequantized" if self.quantization else ""
         return f"{self.architecture}, {self.num_layers} layers{convs}{experts}{stored}"
 
@@ -190,8 +213,9 @@ class ModelConfig:
 
     @property
     def attention_layers(self) -> tuple[int, ...]:
-        """The layers that attend (all but the short-convolution ones)."""
-        return tuple(i for i in range(self.num_layers) if i not in self.conv_layers)
+        """The layers that attend (all but the short-convolution and gated DeltaNet ones)."""
+        return tuple(i for i in range(self.num_layers)
+                     if i not in self.conv_layers and i not in self.delta_layers)
 
     @property
     def group_size(self) -> int:
@@ -207,7 +231,8 @@ class ModelConfig:
                        nope_layers=tuple(i for i in self.nope_layers if i < num_layers),
                        sliding_layers=tuple(i for i in self.sliding_layers if i < num_layers),
                        dense_layers=tuple(i for i in self.dense_layers if i < num_layers),
-                       conv_layers=tuple(i for i in self.conv_layers if i < num_layers))
+                       conv_layers=tuple(i for i in self.conv_layers if i < num_layers),
+                       delta_layers=tuple(i for i in self.delta_layers if i < num_layers))
 
 
 PRESETS: dict[str, ModelConfig] = {

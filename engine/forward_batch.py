@@ -18,13 +18,18 @@ class LaneInput:
     token_ids: list[int]   # new query tokens this step
     start_pos: int         # position of token_ids[0]; KV for 0..start_pos-1 is already cached
     logits_rows: int       # trailing rows that need logits: 0 (mid-prefill), 1, or len(token_ids)
+    # trailing tokens that are guesses a later pass may go back on (drafts, a timing pass's
+    # tokens): recurrent layers keep their state from before them (engine/recurrent_state.py)
+    guesses: int = 0
 
     def __post_init__(self) -> None:
         if not self.token_ids:
             raise ValueError(f"seq {self.seq_id}: a lane needs at least one token")
-        if self.start_pos < 0 or not 0 <= self.logits_rows <= len(self.token_ids):
-            raise ValueError(f"seq {self.seq_id}: bad start_pos={self.start_pos} or "
-                             f"logits_rows={self.logits_rows} for {len(self.token_ids)} tokens")
+        if self.start_pos < 0 or not 0 <= self.logits_rows <= len(self.token_ids) \
+                or not 0 <= self.guesses <= len(self.token_ids):
+            raise ValueError(f"seq {self.seq_id}: bad start_pos={self.start_pos}, "
+                             f"logits_rows={self.logits_rows} or guesses={self.guesses} for "
+                             f"{len(self.token_ids)} tokens")
 
     @property
     def end_pos(self) -> int:

@@ -1,6 +1,8 @@
 """Paged KV storage: one torch tensor per attention layer for K and for V (and one per
 short-convolution layer for its B * x, engine/short_conv.py), indexed by the block manager's
-block ids. The model sees only slot mappings and block tables, never sequences."""
+block ids. The model sees only slot mappings and block tables, never sequences. Gated DeltaNet
+layers keep a state per sequence instead (`recurrent`, engine/recurrent_state.py), which limits
+where such a model's sequences can be cut back to (`truncate`)."""
 from __future__ import annotations
 
 import torch
@@ -9,6 +11,8 @@ from engine.block_manager import BlockManager
 from engine.config import ModelConfig
 from engine.devices import free_memory_bytes
 from engine.errors import SwarmscopeError
+from engine.gated_delta import row_width
+from engine.recurrent_state import RecurrentStates
 
 
 class PagedKVCache:
@@ -38,6 +42,8 @@ class PagedKVCache:
             self.conv = torch.zeros(conv_shape, dtype=dtype, device=self.device)
         except (RuntimeError, MemoryError) as exc:  # torch.OutOfMemoryError is a RuntimeError
             raise too_large from exc
+        self.recurrent = (RecurrentStates(config, row_width(config), dtype, self.device)
+                          if config.delta_layers else None)
 
     @staticmethod
     def bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
@@ -72,9 +78,21 @@ class PagedKVCache:
         """The most of the cache held at once."""
         return self.num_bytes // self.blocks.num_blocks * self.blocks.peak_blocks_held
 
+    def truncate(self, seq_id: int, num_tokens: int) -> int:
+        """Drop what `seq_id` holds past its first `num_tokens` tokens; the tokens it still holds:
+        fewer where its last block is shared (BlockManager.truncate), none where recurrent layers
+        cannot go on from there (the sequence is then fed again from its first token)."""
+        kept = self.blocks.truncate(seq_id, num_tokens)
+        if self.recurrent is not None and kept not in self.recurrent.reach(seq_id):
+            self.recurrent.release(seq_id)
+            kept = self.blocks.truncate(seq_id, 0)
+        return kept
+
     def copy_sequence(self, source_id: int, target_id: int, num_tokens: int) -> None:
         """Give `target_id` its own blocks holding the first `num_tokens` cached tokens of
         `source_id` (a fork: both continue independently)."""
+        if self.recurrent is not None:
+            self.recurrent.fork(source_id, target_id, num_tokens)
         self.blocks.ensure(target_id, num_tokens)
         target = self.blocks.block_table(target_id)
         source = self.blocks.block_table(source_id)[:len(target)]

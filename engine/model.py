@@ -24,12 +24,14 @@ from torch import Tensor, nn
 
 from engine import rope
 from engine.attention import AttentionPlan, paged_attention, write_kv
-from engine.checkpoint_layout import (check_shapes, halves_turned, hf_shapes, hf_sources,
-                                      num_weights, rope_rows)
+from engine.checkpoint_layout import (check_shapes, fused_rows, halves_turned, hf_shapes,
+                                      hf_sources, num_weights, one_plus_weight, rope_rows)
 from engine.config import ModelConfig
 from engine.kv_cache import PagedKVCache
 from engine.linear import SLOW_CPU_BF16_GEMM, WARM_ROWS, linear, prepacks
 from engine.mlp import MixtureOfExperts, gated_mlp, plain_mlp
+from engine.gated_delta import GatedDeltaNet
+from engine.recurrent_state import RecurrentPlan
 from engine.short_conv import ShortConv
 
 
@@ -49,6 +51,8 @@ class StepMetadata:
     # [num_tokens, conv_kernel - 1] the slots of each row's preceding positions, read by
     # short-convolution layers (short_conv.preceding_slots); None in models without them
     conv_slots: Tensor | None = None
+    # where gated DeltaNet layers read and write (recurrent_state.py); None in models without
+    recurrent: RecurrentPlan | None = None
 
 
 def _rotated(qk: Tensor, cos: Tensor, sin: Tensor, c: ModelConfig) -> Tensor:
@@ -97,7 +101,7 @@ _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
 class DecoderLayer(nn.Module):
     def __init__(self, config: ModelConfig, dtype: torch.dtype, device, rotates: bool = True,
                  sliding: bool = False, experts: bool = False, conv: bool = False,
-                 slot: int = 0) -> None:
+                 delta: bool = False, slot: int = 0) -> None:
         super().__init__()
         c, kw = config, {"dtype": dtype, "device": device}
         self.rotates = rotates  # RoPE in this layer (SmolLM3 leaves it out of some)
@@ -116,19 +120,22 @@ class DecoderLayer(nn.Module):
         # ff_norm: OLMo 2's and Gemma 2's), or both
         self.input_norm = norm(c.hidden_size, c.norm_before)
         self.input_norm_bias = norm_bias(c.hidden_size, c.norm_before)
-        # the mixer: attention, or LFM2's short convolution; `slot` is its index among the
-        # layers of its kind in the cache (PagedKVCache's k and v, or conv)
+        # the mixer: attention, LFM2's short convolution or gated DeltaNet; `slot` is its index
+        # among the layers of its kind in the cache (PagedKVCache's k and v, conv, or recurrent)
         self.slot = slot
         self.short_conv = ShortConv(c, dtype, device) if conv else None
+        self.delta = GatedDeltaNet(c, dtype, device) if delta else None
+        attends = not (conv or delta)
 
         def bias(width: int) -> nn.Parameter | None:
             return nn.Parameter(torch.empty(width, **kw)) if c.linear_bias else None
 
-        if not conv:
-            self.qkv = nn.Parameter(torch.empty(self.q_size + 2 * self.kv_size, c.hidden_size,
-                                                **kw))
-            self.qkv_bias = (nn.Parameter(torch.empty(self.q_size + 2 * self.kv_size, **kw))
-                             if c.qkv_bias else None)
+        if attends:
+            # q_proj's output gates (Qwen3.5's) last: they are neither normed nor turned
+            self.gate_size = self.q_size if c.output_gate else 0
+            projected = self.q_size + 2 * self.kv_size + self.gate_size
+            self.qkv = nn.Parameter(torch.empty(projected, c.hidden_size, **kw))
+            self.qkv_bias = (nn.Parameter(torch.empty(projected, **kw)) if c.qkv_bias else None)
             q_span, k_span = ((self.q_size, self.kv_size) if c.qk_norm_whole else
                               (c.head_dim,) * 2)
             self.q_norm = norm(q_span, c.qk_norm)
@@ -154,7 +161,7 @@ class DecoderLayer(nn.Module):
             self.down = nn.Parameter(torch.empty(c.hidden_size, c.intermediate_size, **kw))
             self.up_bias, self.down_bias = bias(c.intermediate_size), bias(c.hidden_size)
         # the weights `linear` multiplies by (LlamaModel.prepack)
-        self.LINEARS = (() if conv else ("qkv", "o_proj") + (
+        self.LINEARS = (() if not attends else ("qkv", "o_proj") + (
             ("gate",) if c.attention_gate else ())) + (
             () if experts else ("gate_up" if c.gated_mlp else "up", "down"))
         self.config = config
@@ -168,10 +175,11 @@ class DecoderLayer(nn.Module):
         c = self.config
         h = x if self.input_norm is None else self.normed(x, self.input_norm, c.rms_norm_eps,
                                                           self.input_norm_bias)
-        out = (self._attention(h, cos, sin, kv.k[self.slot], kv.v[self.slot], meta, query_scale)
-               if self.short_conv is None else
-               self.short_conv(h, kv.conv[self.slot], meta.slot_mapping, meta.write_rows,
-                               meta.conv_slots))
+        out = (self.short_conv(h, kv.conv[self.slot], meta.slot_mapping, meta.write_rows,
+                               meta.conv_slots) if self.short_conv is not None else
+               self.delta(h, kv.recurrent.states[self.slot], kv.recurrent.rows[self.slot],
+                          meta.recurrent) if self.delta is not None else
+               self._attention(h, cos, sin, kv.k[self.slot], kv.v[self.slot], meta, query_scale))
         if self.attn_out_norm is not None:
             out = self.normed(out, self.attn_out_norm, c.rms_norm_eps)
         x = self._residual(x, out)
@@ -189,8 +197,8 @@ class DecoderLayer(nn.Module):
                    meta: StepMetadata, query_scale: Tensor | None) -> Tensor:
         c = self.config
         n = h.shape[0]                                                    # h: [n, hidden]
-        qkv = linear(h, self.qkv, self.qkv_bias)                         # [n, q + 2 kv]
-        qk, v = qkv.split((self.q_size + self.kv_size, self.kv_size), dim=-1)
+        qkv = linear(h, self.qkv, self.qkv_bias)                  # [n, q + 2 kv (+ q)]
+        qk, v, gate = qkv.split((self.q_size + self.kv_size, self.kv_size, self.gate_size), dim=-1)
         if c.qk_norm_whole:  # across the heads, before RoPE
             q, k = qk.split((self.q_size, self.kv_size), dim=-1)
             qk = torch.cat((rms_norm(q, self.q_norm, c.rms_norm_eps),
@@ -218,7 +226,10 @@ class DecoderLayer(nn.Module):
                             softcap=c.attention_softcap)                  # [n, nh, hd]
         if self.gate is not None:
             o = o * torch.sigmoid(linear(h, self.gate))[:, :, None]
-        return linear(o.reshape(n, self.q_size), self.o_proj, self.o_bias)
+        o = o.reshape(n, self.q_size)
+        if self.gate_size:
+            o = o * torch.sigmoid(gate)
+        return linear(o, self.o_proj, self.o_bias)
 
     def _residual(self, x: Tensor, out: Tensor) -> Tensor:
         """x + out, out scaled by Granite's residual multiplier where it has one (a plain `+`
@@ -234,13 +245,15 @@ class LlamaModel(nn.Module):
         kw = {"dtype": dtype, "device": device}
         self.config = config
         self.embed = nn.Parameter(torch.empty(config.vocab_size, config.hidden_size, **kw))
-        conv, attention = config.conv_layers, config.attention_layers
+        kinds = (config.conv_layers, config.delta_layers, config.attention_layers)
         self.layers = nn.ModuleList(DecoderLayer(config, dtype, device,
                                                  rotates=i not in config.nope_layers,
                                                  sliding=i in config.sliding_layers,
                                                  experts=config.has_experts(i),
-                                                 conv=i in conv,
-                                                 slot=(conv if i in conv else attention).index(i))
+                                                 conv=i in config.conv_layers,
+                                                 delta=i in config.delta_layers,
+                                                 slot=next(kind.index(i) for kind in kinds
+                                                           if i in kind))
                                     for i in range(config.num_layers))
         self.norm = nn.Parameter(torch.empty(config.hidden_size, dtype=norm_dtype(config, dtype),
                                              device=device))
@@ -403,9 +416,11 @@ class LlamaModel(nn.Module):
         with torch.no_grad():
             for param, names in hf_sources(model):
                 parts = [halves_turned(config, name, tensors[name]) for name in names]
-                param.copy_(torch.cat([part.to(param.dtype) for part in parts])
-                            if len(parts) > 1 else parts[0])
-                if config.gemma_norms and names[0].endswith("norm.weight"):
+                whole = torch.cat([part.to(param.dtype) for part in parts]) if len(parts) > 1 \
+                    else parts[0]
+                order = fused_rows(config, names)
+                param.copy_(whole if order is None else whole[order])
+                if one_plus_weight(config, names[0]):
                     param.add_(1)  # scaled by 1 + weight
         if prepacks(model.device, dtype):
             model.prepack()
@@ -417,8 +432,11 @@ class LlamaModel(nn.Module):
         out = {}
         for param, names in hf_sources(self):
             param = param.to_dense() if param.is_mkldnn else param
-            if self.config.gemma_norms and names[0].endswith("norm.weight"):
+            if one_plus_weight(self.config, names[0]):
                 param = param - 1
+            order = fused_rows(self.config, names)
+            if order is not None:
+                param = param[order.argsort()]
             for name, part in zip(names, param.split([shapes[n][0] for n in names])):
                 order = rope_rows(self.config, name)
                 out[name] = part.clone() if order is None else part[order.argsort()]

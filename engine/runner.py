@@ -83,9 +83,18 @@ class ModelRunner:
                           else None),
             conv_slots=(preceding_slots(positions, block_tables, cu_q_lens, bs, c.conv_kernel - 1,
                                         self.kv.zero_slot)
-                        if c.conv_layers else None))
-        logits = self.model(torch.tensor(ids, dtype=torch.int64, device=dev), meta, self.kv,
-                            torch.tensor(logit_rows, dtype=torch.int64, device=dev))
+                        if c.conv_layers else None),
+            recurrent=(None if self.kv.recurrent is None else
+                       self.kv.recurrent.plan(lanes, cu, self.kv.blocks.__contains__)))
+        try:
+            logits = self.model(torch.tensor(ids, dtype=torch.int64, device=dev), meta, self.kv,
+                                torch.tensor(logit_rows, dtype=torch.int64, device=dev))
+        except BaseException:
+            if self.kv.recurrent is not None:  # some layers' states moved on, some did not
+                self.kv.recurrent.lose(lanes)
+            raise
+        if self.kv.recurrent is not None:
+            self.kv.recurrent.commit(lanes)
         return ForwardOutput(logits=list(logits.split([lane.logits_rows for lane in lanes])),
                              pad=[max(q_len, width) - q_len for q_len in q_lens], rows=logits)
 

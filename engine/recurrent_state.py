@@ -1,0 +1,208 @@
+"""What recurrent layers (gated DeltaNet, engine/gated_delta.py) keep of each sequence between
+steps: its state as of its last certain token, and a ring of its newest rows (a row: what the
+layer's convolution and its fold need of a position).
+
+A paged cache rolls a lane back by forgetting positions; a state that sums all of them cannot
+be. So a pass's rows are certain (fed tokens) or guesses (drafts, `LaneInput.guesses`): the
+state is kept after the certain ones, and the next pass folds in, from the ring, the guesses
+its lane has since accepted. The ring holds the last conv_kernel - 1 + MAX_GUESSES positions,
+enough for both. Hence what a sequence of such a model can do: go on from any position between
+its last certain token and the end of its last pass (`reach`), or start again from its first;
+it can fork there too, but it cannot share another sequence's prompt blocks (the state at their
+end is nobody's), and a sequence cut back past its last certain token starts again.
+
+Bookkeeping in plain Python beside the tensors, as the block manager's: per slot the sequence,
+its certain positions and its written ones. A slot whose sequence the block manager no longer
+holds is freed at the next step."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from engine.config import ModelConfig
+
+MAX_GUESSES = 64  # most guessed rows of a lane's pass (a draft's 16; calibration times 64)
+
+
+@dataclass(slots=True)
+class RecurrentPlan:
+    """Where the recurrent layers read and write one step's rows; built once per step by
+    RecurrentStates.plan, shared by every such layer. A lane's rows run as columns: the context
+    its convolution reads (conv_kernel - 1 positions) and the rows it folds in, from the ring,
+    right-aligned at column F (the most any lane folds in), then its pass's rows."""
+    slots: Tensor          # [lanes] int64 each lane's state slot
+    before: Tensor         # [lanes, F + conv_kernel - 1] int64 ring rows (the zero row: none)
+    rows: Tensor           # [lanes, width] int64 the pass's packed rows (n, a zero row: none)
+    certain_mask: Tensor   # [lanes, F + most certain rows] bool: rows folded in, then certain
+    guess_mask: Tensor | None  # [lanes, width] bool: the pass's guesses; None: no lane has any
+    out_lane: Tensor       # [n] int64 each packed row's lane
+    out_row: Tensor        # [n] int64 and its index among the lane's pass rows
+    ring_to: Tensor        # [written] int64 ring rows the pass's rows go to
+    ring_from: Tensor      # [written] int64 and the packed rows they are
+
+
+class RecurrentStates:
+    def __init__(self, config: ModelConfig, row_width: int, dtype: torch.dtype, device) -> None:
+        c = config
+        self.span = c.conv_kernel
+        self.ring = c.conv_kernel - 1 + MAX_GUESSES
+        self.dtype, self.device = dtype, device
+        self._layers = len(c.delta_layers)
+        self._state_shape = (c.delta_value_heads, c.delta_key_dim, c.delta_value_dim)
+        self._row_width = row_width
+        self.states = self.rows = torch.empty(0)
+        self._grow(0)
+        self._slot: dict[int, int] = {}      # seq_id -> slot
+        self._certain: dict[int, int] = {}   # seq_id -> positions the state holds
+        self._written: dict[int, int] = {}   # seq_id -> positions the ring's rows reach
+        self._free: list[int] = []
+
+    @property
+    def capacity(self) -> int:
+        return self.states.shape[1]
+
+    @property
+    def bytes_per_sequence(self) -> int:
+        """What a sequence holds here: its states and its ring, every recurrent layer's."""
+        return self._layers * (4 * self._state_shape[0] * self._state_shape[1]
+                               * self._state_shape[2]
+                               + self.ring * self._row_width * self.dtype.itemsize)
+
+    def reach(self, seq_id: int) -> range:
+        """The positions `seq_id` can go on from (a pass may start at): its first, or between its
+        last certain token and the end of its last pass."""
+        if seq_id not in self._slot:
+            return range(0, 1)
+        return range(self._certain[seq_id], self._written[seq_id] + 1)
+
+    def plan(self, lanes, cu_q_lens: list[int], held) -> RecurrentPlan:
+        """The plan of a pass over `lanes` (LaneInputs, packed rows from `cu_q_lens`); `held`:
+        whether the block manager holds a sequence (the slots of the others are freed).
+        ValueError where a lane starts where its state cannot go on from (`reach`)."""
+        for seq_id in [s for s in self._slot if not held(s)]:
+            self.release(seq_id)
+        slots, fold, fresh = [], [], []
+        for lane in lanes:
+            guesses = lane.guesses
+            if guesses > MAX_GUESSES:
+                raise ValueError(f"sequence {lane.seq_id}: {guesses} guessed rows in one pass; "
+                                 f"recurrent layers keep at most {MAX_GUESSES}")
+            if lane.start_pos == 0:
+                fresh.append(self._slot_of(lane.seq_id))
+                self._certain[lane.seq_id] = self._written[lane.seq_id] = 0
+            elif lane.start_pos not in self.reach(lane.seq_id):
+                raise ValueError(
+                    f"sequence {lane.seq_id} goes on from position {lane.start_pos}, but its "
+                    f"recurrent layers' state can go on only from "
+                    f"{_positions(self.reach(lane.seq_id))}: such a sequence is fed again from "
+                    f"its first token")
+            slots.append(self._slot[lane.seq_id])
+            fold.append(lane.start_pos - self._certain.get(lane.seq_id, 0)
+                        if lane.start_pos else 0)
+        if fresh:
+            self.states[:, fresh] = 0
+        return self._layout(lanes, cu_q_lens, slots, fold)
+
+    def commit(self, lanes) -> None:
+        """After a pass over `lanes` went through: each state holds its certain rows."""
+        for lane in lanes:
+            self._certain[lane.seq_id] = lane.end_pos - lane.guesses
+            self._written[lane.seq_id] = lane.end_pos
+
+    def lose(self, lanes) -> None:
+        """After a pass over `lanes` failed part way: their states are of no position."""
+        for lane in lanes:
+            self.release(lane.seq_id)
+
+    def start(self, seq_id: int, position: int) -> None:
+        """Let `seq_id` go on from `position` with an empty state, as if its context were
+        blank (benchmarks that time passes at a context they never fed)."""
+        self.states[:, self._slot_of(seq_id)] = 0
+        self._certain[seq_id] = self._written[seq_id] = position
+
+    def fork(self, source_id: int, target_id: int, num_tokens: int) -> None:
+        """Give `target_id` a copy of `source_id`'s state and rows, to go on from `num_tokens`."""
+        if num_tokens not in self.reach(source_id) or source_id not in self._slot:
+            raise ValueError(f"sequence {source_id} cannot be forked at {num_tokens}: its "
+                             f"recurrent layers' state can go on only from "
+                             f"{_positions(self.reach(source_id))}")
+        source = self._slot[source_id]
+        target = self._slot_of(target_id)
+        self.states[:, target] = self.states[:, source]
+        ring = self.ring
+        self.rows[:, target * ring:(target + 1) * ring] = self.rows[:, source * ring:
+                                                                    (source + 1) * ring]
+        self._certain[target_id] = self._certain[source_id]
+        self._written[target_id] = self._written[source_id]
+
+    def release(self, seq_id: int) -> None:
+        slot = self._slot.pop(seq_id, None)
+        if slot is not None:
+            self._free.append(slot)
+            del self._certain[seq_id], self._written[seq_id]
+
+    def _slot_of(self, seq_id: int) -> int:
+        """`seq_id`'s slot, a free one given it where it has none (the slots grow as needed)."""
+        if seq_id in self._slot:
+            return self._slot[seq_id]
+        if not self._free:
+            old = self.capacity
+            self._grow(max(4, 2 * old))
+            self._free = list(range(self.capacity - 1, old - 1, -1))
+        slot = self._slot[seq_id] = self._free.pop()
+        self._certain[seq_id] = self._written[seq_id] = 0
+        return slot
+
+    def _grow(self, capacity: int) -> None:
+        """Room for `capacity` sequences, what is held kept (the ring's zero row stays last)."""
+        old = self.capacity if self.states.dim() > 1 else 0
+        states = torch.zeros((self._layers, capacity, *self._state_shape), dtype=torch.float32,
+                             device=self.device)
+        rows = torch.zeros((self._layers, capacity * self.ring + 1, self._row_width),
+                           dtype=self.dtype, device=self.device)
+        if old:
+            states[:, :old] = self.states
+            rows[:, :old * self.ring] = self.rows[:, :old * self.ring]
+        self.states, self.rows = states, rows
+
+    def _layout(self, lanes, cu_q_lens: list[int], slots: list[int], fold: list[int]
+                ) -> RecurrentPlan:
+        ring, back, zero = self.ring, self.span - 1, self.capacity * self.ring
+        reach = max(fold)
+        q_lens = [len(lane.token_ids) for lane in lanes]
+        width = max(q_lens)
+        certain = [n - lane.guesses for lane, n in zip(lanes, q_lens)]
+        before, rows, certain_mask, guess_mask = [], [], [], []
+        ring_to, ring_from, out_lane, out_row = [], [], [], []
+        for i, (lane, slot, f, n, c) in enumerate(zip(lanes, slots, fold, q_lens, certain)):
+            s, row0 = lane.start_pos, cu_q_lens[i]
+            # the ring's positions s - f - back .. s - 1 (none before the first), left-padded
+            before.append([zero] * (reach - f) + [slot * ring + p % ring if p >= 0 else zero
+                                                  for p in range(s - f - back, s)])
+            rows.append([row0 + j for j in range(n)] + [cu_q_lens[-1]] * (width - n))
+            certain_mask.append([reach - f <= col < reach + c for col in range(reach + max(certain))])
+            guess_mask.append([c <= j < n for j in range(width)])
+            kept = range(max(0, n - ring), n)  # the newest positions alone fit the ring
+            ring_to += [slot * ring + (s + j) % ring for j in kept]
+            ring_from += [row0 + j for j in kept]
+            span = cu_q_lens[i + 1] - row0  # padded: the lane's padding rows read any column
+            out_lane += [i] * span
+            out_row += [min(j, width - 1) for j in range(span)]
+
+        def tensor(values, dtype=torch.int64) -> Tensor:
+            return torch.tensor(values, dtype=dtype, device=self.device)
+
+        return RecurrentPlan(
+            slots=tensor(slots), before=tensor(before), rows=tensor(rows),
+            certain_mask=tensor(certain_mask, torch.bool),
+            guess_mask=(tensor(guess_mask, torch.bool) if any(lane.guesses for lane in lanes)
+                        else None),
+            out_lane=tensor(out_lane), out_row=tensor(out_row),
+            ring_to=tensor(ring_to), ring_from=tensor(ring_from))
+
+
+def _positions(reach: range) -> str:
+    return (f"position {reach.start}" if len(reach) == 1 else
+            f"positions {reach.start} to {reach.stop - 1}")
