@@ -74,7 +74,8 @@ class Engine:
                                      measures_cost=config.clock != "virtual")
         self.scheduler = Scheduler(
             SchedulerConfig(config.max_step_tokens, config.rotate_after_steps), kv.blocks,
-            share_prefixes=config.share_prefixes)
+            # a recurrent layer's state at a shared block's end is nobody's (recurrent_state.py)
+            share_prefixes=config.share_prefixes and kv.recurrent is None)
         self.workload = Workload(config.workload_dir or WORKLOAD_DIR)
         for cat in CATEGORIES:  # compiled before any step (the vocabulary read takes 0.4 s)
             self.workload.answer_format(cat, loaded.tokenizer)

@@ -126,6 +126,8 @@ def delta_rule(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: 
 def _stepwise(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor
               ) -> tuple[Tensor, Tensor]:
     """Token by token, as the rule reads (few positions: a decode step's)."""
+    if not q.shape[1]:  # none certain: a pass of guesses alone
+        return v[:, :0], state
     decay, outs = g.exp(), []
     for t in range(q.shape[1]):
         state = state * decay[:, t, :, None, None]

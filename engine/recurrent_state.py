@@ -23,7 +23,9 @@ from torch import Tensor
 
 from engine.config import ModelConfig
 
-MAX_GUESSES = 64  # most guessed rows of a lane's pass (a draft's 16; calibration times 64)
+# most guessed rows of a pass the ring keeps (Controls.k's ceiling): past them a lane cannot go
+# on from its guesses (calibration's passes of up to 128 tokens go back to their first)
+MAX_GUESSES = 64
 
 
 @dataclass(slots=True)
@@ -85,10 +87,6 @@ class RecurrentStates:
             self.release(seq_id)
         slots, fold, fresh = [], [], []
         for lane in lanes:
-            guesses = lane.guesses
-            if guesses > MAX_GUESSES:
-                raise ValueError(f"sequence {lane.seq_id}: {guesses} guessed rows in one pass; "
-                                 f"recurrent layers keep at most {MAX_GUESSES}")
             if lane.start_pos == 0:
                 fresh.append(self._slot_of(lane.seq_id))
                 self._certain[lane.seq_id] = self._written[lane.seq_id] = 0
@@ -109,19 +107,22 @@ class RecurrentStates:
         """After a pass over `lanes` went through: each state holds its certain rows."""
         for lane in lanes:
             self._certain[lane.seq_id] = lane.end_pos - lane.guesses
-            self._written[lane.seq_id] = lane.end_pos
+            self._written[lane.seq_id] = _kept_end(lane)
 
     def lose(self, lanes) -> None:
         """After a pass over `lanes` failed part way: their states are of no position."""
         for lane in lanes:
             self.release(lane.seq_id)
 
+    # (the tensors may be made in a forward pass, as inference tensors: written in one alone)
+    @torch.inference_mode()
     def start(self, seq_id: int, position: int) -> None:
         """Let `seq_id` go on from `position` with an empty state, as if its context were
         blank (benchmarks that time passes at a context they never fed)."""
         self.states[:, self._slot_of(seq_id)] = 0
         self._certain[seq_id] = self._written[seq_id] = position
 
+    @torch.inference_mode()
     def fork(self, source_id: int, target_id: int, num_tokens: int) -> None:
         """Give `target_id` a copy of `source_id`'s state and rows, to go on from `num_tokens`."""
         if num_tokens not in self.reach(source_id) or source_id not in self._slot:
@@ -184,7 +185,9 @@ class RecurrentStates:
             rows.append([row0 + j for j in range(n)] + [cu_q_lens[-1]] * (width - n))
             certain_mask.append([reach - f <= col < reach + c for col in range(reach + max(certain))])
             guess_mask.append([c <= j < n for j in range(width)])
-            kept = range(max(0, n - ring), n)  # the newest positions alone fit the ring
+            # the newest positions the lane can go on from alone fit the ring
+            stop = _kept_end(lane) - s
+            kept = range(max(0, stop - ring), stop)
             ring_to += [slot * ring + (s + j) % ring for j in kept]
             ring_from += [row0 + j for j in kept]
             span = cu_q_lens[i + 1] - row0  # padded: the lane's padding rows read any column
@@ -201,6 +204,12 @@ class RecurrentStates:
                         else None),
             out_lane=tensor(out_lane), out_row=tensor(out_row),
             ring_to=tensor(ring_to), ring_from=tensor(ring_from))
+
+
+def _kept_end(lane) -> int:
+    """Where the rows a lane's pass leaves in the ring end: its last, or MAX_GUESSES past its
+    last certain one (with the conv_kernel - 1 before that one, as many as the ring holds)."""
+    return min(lane.end_pos, lane.end_pos - lane.guesses + MAX_GUESSES)
 
 
 def _positions(reach: range) -> str:

@@ -98,8 +98,7 @@ class StepExecutor:
         if keep < len(seq.token_ids):
             del seq.token_ids[keep:]
             # a block shared with another sequence is let go where the next token would land
-            seq.num_cached = self.runner.kv.blocks.truncate(seq.seq_id,
-                                                            min(seq.num_cached, keep))
+            seq.num_cached = self.runner.kv.truncate(seq.seq_id, min(seq.num_cached, keep))
             for drafter in self._drafters.values():
                 drafter.release(seq.seq_id)
             self.shadows.forget(seq.seq_id)
@@ -231,7 +230,7 @@ class StepExecutor:
             rows = 1 + len(extra) if dec else 0
             if prompt := _prompt_rows(seq, len(tokens)):  # and the rows after them: trailing
                 rows = seq.num_cached + len(tokens) - prompt.start + len(extra)
-            lanes.append(LaneInput(seq.seq_id, tokens + extra, seq.num_cached, rows))
+            lanes.append(LaneInput(seq.seq_id, tokens + extra, seq.num_cached, rows, len(extra)))
         return lanes
 
     def _verify(self, seq: Sequence, draft: Draft, logits, top: list[int] | None) -> Verdict:
@@ -266,7 +265,7 @@ class StepExecutor:
         fed_end = seq.num_cached + n
         seq.token_ids.extend(tokens)
         # KV is valid for the fed tokens and the accepted drafts; the bonus is fed next step.
-        seq.num_cached = self.runner.kv.blocks.truncate(seq.seq_id, fed_end + kept_drafts)
+        seq.num_cached = self.runner.kv.truncate(seq.seq_id, fed_end + kept_drafts)
         seq.finished = bool(tokens and tokens[-1] in seq.stop_ids) or \
             seq.num_output >= seq.max_new_tokens
         sent = len(draft.tokens)

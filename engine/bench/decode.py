@@ -95,19 +95,22 @@ def run(args: argparse.Namespace) -> int:
     # KV contents do not change the cost, so lanes get room for ctx tokens without a prefill.
     for seq in range(max(BATCHES)):
         kv.blocks.ensure(seq, args.ctx)
+        if kv.recurrent is not None:  # an empty state stands for the context
+            kv.recurrent.start(seq, args.ctx)
     kv.k.normal_()
     kv.v.normal_()
     runner = ModelRunner(model, kv)
     token = lambda seq, n: [(seq * 31 + i * 7) % config.vocab_size for i in range(n)]
     batch_rows = []
     for b in BATCHES:
-        lanes = [LaneInput(seq, token(seq, 1), args.ctx, 1) for seq in range(b)]
+        # every token a guess, so that each timed pass starts where the last did
+        lanes = [LaneInput(seq, token(seq, 1), args.ctx, 1, 1) for seq in range(b)]
         step = _time_step(runner, lanes, args.layout, args.repeats)
         batch_rows.append({"batch": b, "step_ms": 1e3 * step, "tokens_per_s": b / step,
                            "x_floor": step / floor_s})
     verify_rows = []
     for n in VERIFY_LENS:
-        step = _time_step(runner, [LaneInput(0, token(0, n), args.ctx, n)], args.layout,
+        step = _time_step(runner, [LaneInput(0, token(0, n), args.ctx, n, n)], args.layout,
                           args.repeats)
         verify_rows.append({"n": n, "step_ms": 1e3 * step})
     t1 = verify_rows[0]["step_ms"]

@@ -16,7 +16,7 @@ NORM_EPS = {"cohere": "layer_norm_eps", "cohere2": "layer_norm_eps", "stablelm":
 TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3", "cohere", "cohere2", "starcoder2", "lfm2",
                    "lfm2_moe", "lfm3")
 # The share of a head RoPE turns where a config leaves it out (transformers' defaults)
-ROTARY_SHARES = {"stablelm": 0.25, "glm4": 0.5, "phi": 0.5, "nemotron": 0.5}
+ROTARY_SHARES = {"stablelm": 0.25, "glm4": 0.5, "phi": 0.5, "nemotron": 0.5, "qwen3_5": 0.25}
 # architectures[0] in config.json -> (our architecture name, its switches).
 SUPPORTED = {
     "LlamaForCausalLM": ("llama", {}),
@@ -83,6 +83,11 @@ SUPPORTED = {
     # gated (its norms' names: weights.py)
     "Lfm3ForCausalLM": ("lfm3", {"qk_norm": True}),
     "HeliumForCausalLM": ("helium", {"rope_interleaved": True}),  # Llama's, RoPE as GLM-4's
+    # Qwen3.5: gated DeltaNet in three layers of four (layer_types), Qwen3's q/k norms in the
+    # others, its attention's output gated, every norm by 1 + weight (Gemma's) but the
+    # DeltaNet's own
+    "Qwen3_5ForCausalLM": ("qwen3_5", {"qk_norm": True, "gemma_norms": True,
+                                       "output_gate": True}),
 }
 # transformers' config classes' defaults for the fields a config may leave out, where they are
 # not the reader's (hf_folder.py)
@@ -94,6 +99,9 @@ CONFIG_DEFAULTS = {
         "full_attention": {"rope_type": "proportional", "rope_theta": 1_000_000.0,
                            "partial_rotary_factor": 0.5}}},
     "helium": {"head_dim": 128, "rms_norm_eps": 1e-8},
+    "qwen3_5": {"head_dim": 256, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+                "linear_value_head_dim": 128, "linear_num_key_heads": 16,
+                "linear_num_value_heads": 32},
 }
 GRANITES = ("granite", "granitemoe", "granitemoehybrid")  # with Granite's scalars
 # A mixture's config field for its experts' width, and whether the chosen experts' weights are
@@ -130,6 +138,8 @@ MULTIMODAL = {
     "Idefics3ForConditionalGeneration": ({"llama": "LlamaForCausalLM"}, {}),
     "SmolVLMForConditionalGeneration": ({"llama": "LlamaForCausalLM"}, {}),
     "Lfm2VlForConditionalGeneration": ("Lfm2ForCausalLM", {}),  # LFM2-VL's LFM2
+    # Qwen3.5 as it ships (it sees images), its RoPE by sections the plain one for text
+    "Qwen3_5ForConditionalGeneration": ("Qwen3_5ForCausalLM", {}),
 }
 # transformers' LlamaConfig defaults, which LLaVA 1.5's text_config leaves to it
 LLAMA_DEFAULTS = {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,

@@ -1,6 +1,7 @@
 """The config.json fields of the families that have their own (hf_folder.py reads the rest):
 mixtures of experts, Gemma's scalars, Granite 4.0's hybrid config, LFM2's and LFM3's layers,
-Cohere's logit scale, Ministral 3's query scaling, sliding layers' own RoPE."""
+Qwen3.5's gated DeltaNet layers, Cohere's logit scale, Ministral 3's query scaling, sliding
+layers' own RoPE."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -118,6 +119,32 @@ def liquid(cfg: dict, path: Path, arch: str) -> tuple[dict, dict]:
     if arch == "lfm3":
         fields |= _lfm3(kept, path, kinds)
     return kept | {"intermediate_size": width, "tie_word_embeddings": tied}, fields
+
+
+def gated_delta(cfg: dict, path: Path) -> tuple[dict, dict]:
+    """Qwen3.5's config without its layer_types, and its gated DeltaNet layers' ModelConfig
+    fields: layer_types' "linear_attention" ones, or all but every full_attention_interval-th
+    where it has none (transformers' defaults in architectures.CONFIG_DEFAULTS)."""
+    layers = integer(cfg, path, "num_hidden_layers")
+    kinds = cfg.get("layer_types")
+    if kinds is None:
+        interval = integer(cfg, path, "full_attention_interval", 4)
+        if interval < 1:
+            raise ModelLoadError(path, f"full_attention_interval must be positive, got {interval}")
+        kinds = ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
+                 for i in range(layers)]
+    named = ("linear_attention", "full_attention")
+    if not isinstance(kinds, list) or len(kinds) != layers or any(k not in named for k in kinds):
+        raise ModelLoadError(path, f"layer_types must name each of the {layers} layers one of "
+                                   f"{', '.join(named)}, got {kinds!r}")
+    kept = {name: value for name, value in cfg.items() if name != "layer_types"}  # read here
+    return kept, {"delta_layers": tuple(i for i, kind in enumerate(kinds)
+                                        if kind == "linear_attention"),
+                  "conv_kernel": integer(cfg, path, "linear_conv_kernel_dim"),
+                  "delta_key_heads": integer(cfg, path, "linear_num_key_heads"),
+                  "delta_value_heads": integer(cfg, path, "linear_num_value_heads"),
+                  "delta_key_dim": integer(cfg, path, "linear_key_head_dim"),
+                  "delta_value_dim": integer(cfg, path, "linear_value_head_dim")}
 
 
 def _lfm3(cfg: dict, path: Path, kinds: list[str]) -> dict:

@@ -15,8 +15,8 @@ from engine.loading.architectures import (ACTIVATIONS, COHERES, CONFIG_DEFAULTS,
                                           GRANITES, LLAMA_DEFAULTS, MIXTURES, MULTIMODAL,
                                           NORM_EPS, ROTARY_SHARES, SUPPORTED, TIED_BY_DEFAULT)
 from engine.loading.config_fields import boolean, integer, number, read_json, token_ids
-from engine.loading.hf_families import (cohere, experts, gemma, granite_hybrid, liquid,
-                                        local_rope, query_scaling)
+from engine.loading.hf_families import (cohere, experts, gated_delta, gemma, granite_hybrid,
+                                        liquid, local_rope, query_scaling)
 from engine.loading.quantization_config import read_quantization
 
 
@@ -85,9 +85,11 @@ def read_config(folder: Path) -> ModelConfig:
                                "parallel_block": boolean(cfg, path, "use_parallel_residual", False)}
     if arch == "granitemoehybrid":
         cfg = granite_hybrid(cfg, path)
-    convolutions = {}
+    mixers = {}  # the fields of the layers that do not attend
     if arch in ("lfm2", "lfm2_moe", "lfm3"):
-        cfg, convolutions = liquid(cfg, path, arch)
+        cfg, mixers = liquid(cfg, path, arch)
+    if arch == "qwen3_5":
+        cfg, mixers = gated_delta(cfg, path)
     if arch == "olmoe" and cfg.get("clip_qkv") is not None:
         raise ModelLoadError(path, f"clip_qkv ({cfg['clip_qkv']}) is not supported")
     if cfg.get("use_bidirectional_attention"):
@@ -129,7 +131,7 @@ def read_config(folder: Path) -> ModelConfig:
             **(local_rope(cfg, path, theta) if arch == "olmo3" and sliding else {}),
             **(query_scaling(cfg, path) if arch == "ministral3" else {}),
             **(cohere(cfg, path) if arch in COHERES else {}),
-            **convolutions,
+            **mixers,
             **sliding, activation=activation,
             num_kv_heads=integer(cfg, path, "num_key_value_heads", heads) or heads,
             head_dim=integer(cfg, path, "head_dim", 0), rotary_dim=rotary_dim, rope_theta=theta,

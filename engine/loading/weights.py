@@ -20,13 +20,14 @@ from engine.loading.quantization_config import read_quantization
 from engine.loading.quantized import plain_names, plain_shape, read_plain
 
 # Multimodal checkpoints' tensor name prefixes: the text model's, as a text-only model names them
-# (transformers' older layout and its newer), and the rest's, which are not read
+# (transformers' older layout and its newer), and the rest's, which are not read (with Qwen3.5's
+# multi-token prediction head)
 TEXT_PREFIXES = {"language_model.model.": "model.", "model.language_model.": "model.",
                  "language_model.lm_head.": "lm_head.", "model.text_model.": "model."}
 OTHER_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.",
                   "model.multi_modal_projector.", "visual.", "model.visual.",
                   "model.vision_model.", "model.connector.", "image_newline",
-                  "model.image_newline")
+                  "model.image_newline", "mtp.")
 # Mixtral's router and experts: block_sparse_moe.gate and block_sparse_moe.experts.E.w1, w3, w2
 MIXTRAL_NAME = re.compile(r"(.*)\.block_sparse_moe\.(gate|experts\.\d+\.(w[123]))\.weight")
 MIXTRAL_PROJECTIONS = {"w1": "gate_proj", "w2": "down_proj", "w3": "up_proj"}

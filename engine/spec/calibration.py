@@ -290,17 +290,18 @@ def measure(runner, vocab_size: int, *, device: str, model: str, dtype: str, eps
     lanes_needed = max((1, *batch_shapes))
     tokens = [(7 * i + 3) % vocab_size for i in range(
         context + max((*query_sizes, *(1 + d for d in decode_drafts), lanes_needed)))]
-    reference = [LaneInput(base, tokens[context:context + 1], context, 1)]
+    # every timed token a guess: recurrent layers keep their state at the context's end
+    reference = [LaneInput(base, tokens[context:context + 1], context, 1, 1)]
 
     def decode(b: int, d: int) -> list[LaneInput]:  # b lanes, the first verifying d drafts
         # each lane a token of its own: a mixture of experts routes them apart, as it would
         # live lanes (the same token in every lane would read one lane's experts)
-        return ([LaneInput(base, tokens[context:context + 1 + d], context, 1 + d)]
-                + [LaneInput(base + i, [tokens[context + i]], context, 1) for i in range(1, b)])
+        return ([LaneInput(base, tokens[context:context + 1 + d], context, 1 + d, 1 + d)]
+                + [LaneInput(base + i, [tokens[context + i]], context, 1, 1) for i in range(1, b)])
 
     # (kind, key, the pass timed just before, the shape's pass): a batch with drafts follows the
     # same batch without them, so the drafts' increment, what goodput weighs, is measured paired.
-    shapes = ([("N", n, reference, [LaneInput(base, tokens[context:context + n], context, n)])
+    shapes = ([("N", n, reference, [LaneInput(base, tokens[context:context + n], context, n, n)])
                for n in query_sizes if n > 1]
               + [("B", b, reference, decode(b, 0)) for b in batch_shapes]
               + [("D", (b, d), decode(b, 0), decode(b, d))

@@ -113,7 +113,7 @@ class DraftModelDrafter:
             seq = seqs[i]
             valid = min(self._valid.get(seq.seq_id, 0), len(seq.token_ids) - 1)
             if valid:
-                valid = blocks.truncate(seq.seq_id, valid)
+                valid = self.runner.kv.truncate(seq.seq_id, valid)
             else:
                 valid = self._share_prefix(seq)
             self._texts[seq.seq_id] = seq.token_ids
@@ -134,7 +134,8 @@ class DraftModelDrafter:
                     i = index[lane.seq_id]
                     drafts[i].append(tokens[-1])
                     if len(drafts[i]) < ks[i]:
-                        next_lanes.append(LaneInput(lane.seq_id, [drafts[i][-1]], lane.end_pos, 1))
+                        next_lanes.append(LaneInput(lane.seq_id, [drafts[i][-1]], lane.end_pos, 1,
+                                                    guesses=1))
                 lanes = next_lanes
         except KVCacheFull:
             return [Draft([]) for _ in seqs]  # no room to draft: verify plainly this step
@@ -147,6 +148,8 @@ class DraftModelDrafter:
         whose draft KV holds it; the tokens it then holds (0: none shared)."""
         blocks = self.runner.kv.blocks
         blocks.free(seq.seq_id)
+        if self.runner.kv.recurrent is not None:  # nobody's state is at another's block's end
+            return 0
         source, shared = longest_held_prefix(seq.token_ids, (
             (other, text, self._valid[other]) for other, text in self._texts.items()
             if other != seq.seq_id and self._valid.get(other)))
@@ -158,7 +161,7 @@ class DraftModelDrafter:
             return
         # The draft KV holds drafts 1..k-1 (the last was never fed); the accepted ones are now
         # committed tokens, so they stay valid.
-        self._valid[seq.seq_id] = self.runner.kv.blocks.truncate(
+        self._valid[seq.seq_id] = self.runner.kv.truncate(
             seq.seq_id, context + min(accepted, drafted - 1))
 
     def release(self, seq_id: int) -> None:

@@ -40,24 +40,34 @@ EXPERTS = CONFIG.with_(num_experts=4, experts_per_token=2, expert_size=32,
 # LFM2's: a gated short convolution in place of the first layer's attention, q/k norms in the
 # second's
 CONVS = CONFIG.with_(qk_norm=True, conv_layers=(0,))
+# Qwen3.5's: gated DeltaNet in place of the first layer's attention (a state a sequence, kept
+# as of its last certain token), the second's output gated, norms by 1 + weight
+DELTAS = CONFIG.with_(qk_norm=True, gemma_norms=True, output_gate=True, conv_kernel=4,
+                      delta_layers=(0,), delta_key_heads=2, delta_value_heads=4, delta_key_dim=8,
+                      delta_value_dim=8)
 
 
 def _model(config, dtype):
     """The random model of `config`; a mixture's MLP weights 4x louder, so that what its
     experts add, and how the router weighs them, moves the greedy tokens, and a short
-    convolution's 5x, so that what it mixes in from the positions before does."""
-    louder = ".mlp." if config.num_experts else ".conv." if config.conv_layers else None
+    convolution's 5x and a DeltaNet's 2x, so that what they mix in from the positions before
+    does (forgetting the DeltaNet's state changes 49 of 90 greedy tokens; 5x as loud, no lane
+    would copy what it read, and drafts would never be accepted)."""
+    louder = next(((part, factor) for part, factor, present in (
+        (".mlp.", 4, config.num_experts), (".conv.", 5, config.conv_layers),
+        (".linear_attn.", 2, config.delta_layers)) if present), None)
     if louder is None:
         return LlamaModel.random(config, seed=0, dtype=dtype)
     tensors = LlamaModel.random(config, seed=0, dtype=torch.float64).hf_state_dict()
-    return LlamaModel.from_state_dict(config, {name: t * (4 if louder == ".mlp." else 5)
-                                               if louder in name else t
+    part, factor = louder
+    return LlamaModel.from_state_dict(config, {name: t * factor if part in name else t
                                                for name, t in tensors.items()}, dtype)
 
 
 MODELS = {(name, dtype): _model(config, dtype)
           for name, config in (("tiny", CONFIG), ("windowed", WINDOWED), ("experts", EXPERTS),
-                               ("cohere", COHERE), ("biased", BIASED), ("convs", CONVS))
+                               ("cohere", COHERE), ("biased", BIASED), ("convs", CONVS),
+                               ("deltas", DELTAS))
           for dtype in (torch.bfloat16, torch.float32, torch.float64)}
 CURVE = Calibration.make_dummy(knee=8)
 
@@ -97,7 +107,7 @@ def _alone(prompt: tuple, max_new: int, dtype) -> list[int]:
 
 # (not "experts": its loud experts turn fp32's rounding, which moves with the rows each expert
 # gets, into other greedy tokens; the fp64 property test below holds it to plain decoding)
-@pytest.mark.parametrize("model", ["tiny", "windowed", "convs"])
+@pytest.mark.parametrize("model", ["tiny", "windowed", "convs", "deltas"])
 @pytest.mark.parametrize("drafter", ["lookup", "self"])
 @pytest.mark.parametrize("ragged", ["packed", "padded"])
 def test_fp32_speculation_equals_plain_decoding(drafter, ragged, model):
@@ -291,7 +301,8 @@ _CASE = dict(lanes=st.lists(lane_strategy, min_size=1, max_size=4),
              drafter=st.sampled_from(["lookup", "self"]),
              ragged=st.sampled_from(["packed", "padded"]), chunk=st.sampled_from([5, 16, 64]),
              sampling=st.sampled_from([SamplingParams(), PENALIZED]),
-             model=st.sampled_from(["tiny", "windowed", "experts", "cohere", "biased", "convs"]))
+             model=st.sampled_from(["tiny", "windowed", "experts", "cohere", "biased", "convs",
+                                    "deltas"]))
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

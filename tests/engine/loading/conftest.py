@@ -116,7 +116,8 @@ def hf_tiny(arch: str, **overrides):
                "lfm2": ("Lfm2Config", "Lfm2ForCausalLM"),
                "lfm2_moe": ("Lfm2MoeConfig", "Lfm2MoeForCausalLM"),
                "lfm3": ("Lfm3Config", "Lfm3ForCausalLM"),
-               "helium": ("HeliumConfig", "HeliumForCausalLM")}
+               "helium": ("HeliumConfig", "HeliumForCausalLM"),
+               "qwen3_5": ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM")}
     config_cls, model_cls = (getattr(transformers, n) for n in classes[arch])
     kwargs = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
@@ -126,6 +127,9 @@ def hf_tiny(arch: str, **overrides):
         kwargs["head_dim"] = 24  # Qwen3's head_dim is its own field, not hidden / heads
     if arch == "helium":
         kwargs["head_dim"] = 16  # its default, 128, is its 2B's (whose o_proj takes hidden_size)
+    if arch == "qwen3_5":  # heads of 256, DeltaNet heads of 128 (16 and 32 of them) unless told
+        kwargs.update(head_dim=16, linear_key_head_dim=8, linear_value_head_dim=12,
+                      linear_num_key_heads=2, linear_num_value_heads=4)
     if arch in MIXTURES:  # four experts, two a token, so that tokens choose differently
         kwargs.update(MIXTURES[arch])
     if arch in ("phi3", "smollm3", "olmo2", "exaone4", "olmoe", "glm4"):

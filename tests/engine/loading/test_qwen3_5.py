@@ -1,0 +1,154 @@
+"""Qwen3.5: gated DeltaNet in three layers of four, gated attention in the others, from a Hugging
+Face folder (as it ships, with its vision tower and multi-token prediction head beside the text
+model), against transformers' own model; fed in pieces with guesses taken back, as speculation
+feeds it."""
+import json
+import random
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from engine.errors import ModelLoadError
+from engine.forward_batch import LaneInput
+from engine.kv_cache import PagedKVCache
+from engine.loading import load_model
+from engine.loading.hf_folder import read_config
+from engine.runner import ModelRunner
+
+from .conftest import VOCAB, engine_logits, hf_tiny, save_hf_folder
+
+PROMPT = [5, 70, 80, 100, 3, 9, 200, 150, 12, 13, 14, 40, 41, 42, 43, 44, 45, 46, 47, 48] * 2
+
+
+def hf_qwen3_5(**fields):
+    return hf_tiny("qwen3_5", **{"num_hidden_layers": 4} | fields)
+
+
+def reference(hf, prompt):
+    with torch.no_grad():  # (transformers' cache needs an attention layer to size its mask)
+        return hf(torch.tensor([prompt]), use_cache=False).logits[0].float()
+
+
+def load(hf, folder):
+    return load_model(str(save_hf_folder(hf, folder)), dtype="fp32", device="cpu")
+
+
+# as Qwen3.5 ships its RoPE: by sections (all alike where every position is text)
+SECTIONS = {"rope_type": "default", "rope_theta": 5000.0, "partial_rotary_factor": 0.25,
+            "mrope_section": [1, 1, 0], "mrope_interleaved": True}
+
+
+@pytest.mark.parametrize("fields, deltas", [
+    ({}, (0, 1, 2)),
+    ({"tie_word_embeddings": True, "layer_types": ["full_attention", "linear_attention"] * 2,
+      "linear_num_value_heads": 2, "rope_parameters": SECTIONS}, (1, 3))])
+def test_qwen3_5_matches_transformers(tmp_path, fields, deltas):
+    """A prompt of 40 tokens (the DeltaNet by chunks) and its first 12 (token by token)."""
+    hf = hf_qwen3_5(**fields)
+    loaded = load(hf, tmp_path / "qwen3_5")
+    c = loaded.config
+    assert (c.architecture, c.rotary_dim, c.conv_kernel, c.output_gate) == ("qwen3_5", 4, 4, True)
+    assert c.delta_layers == deltas
+    assert f"4 layers ({len(deltas)} gated DeltaNet)" in c.describe()
+    for prompt in (PROMPT, PROMPT[:12]):
+        torch.testing.assert_close(engine_logits(loaded.model, prompt), reference(hf, prompt),
+                                   atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("layout", ["packed", "padded"])
+def test_fed_in_pieces_with_guesses_taken_back_as_read_whole(tmp_path, layout):
+    """Two lanes fed a few tokens a pass across blocks of 4, each pass's last few tokens
+    guesses of which a random number are then kept (the rest taken back, as rejected drafts
+    are): every row's logits are those transformers gives the whole prompt."""
+    hf = hf_qwen3_5()
+    model = load(hf, tmp_path / "qwen3_5").model
+    prompts = [PROMPT, PROMPT[7:]]
+    expected = [reference(hf, prompt) for prompt in prompts]
+    kv = PagedKVCache(model.config, 64, 4, model.dtype, "cpu")
+    runner = ModelRunner(model, kv)
+    rng, done, passes = random.Random(0), [0, 0], 0
+    while done != [len(p) for p in prompts]:
+        lanes = []
+        for i, prompt in enumerate(prompts):
+            n = min(rng.randint(1, 6), len(prompt) - done[i])
+            if n:
+                lanes.append(LaneInput(i, prompt[done[i]:done[i] + n], done[i], n,
+                                       guesses=rng.randint(0, n - 1)))
+        for lane, logits in zip(lanes, runner.forward(lanes, layout).logits):
+            torch.testing.assert_close(logits, expected[lane.seq_id][lane.start_pos:lane.end_pos],
+                                       atol=1e-4, rtol=0)
+            kept = lane.end_pos - lane.guesses + rng.randint(0, lane.guesses)
+            done[lane.seq_id] = kv.truncate(lane.seq_id, kept)
+            assert done[lane.seq_id] == kept
+        passes += 1
+    assert passes > 8
+
+
+def test_a_sequence_goes_back_no_further_than_its_last_certain_token(tmp_path):
+    """Cut back past it, a sequence starts again from its first token (its state holds every
+    token up to there); a pass from anywhere else is refused, naming where it can go on."""
+    model = load(hf_qwen3_5(), tmp_path / "qwen3_5").model
+    kv = PagedKVCache(model.config, 32, 4)
+    runner = ModelRunner(model, kv)
+    runner.forward([LaneInput(0, PROMPT[:10], 0, 1, guesses=3)])
+    assert kv.recurrent.reach(0) == range(7, 11)
+    with pytest.raises(ValueError, match="from position 5, but .* only from positions 7 to 10"):
+        runner.forward([LaneInput(0, PROMPT[5:7], 5, 1)])
+    assert kv.truncate(0, 9) == 9  # a guess kept
+    assert kv.truncate(0, 6) == 0 and kv.recurrent.reach(0) == range(0, 1)
+    first = runner.forward([LaneInput(0, PROMPT[:12], 0, 1)]).logits[0]
+    torch.testing.assert_close(first, reference(hf_qwen3_5(), PROMPT[:12])[-1:], atol=1e-4,
+                               rtol=0)
+
+
+def test_a_fork_carries_the_state_and_a_freed_sequence_gives_its_slot_back(tmp_path):
+    model = load(hf_qwen3_5(), tmp_path / "qwen3_5").model
+    kv = PagedKVCache(model.config, 32, 4)
+    runner = ModelRunner(model, kv)
+    runner.forward([LaneInput(0, PROMPT[:10], 0, 1, guesses=2)])
+    kv.copy_sequence(0, 1, 9)
+    kv.truncate(0, 9)
+    nexts = runner.forward([LaneInput(0, PROMPT[9:12], 9, 3), LaneInput(1, PROMPT[9:12], 9, 3)])
+    torch.testing.assert_close(nexts.logits[0], nexts.logits[1], atol=0, rtol=0)
+    with pytest.raises(ValueError, match="cannot be forked at 3"):
+        kv.copy_sequence(0, 2, 3)
+    kv.blocks.free(1)
+    runner.forward([LaneInput(5, PROMPT[:2], 0, 1)])  # the next pass frees 1's slot for 5
+    assert kv.recurrent.capacity == 4 and kv.recurrent.reach(1) == range(0, 1)
+
+
+def test_qwen3_5_as_it_ships_loads_its_text_model(tmp_path):
+    """Qwen3_5ForConditionalGeneration: the text model under model.language_model, a vision
+    tower and an MTP head beside it (neither read)."""
+    transformers = pytest.importorskip("transformers")
+    text = hf_qwen3_5().config.to_dict()
+    vision = transformers.Qwen3_5VisionConfig(depth=1, hidden_size=32, intermediate_size=64,
+                                              num_heads=2, out_hidden_size=64, patch_size=4,
+                                              num_position_embeddings=16)
+    torch.manual_seed(0)
+    hf = transformers.Qwen3_5ForConditionalGeneration(transformers.Qwen3_5Config(
+        text_config=text, vision_config=vision.to_dict())).eval()
+    folder = save_hf_folder(hf, tmp_path / "qwen3_5_vl")
+    weights = folder / "model.safetensors"
+    tensors = load_file(weights)
+    assert any(name.startswith("model.visual.") for name in tensors)
+    save_file(tensors | {"mtp.fc.weight": torch.zeros(64, 128)}, weights,
+              metadata={"format": "pt"})
+    loaded = load_model(str(folder), dtype="fp32", device="cpu")
+    assert loaded.config.architecture == "qwen3_5" and loaded.config.vocab_size == VOCAB
+    with torch.no_grad():
+        expected = hf(input_ids=torch.tensor([PROMPT]), use_cache=False).logits[0].float()
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT), expected, atol=1e-4, rtol=0)
+
+
+def test_a_config_without_layer_types_attends_every_fourth_layer_and_bad_ones_are_named(
+        tmp_path):
+    folder = save_hf_folder(hf_qwen3_5(num_hidden_layers=8), tmp_path / "qwen3_5")
+    cfg = json.loads((folder / "config.json").read_text())
+    del cfg["layer_types"]
+    (folder / "config.json").write_text(json.dumps(cfg))
+    assert read_config(folder).delta_layers == (0, 1, 2, 4, 5, 6)
+    (folder / "config.json").write_text(json.dumps(cfg | {"layer_types": ["mamba"] * 8}))
+    with pytest.raises(ModelLoadError, match=r"config\.json.*layer_types must name each of the 8"):
+        read_config(folder)
