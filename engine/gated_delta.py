@@ -158,7 +158,8 @@ def _chunked(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Te
     pairwise = (log_decay[..., :, None] - log_decay[..., None, :]).masked_fill(~lower, -torch.inf
                                                                              ).exp()
     k_beta = k * beta[..., None]
-    system = ((k_beta @ k.transpose(-1, -2)) * pairwise).tril(-1) + torch.eye(size, device=q.device)
+    # I + the strictly lower part: solve_triangular reads the lower triangle, its diagonal as ones
+    system = (k_beta @ k.transpose(-1, -2)) * pairwise
     written = torch.linalg.solve_triangular(system, v * beta[..., None], upper=False,
                                             unitriangular=True)
     recalled = torch.linalg.solve_triangular(system, k_beta * log_decay.exp()[..., None],

@@ -9,12 +9,17 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from engine.controls import Controls
+from engine.engine import Engine
 from engine.errors import ModelLoadError
 from engine.forward_batch import LaneInput
 from engine.kv_cache import PagedKVCache
 from engine.loading import load_model
 from engine.loading.hf_folder import read_config
 from engine.runner import ModelRunner
+from engine.spec.calibration import Calibration
+from engine.swarm.agent import Agent
+from engine.swarm.config import SwarmConfig
 
 from .conftest import VOCAB, engine_logits, hf_tiny, save_hf_folder
 
@@ -152,3 +157,34 @@ def test_a_config_without_layer_types_attends_every_fourth_layer_and_bad_ones_ar
     (folder / "config.json").write_text(json.dumps(cfg | {"layer_types": ["mamba"] * 8}))
     with pytest.raises(ModelLoadError, match=r"config\.json.*layer_types must name each of the 8"):
         read_config(folder)
+
+
+def test_a_qwen3_5_swarm_writes_with_drafts_what_it_writes_without(tmp_path, monkeypatch):
+    """Agents decoding greedily, in and out of tool calls, self-drafting 4 tokens a step (their
+    guesses folded into the DeltaNet's state once accepted, taken back otherwise), emit the
+    tokens they emit without drafts; no agent starts from another's prompt blocks, as none
+    could go on from them."""
+    loaded = load(hf_qwen3_5(), tmp_path / "qwen3_5")
+    emitted, on_tokens = {}, Agent.on_tokens
+
+    def recorded(agent, token_ids, *args):
+        emitted.setdefault(agent.id, []).extend(token_ids)
+        return on_tokens(agent, token_ids, *args)
+    monkeypatch.setattr(Agent, "on_tokens", recorded)
+    runs = {}
+    for policy in ("off", "fixed"):
+        emitted = {}
+        engine = Engine(loaded, SwarmConfig(seed=3, clock="virtual", max_context=160,
+                                            temperature=0.0),
+                        Controls(swarm_size=6, tool_latency_s=0.3, policy=policy, k=4,
+                                 drafter="self", mix={"chat": 1.0, "json": 1.0}),
+                        calibration=Calibration.make_dummy())
+        engine.run(steps=120)
+        totals = engine.totals.snapshot()
+        assert engine.kv_usage().shared_tokens == 0 and not engine.scheduler.share_prefixes
+        runs[policy] = (emitted, sum(totals.accepted.values()))
+    (plain, _), (drafted, accepted) = runs["off"], runs["fixed"]
+    assert accepted > 20
+    for agent, tokens in drafted.items():
+        shorter = min(len(tokens), len(plain[agent]))
+        assert shorter > 80 and tokens[:shorter] == plain[agent][:shorter]
