@@ -188,3 +188,25 @@ def test_a_qwen3_5_swarm_writes_with_drafts_what_it_writes_without(tmp_path, mon
     for agent, tokens in drafted.items():
         shorter = min(len(tokens), len(plain[agent]))
         assert shorter > 80 and tokens[:shorter] == plain[agent][:shorter]
+
+
+def test_a_passs_lanes_take_the_first_slots_their_states_and_rows_moving_with_them(tmp_path):
+    """Three sequences, then passes of some of them in another order: each pass's lanes hold
+    the first slots (its layers read the states in place), and every row's logits are still
+    transformers' for the whole prompt."""
+    hf = hf_qwen3_5()
+    model = load(hf, tmp_path / "qwen3_5").model
+    prompts = [PROMPT, PROMPT[3:], PROMPT[11:]]
+    expected = [reference(hf, prompt) for prompt in prompts]
+    kv = PagedKVCache(model.config, 64, 4)
+    runner = ModelRunner(model, kv)
+    done = [0, 0, 0]
+    for order, size in (([0, 1, 2], 5), ([2, 1], 3), ([1, 0, 2], 2), ([2], 4), ([0, 2], 3)):
+        lanes = [LaneInput(i, prompts[i][done[i]:done[i] + size], done[i], size, guesses=1)
+                 for i in order]
+        for lane, logits in zip(lanes, runner.forward(lanes).logits):
+            torch.testing.assert_close(logits, expected[lane.seq_id][lane.start_pos:lane.end_pos],
+                                       atol=1e-4, rtol=0)
+            done[lane.seq_id] = kv.truncate(lane.seq_id, lane.end_pos)  # the guess kept
+        assert sorted(kv.recurrent._slot[i] for i in order) == list(range(len(order)))
+    assert kv.recurrent.capacity == 4
