@@ -12,7 +12,10 @@ templates that hold its marker:
   after any text;
 - Granite 3's: <|tool_call|> and a JSON list of {"name", "arguments"}, after any text;
 - pythonic (LFM2's): a Python list of calls, name(argument=value, ...), between
-  <|tool_call_start|> and <|tool_call_end|>, anywhere in the answer.
+  <|tool_call_start|> and <|tool_call_end|>, anywhere in the answer;
+- XML (Qwen3.5's and Qwen3-Coder's): each call <function=name> with an element
+  <parameter=argument>value</parameter> an argument, between <tool_call> tags, anywhere in the
+  answer; a value is text, read as JSON where its tool's schema types it otherwise.
 A model writes what it likes: an answer that is not well-formed calls in its form (not JSON, no
 name, a call cut short) is text, as the model wrote it. Where a request forces a call
 (tool_choice), the answer is held to calls in its model's form (`grammar`, output_format.py),
@@ -69,6 +72,10 @@ class CallForm:
         """Lark rules whose `calls` is one call of the `tools` in this form (one or more, where
         `parallel`); `tag(text)` names a tag as the tokenizer has it."""
         raise NotImplementedError
+
+    def for_tools(self, tools: list[dict]) -> "CallForm":
+        """This form as it reads the calls of a request offering `tools`."""
+        return self
 
     def call(self, value) -> ToolCall | None:
         """A parsed JSON value as a call: an object with a name, and arguments (or parameters,
@@ -283,16 +290,106 @@ class PythonicCalls(TaggedCalls):
         return "\n".join(rules)
 
 
-def _arguments(items: list[str], required: int) -> str:
-    """The first `required` of `items` in order, then any of the rest in order, ", " between."""
+class XmlCalls(TaggedCalls):
+    """Each call <function=NAME>, then <parameter=KEY>value</parameter> an argument (a newline
+    after the opening tag and before the closing one, as the templates write them, not part of
+    the value), one call between each pair of <tool_call> tags: Qwen3.5's and Qwen3-Coder's
+    form. A value is text; an argument its tool's schema types as anything but a string is read
+    as JSON (or a Python literal), as vLLM's qwen3_coder parser reads it."""
+    name = "<function=...> and <parameter=...> values in <tool_call> tags"
+    marker = "<function="
+    _FUNCTION = re.compile(r"\s*<function=([^>\n]+)>(.*?)</function>\s*", re.S)
+    _PARAMETER = re.compile(r"\s*<parameter=([^>\n]+)>(.*?)</parameter>\s*", re.S)
+
+    def __init__(self, tools: list[dict] = ()) -> None:
+        # each tool's parameters' schemas, which type its arguments' values
+        self._schemas = {tool["function"]["name"]: _parameters(tool).get("properties") or {}
+                         for tool in tools}
+
+    def for_tools(self, tools: list[dict]) -> "XmlCalls":
+        return XmlCalls(tools)
+
+    def block_calls(self, body: str) -> list[ToolCall] | None:
+        """The one call between a pair of tags; None where it is not that."""
+        call = self._FUNCTION.fullmatch(body)
+        if call is None:
+            return None
+        name, inside = call.group(1).strip(), call.group(2)
+        schemas, arguments, at = self._schemas.get(name, {}), {}, 0
+        for parameter in self._PARAMETER.finditer(inside):
+            if parameter.start() != at:
+                return None  # text between the parameters
+            key, at = parameter.group(1).strip(), parameter.end()
+            value = parameter.group(2).removeprefix("\n").removesuffix("\n")
+            arguments[key] = _typed(value, schemas.get(key))
+        if inside[at:].strip():
+            return None
+        return [ToolCall(name, json.dumps(arguments, ensure_ascii=False), self.new_id())]
+
+    def grammar(self, tools: list[dict], parallel: bool, tag: Callable[[str], str]) -> str:
+        """Each tool's call with its arguments in the order its schema lists them (those it
+        requires, then any of the others), a string's value any text up to the closing tag and
+        the others' JSON under their schemas; a tool whose parameters name none takes any
+        arguments as text."""
+        more = f" ({NEWLINE} block)*" if parallel else ""
+        rules = [f"calls: block{more}",
+                 f"block: {tag(self.OPEN)} {NEWLINE} call {NEWLINE} {tag(self.CLOSE)}",
+                 "call: " + " | ".join(f"call{i}" for i in range(len(tools))),
+                 # a value ends at its first closing tag: text that ends in it and holds it
+                 # nowhere before (llguidance's lexer does not go back on a longer match, and
+                 # a lazy /...*?/ lost the special tokens after it)
+                 r"TEXT: /(.|\n)*\n<\/parameter>/ & ~/(.|\n)*\n<\/parameter>(.|\n)+/",
+                 r'any: "<parameter=" /[A-Za-z_][A-Za-z0-9_]*/ ">\n" TEXT "\n"']
+        for i, tool in enumerate(tools):
+            parameters = _parameters(tool)
+            properties = parameters.get("properties") or {}
+            required = [name for name in properties if name in parameters.get("required", [])]
+            ordered = required + [name for name in properties if name not in required]
+            items = [f"arg{i}_{k}" for k in range(len(ordered))]
+            rules += [f"{item}: {json.dumps(f'<parameter={name}>' + chr(10))} "
+                      + ("TEXT" if _is_text(properties[name]) else
+                         f'{json_rule(properties[name], CALL_SPACING)} {NEWLINE} "</parameter>"')
+                      + f" {NEWLINE}" for item, name in zip(items, ordered)]
+            arguments = _arguments(items, len(required), "") if properties else "any*"
+            rules.append(f"call{i}: {json.dumps('<function=' + tool['function']['name'] + '>')} "
+                         f"{NEWLINE} {arguments} \"</function>\"")
+        return "\n".join(rules)
+
+
+def _is_text(schema: dict | None) -> bool:
+    """Whether a parameter's value is written as it is (a string, or a schema that says no
+    type), not as JSON."""
+    kinds = (schema or {}).get("type")
+    return not kinds or "string" in ([kinds] if isinstance(kinds, str) else kinds)
+
+
+def _typed(value: str, schema: dict | None):
+    """An XML call's argument value as its schema types it: text for a string (or where the
+    tool names no such parameter), else JSON or a Python literal where it reads as one."""
+    if schema is None or _is_text(schema) and schema.get("type"):
+        return value
+    for read in (json.loads, ast.literal_eval):
+        try:
+            return read(value)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            continue
+    return value
+
+
+def _arguments(items: list[str], required: int, separator: str = '", "') -> str:
+    """The first `required` of `items` in order, then any of the rest in order, `separator`
+    between."""
     def after(start: int) -> str:
-        return " ".join(f'(", " {item})?' for item in items[start:])
+        return " ".join(f"({separator} {item})?" if separator else f"{item}?"
+                        for item in items[start:])
+    glue = f" {separator} " if separator else " "
     if required:
-        return " \", \" ".join(items[:required]) + " " + after(required)
+        return glue.join(items[:required]) + " " + after(required)
     return "(" + " | ".join(f"{item} {after(k + 1)}" for k, item in enumerate(items)) + ")?"
 
 
-FORMS = (TaggedCalls(), JsonCalls(), NamedCalls(), ListedCalls(), GraniteCalls(),
+# (XML's templates hold <tool_call> too: asked before the tagged form)
+FORMS = (XmlCalls(), TaggedCalls(), JsonCalls(), NamedCalls(), ListedCalls(), GraniteCalls(),
          PythonicCalls())
 
 

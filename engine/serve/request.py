@@ -238,10 +238,11 @@ def _tools(body: dict, tokenizer) -> tuple[list[dict] | None, CallForm | None,
         raise RequestError(f"tools: not supported by this model: its chat template"
                            f"{f' ({source})' if source else ''} asks for tool calls in no form "
                            "this server reads (JSON in <tool_call> tags, as Qwen2.5, Qwen3 and "
-                           "Hermes write them; a JSON object for an answer, as Llama 3.1-3.3; "
-                           "[TOOL_CALLS] and a list, as Mistral; [TOOL_CALLS]name[ARGS], as "
-                           "Devstral)")
-    return tools, form, forced
+                           "Hermes write them; <function=...> in <tool_call> tags, as Qwen3.5; "
+                           "a JSON object for an answer, as Llama 3.1-3.3; [TOOL_CALLS] and a "
+                           "list, as Mistral; [TOOL_CALLS]name[ARGS], as Devstral; a Python "
+                           "list, as LFM2)")
+    return tools, form.for_tools(tools), forced
 
 
 def _chat_prompt(body: dict, tokenizer, tools: list[dict] | None) -> str:

@@ -75,6 +75,22 @@ LFM2 = ("{% if tools %}<|im_start|>system\nList of tools: <|tool_list_start|>["
         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 LFM2_TAGS = ("<|tool_call_start|>", "<|tool_call_end|>")
 LFM2_CALL = '<|tool_call_start|>[read_file(path="a.py")]<|tool_call_end|>'
+# Qwen3.5's, in brief: the tools and the form of a call in the system turn, an assistant's calls
+# written back as XML (a value as text, or as JSON where it is not a string), tool results in the
+# user's turn
+QWEN35 = ("{% if tools %}<|im_start|>system\n<tools>{% for tool in tools %}\n{{ tool | tojson }}"
+          "{% endfor %}\n</tools>\nCall one as <tool_call>\n<function=NAME>\n<parameter=KEY>\n"
+          "VALUE\n</parameter>\n</function>\n</tool_call><|im_end|>\n{% endif %}"
+          "{% for m in messages %}{% if m.role == 'tool' %}<|im_start|>user\n<tool_response>\n"
+          "{{ m.content }}\n</tool_response><|im_end|>\n{% else %}<|im_start|>{{ m.role }}\n"
+          "{{ m.content or '' }}{% for call in m.tool_calls or [] %}<tool_call>\n<function="
+          "{{ call.function.name }}>\n{% for key, value in call.function.arguments | items %}"
+          "<parameter={{ key }}>\n{{ value if value is string else value | tojson }}\n"
+          "</parameter>\n{% endfor %}</function>\n</tool_call>{% endfor %}<|im_end|>\n"
+          "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+          "{% endif %}")
+QWEN35_CALL = "<tool_call>\n<function=read_file>\n<parameter=path>\na.py\n</parameter>\n" \
+    "</function>\n</tool_call>"
 # Granite 3's, in brief: past calls and tool answers in roles of its own, no 'tool' role
 GRANITE = ("{% if tools %}<|start_of_role|>available_tools<|end_of_role|>{% for tool in tools %}"
            "\n{{ tool | tojson }}{% endfor %}<|end_of_text|>\n{% endif %}"

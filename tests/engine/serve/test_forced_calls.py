@@ -9,8 +9,8 @@ from engine.loading import load_model
 from engine.serve.request import ApiRequest, RequestError
 from tests.engine.serve.serving import (ASK, CALL_TEXT, DEVSTRAL, DEVSTRAL_CALL, GRANITE,
                                         GRANITE_CALL, HERMES, LFM2, LFM2_CALL, LFM2_TAGS, LLAMA,
-                                        LLAMA_CALL, MISTRAL, MISTRAL_CALL, TOOLS, call_tokenizer,
-                                        serving, thinker)
+                                        LLAMA_CALL, MISTRAL, MISTRAL_CALL, QWEN35, QWEN35_CALL,
+                                        TOOLS, call_tokenizer, serving, thinker)
 
 LS = {"type": "function", "function": {"name": "ls", "parameters": {
     "type": "object", "properties": {"all": {"type": "boolean"}}, "required": ["all"],
@@ -91,6 +91,38 @@ def test_a_required_lfm2_calls_arguments_are_those_required_then_any_others(tmp_
     for call in ('grep(path="a")', 'grep()', 'grep(path="a", pattern="x")',
                  'grep(pattern="x", limit=3, path="a")', 'grep(pattern="x", limit="3")'):
         assert not takes(call), call
+
+
+def test_a_required_qwen3_5_call_is_xml_of_a_tool_offered(tmp_path):
+    """Each argument an element in its schema's order, those required first; a string's value
+    any text (markup and newlines too) up to its closing tag, the others' JSON under their
+    schemas."""
+    tokenizer = call_tokenizer(tmp_path, QWEN35)
+    request, takes = held_to(tokenizer, tool_choice="required")
+    assert takes(QWEN35_CALL) and not takes("It holds x = 1.")
+    assert takes(QWEN35_CALL.replace("a.py", "<b>a\n.py</b>"))
+    assert takes(QWEN35_CALL.replace("<parameter=path>\na.py\n</parameter>\n", ""))
+    ls_call = QWEN35_CALL.replace("read_file", "ls").replace("path>\na.py", "all>\ntrue")
+    assert takes(ls_call) and takes(QWEN35_CALL + "\n" + ls_call)  # parallel calls
+    for wrong in (ls_call.replace("true", "yes"), ls_call.replace("all>", "any>"),
+                  QWEN35_CALL.replace("read_file", "write_file"),
+                  ls_call.replace("<parameter=all>\ntrue\n</parameter>\n", "")):  # required
+        assert not takes(wrong), wrong
+    [read] = request.tool_form.split(QWEN35_CALL)[1]
+    assert (read.name, json.loads(read.arguments)) == ("read_file", {"path": "a.py"})
+    [ls] = request.tool_form.split(ls_call)[1]
+    assert json.loads(ls.arguments) == {"all": True}  # typed by the request's tools
+    _, takes_ls = held_to(tokenizer, tool_choice={"type": "function", "function": {"name": "ls"}})
+    assert takes_ls(ls_call) and not takes_ls(QWEN35_CALL)
+    _, one = held_to(tokenizer, tool_choice="required", parallel_tool_calls=False)
+    assert not one(QWEN35_CALL + "\n" + ls_call)
+    # a tool whose parameters name none takes any arguments, as text
+    now = ApiRequest.parse({"messages": ASK, "tools": [{"type": "function", "function": {
+        "name": "now"}}], "tool_choice": "required"}, tokenizer, 4096).output_format
+    for call, takes_it in (("", True), ("<parameter=tz>\nUTC\n</parameter>\n", True),
+                           ("tz=UTC\n", False)):
+        ids = tokenizer.encode(f"<tool_call>\n<function=now>\n{call}</function>\n</tool_call>")
+        assert (now.copy().allowed(ids) == len(ids)) == takes_it, call
 
 
 def test_one_call_unless_parallel_calls_are_allowed(tmp_path):

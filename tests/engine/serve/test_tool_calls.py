@@ -9,7 +9,7 @@ import pytest
 from engine.errors import ModelLoadError
 from engine.loading import load_model
 from engine.serve.call_forms import (CallStream, GraniteCalls, JsonCalls, ListedCalls,
-                                     NamedCalls, PythonicCalls, TaggedCalls, form_of)
+                                     NamedCalls, PythonicCalls, TaggedCalls, XmlCalls, form_of)
 from engine.serve.http_api import ApiServer
 from engine.serve.request import ApiRequest, RequestError
 from engine.serve.tool_calls import template_calls
@@ -17,8 +17,8 @@ from engine.tokenizer import ByteTokenizer, Tokenizer
 from tests.engine.loading.conftest import make_tokenizer_json
 from tests.engine.serve.serving import (ASK, CALL_TEXT, DEVSTRAL, DEVSTRAL_CALL, GRANITE,
                                         GRANITE_CALL, HERMES, LFM2, LFM2_CALL, LFM2_TAGS, LLAMA,
-                                        LLAMA_CALL, MISTRAL, MISTRAL_CALL, TOOLS, call_tokenizer,
-                                        scripted_client, serving)
+                                        LLAMA_CALL, MISTRAL, MISTRAL_CALL, QWEN35, QWEN35_CALL,
+                                        TOOLS, call_tokenizer, scripted_client, serving)
 
 QWEN3_TOOLS = HERMES + "{# strips </think> from past answers #}"
 split_calls = TaggedCalls().split
@@ -198,6 +198,68 @@ def test_an_lfm2_models_past_calls_go_back_into_its_answers_text(tmp_path):
     assert (call.name, json.loads(call.arguments)) == ("read_file", arguments)
 
 
+# a tool whose arguments are typed: read back as their schema says, text kept as written
+WRITE = {"type": "function", "function": {"name": "write", "parameters": {
+    "type": "object", "properties": {
+        "path": {"type": "string"}, "count": {"type": "integer"}, "force": {"type": "boolean"},
+        "meta": {"type": "object"}, "lines": {"type": "array"}, "note": {"type": ["string", "null"]},
+        "any": {}}}}}
+
+
+@pytest.mark.parametrize("text, content, calls", [
+    (QWEN35_CALL, "", [("read_file", {"path": "a.py"})]),
+    ("Let me look.\n\n" + QWEN35_CALL + "\n" + QWEN35_CALL.replace("a.py", "b.py"),
+     "Let me look.\n\n\n", [("read_file", {"path": "a.py"}), ("read_file", {"path": "b.py"})]),
+    # typed by the schema; text as written (its inner newlines and markup kept); compact
+    ("<tool_call>\n<function=write>\n<parameter=path>\n 001 <b>\nx\n</parameter>\n"
+     "<parameter=count>\n2\n</parameter><parameter=force>true</parameter>\n"
+     '<parameter=meta>\n{"a": [1]}\n</parameter>\n<parameter=lines>\n[1, "x"]\n</parameter>\n'
+     "<parameter=note>\n12\n</parameter>\n<parameter=any>\n1.5\n</parameter>\n"
+     "<parameter=extra>\n3\n</parameter>\n</function>\n</tool_call>", "",
+     [("write", {"path": " 001 <b>\nx", "count": 2, "force": True, "meta": {"a": [1]},
+                 "lines": [1, "x"], "note": "12", "any": 1.5, "extra": "3"})]),
+    ("<tool_call>\n<function=ls>\n</function>\n</tool_call>", "", [("ls", {})]),
+    ("<tool_call>\n<function=ls>\nall\n</function>\n</tool_call>", None, []),  # no element
+    ("<tool_call>\n<function=ls>\n<parameter=a>\nx\n</function>\n</tool_call>", None, []),
+    ('<tool_call>\n{"name": "ls", "arguments": {}}\n</tool_call>', None, []),  # Hermes' form
+    (QWEN35_CALL[:-20], None, []),  # cut short
+])
+def test_a_qwen3_5_answer_writes_its_calls_as_xml(text, content, calls):
+    _reads(XmlCalls().for_tools(TOOLS + [WRITE]), text, content, calls)
+
+
+@pytest.mark.parametrize("step", [1, 5])
+def test_a_qwen3_5_stream_never_sends_part_of_a_call(step):
+    answer = "Let me <look>. " + QWEN35_CALL
+    stream, sent = CallStream(XmlCalls()), []
+    for i in range(0, len(answer), step):
+        sent.append(stream.add(answer[i:i + step]))
+    rest, calls = stream.end()
+    assert "".join(sent) + rest == "Let me <look>. " and "<tool" not in "".join(sent)
+    assert [c.name for c in calls] == ["read_file"]
+
+
+def test_a_qwen3_5_models_past_calls_go_back_as_it_writes_them(tmp_path):
+    """Its template writes an assistant's calls back as XML, each argument an element (arguments
+    as an object: template_calls), and they read back as the calls they were."""
+    tokenizer = call_tokenizer(tmp_path, QWEN35)
+    arguments = {"path": "a.py", "count": 3, "force": False, "meta": {"x": [1]}}
+    request = ApiRequest.parse({"messages": ASK + [
+        {"role": "assistant", "content": "", "tool_calls": [{
+            "id": "call_1", "type": "function",
+            "function": {"name": "write", "arguments": json.dumps(arguments)}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "done"}], "tools": TOOLS + [WRITE]},
+        tokenizer, 4096)
+    assert isinstance(request.tool_form, XmlCalls)
+    prompt = tokenizer.decode(request.prompt_ids)
+    assert ("<tool_call>\n<function=write>\n<parameter=path>\na.py\n</parameter>\n"
+            "<parameter=count>\n3\n</parameter>\n") in prompt
+    start = prompt.index("<tool_call>\n<function=write>")
+    block = prompt[start:prompt.index("</tool_call>", start) + len("</tool_call>")]
+    [call] = request.tool_form.split(block)[1]
+    assert (call.name, json.loads(call.arguments)) == ("write", arguments)
+
+
 def test_a_granite_models_call_comes_back_and_goes_back_in_its_templates_roles(tmp_path):
     """Granite 3's templates have no tool role and leave an assistant's tool_calls out: the
     calls go back as an assistant_tool_call message, the answer as a tool_response one."""
@@ -254,6 +316,7 @@ def test_a_template_asks_for_the_form_its_marker_names():
     assert isinstance(form_of(DEVSTRAL), NamedCalls)  # its template holds [TOOL_CALLS] too
     assert isinstance(form_of(GRANITE), GraniteCalls) and isinstance(form_of(LFM2), PythonicCalls)
     assert isinstance(form_of(HERMES), TaggedCalls) and isinstance(form_of(LLAMA), JsonCalls)
+    assert isinstance(form_of(QWEN35), XmlCalls)  # its template holds <tool_call> too
     assert form_of(None) is None and form_of("{{ messages[0].content }}") is None
 
 
