@@ -21,7 +21,7 @@ import torch
 from engine.controls import CATEGORIES, ControlMailbox, Controls
 from engine.devices import dtype_name, free_memory_bytes, others_cpu_seconds, set_cpu_threads
 from engine.errors import SwarmscopeError
-from engine.kv_cache import PagedKVCache
+from engine.kv_cache import PagedKVCache, recurrent_bytes_per_sequence
 from engine.native_memory import MemoryTrimmer
 from engine.runner import ModelRunner
 from engine.sequence import Sequence
@@ -105,10 +105,12 @@ class Engine:
         machine then preempts more, where a cache past the memory would swap the machine or get
         the process killed. Fewer than one agent's full context is an error."""
         per_block = PagedKVCache.bytes_per_block(loaded.config, config.block_size, loaded.dtype)
-        tokens = config.kv_tokens or max_context * max(
-            1, self.controls.swarm_size + config.client_lanes)
+        lanes = max(1, self.controls.swarm_size + config.client_lanes)
+        tokens = config.kv_tokens or max_context * lanes
         blocks = -(-tokens // config.block_size)
         free = free_memory_bytes(loaded.device)
+        if free is not None:  # (a recurrent model's lanes each hold states beside their blocks)
+            free -= lanes * recurrent_bytes_per_sequence(loaded.config, loaded.dtype)
         if config.kv_tokens is None and free is not None and blocks * per_block > KV_SHARE * free:
             blocks = int(KV_SHARE * free) // per_block
             if blocks * config.block_size < max_context:

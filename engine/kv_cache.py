@@ -15,6 +15,13 @@ from engine.gated_delta import row_width
 from engine.recurrent_state import RecurrentStates
 
 
+def recurrent_bytes_per_sequence(config: ModelConfig, dtype: torch.dtype) -> int:
+    """What a sequence holds beside its blocks: its recurrent layers' states (none where the
+    model has none)."""
+    return RecurrentStates.bytes_for(config, row_width(config), dtype) if config.delta_layers \
+        else 0
+
+
 class PagedKVCache:
     def __init__(self, config: ModelConfig, num_blocks: int, block_size: int = 16,
                  dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> None:
@@ -64,19 +71,26 @@ class PagedKVCache:
 
     @property
     def num_bytes(self) -> int:
-        return self.bytes_per_block(self.config, self.block_size, self.dtype) * \
-            self.blocks.num_blocks
+        """The whole cache: its blocks, and the recurrent states' slots made so far."""
+        return self._block_bytes * self.blocks.num_blocks + self._recurrent("num_bytes")
 
     @property
     def held_bytes(self) -> int:
         """The cache's bytes sequences hold now (a block shared by several counted once)."""
-        return self.num_bytes // self.blocks.num_blocks * (self.blocks.num_blocks
-                                                          - self.blocks.num_free_blocks)
+        return (self._block_bytes * (self.blocks.num_blocks - self.blocks.num_free_blocks)
+                + self._recurrent("held_bytes"))
 
     @property
     def peak_bytes(self) -> int:
-        """The most of the cache held at once."""
-        return self.num_bytes // self.blocks.num_blocks * self.blocks.peak_blocks_held
+        """The most of the cache held at once (the blocks' peak and the states', each)."""
+        return self._block_bytes * self.blocks.peak_blocks_held + self._recurrent("peak_bytes")
+
+    @property
+    def _block_bytes(self) -> int:
+        return self.bytes_per_block(self.config, self.block_size, self.dtype)
+
+    def _recurrent(self, name: str) -> int:
+        return 0 if self.recurrent is None else getattr(self.recurrent, name)
 
     def truncate(self, seq_id: int, num_tokens: int) -> int:
         """Drop what `seq_id` holds past its first `num_tokens` tokens; the tokens it still holds:

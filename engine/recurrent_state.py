@@ -55,23 +55,39 @@ class RecurrentStates:
         self._layers = len(c.delta_layers)
         self._state_shape = (c.delta_value_heads, c.delta_key_dim, c.delta_value_dim)
         self._row_width = row_width
+        self.bytes_per_sequence = self.bytes_for(config, row_width, dtype)
         self.states = self.rows = torch.empty(0)
         self._grow(0)
         self._slot: dict[int, int] = {}      # seq_id -> slot
         self._certain: dict[int, int] = {}   # seq_id -> positions the state holds
         self._written: dict[int, int] = {}   # seq_id -> positions the ring's rows reach
         self._free: list[int] = []
+        self._peak = 0  # the most sequences held at once
 
     @property
     def capacity(self) -> int:
         return self.states.shape[1]
 
+    @staticmethod
+    def bytes_for(config: ModelConfig, row_width: int, dtype: torch.dtype) -> int:
+        """What a sequence holds here: its states (fp32) and its ring, every recurrent
+        layer's."""
+        c = config
+        ring = c.conv_kernel - 1 + MAX_GUESSES
+        return len(c.delta_layers) * (4 * c.delta_value_heads * c.delta_key_dim
+                                      * c.delta_value_dim + ring * row_width * dtype.itemsize)
+
     @property
-    def bytes_per_sequence(self) -> int:
-        """What a sequence holds here: its states and its ring, every recurrent layer's."""
-        return self._layers * (4 * self._state_shape[0] * self._state_shape[1]
-                               * self._state_shape[2]
-                               + self.ring * self._row_width * self.dtype.itemsize)
+    def num_bytes(self) -> int:
+        return self.capacity * self.bytes_per_sequence
+
+    @property
+    def held_bytes(self) -> int:
+        return len(self._slot) * self.bytes_per_sequence
+
+    @property
+    def peak_bytes(self) -> int:
+        return self._peak * self.bytes_per_sequence
 
     def reach(self, seq_id: int) -> range:
         """The positions `seq_id` can go on from (a pass may start at): its first, or between its
@@ -156,6 +172,7 @@ class RecurrentStates:
             self._free = list(range(self.capacity - 1, old - 1, -1))
         slot = self._slot[seq_id] = self._free.pop()
         self._certain[seq_id] = self._written[seq_id] = 0
+        self._peak = max(self._peak, len(self._slot))
         return slot
 
     def _to_front(self, seq_ids: list[int]) -> None:

@@ -13,7 +13,7 @@ from engine.controls import Controls
 from engine.engine import Engine
 from engine.errors import ModelLoadError
 from engine.forward_batch import LaneInput
-from engine.kv_cache import PagedKVCache
+from engine.kv_cache import PagedKVCache, recurrent_bytes_per_sequence
 from engine.loading import load_model
 from engine.loading.hf_folder import read_config
 from engine.runner import ModelRunner
@@ -210,3 +210,22 @@ def test_a_passs_lanes_take_the_first_slots_their_states_and_rows_moving_with_th
             done[lane.seq_id] = kv.truncate(lane.seq_id, lane.end_pos)  # the guess kept
         assert sorted(kv.recurrent._slot[i] for i in order) == list(range(len(order)))
     assert kv.recurrent.capacity == 4
+
+
+def test_the_caches_bytes_count_each_sequences_states_beside_its_blocks(tmp_path):
+    """A sequence holds, for each of the 3 DeltaNet layers, a state of 4 heads x 8 x 12 (fp32)
+    and a ring of 3 + 64 rows of q, k and v (2 x 2 x 8 + 4 x 12) and b and a (2 x 4)."""
+    model = load(hf_qwen3_5(), tmp_path / "qwen3_5").model
+    per_sequence = 3 * (4 * 8 * 12 * 4 + 67 * (32 + 48 + 8) * 4)
+    assert recurrent_bytes_per_sequence(model.config, torch.float32) == per_sequence
+    kv = PagedKVCache(model.config, 16, 4)
+    block = PagedKVCache.bytes_per_block(model.config, 4, torch.float32)
+    assert block == 4 * 2 * 2 * 16 * 4  # one attention layer's k and v alone
+    runner = ModelRunner(model, kv)
+    runner.forward([LaneInput(0, PROMPT[:10], 0, 1), LaneInput(1, PROMPT[:3], 0, 1)])
+    assert kv.held_bytes == 4 * block + 2 * per_sequence
+    assert kv.num_bytes == 16 * block + 4 * per_sequence  # room for 4 sequences' states made
+    kv.blocks.free(1)
+    runner.forward([LaneInput(0, PROMPT[10:11], 10, 1)])
+    assert kv.held_bytes == 3 * block + per_sequence
+    assert kv.peak_bytes == 4 * block + 2 * per_sequence
