@@ -16,7 +16,11 @@ NORM_EPS = {"cohere": "layer_norm_eps", "cohere2": "layer_norm_eps", "stablelm":
 TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3", "cohere", "cohere2", "starcoder2", "lfm2",
                    "lfm2_moe", "lfm3")
 # The share of a head RoPE turns where a config leaves it out (transformers' defaults)
-ROTARY_SHARES = {"stablelm": 0.25, "glm4": 0.5, "phi": 0.5, "nemotron": 0.5, "qwen3_5": 0.25}
+ROTARY_SHARES = {"stablelm": 0.25, "glm4": 0.5, "phi": 0.5, "nemotron": 0.5, "qwen3_5": 0.25,
+                 "qwen3_5_moe": 0.25}
+# The families with gated DeltaNet layers (hf_families.gated_delta)
+QWEN3_5 = ("qwen3_5", "qwen3_5_moe")
+QWEN3_5_SWITCHES = {"qk_norm": True, "gemma_norms": True, "output_gate": True}
 # architectures[0] in config.json -> (our architecture name, its switches).
 SUPPORTED = {
     "LlamaForCausalLM": ("llama", {}),
@@ -86,12 +90,16 @@ SUPPORTED = {
     # Qwen3.5: gated DeltaNet in three layers of four (layer_types), Qwen3's q/k norms in the
     # others, its attention's output gated, every norm by 1 + weight (Gemma's) but the
     # DeltaNet's own
-    "Qwen3_5ForCausalLM": ("qwen3_5", {"qk_norm": True, "gemma_norms": True,
-                                       "output_gate": True}),
+    "Qwen3_5ForCausalLM": ("qwen3_5", QWEN3_5_SWITCHES),
+    # Qwen3.5's, every MLP a mixture with Qwen2-MoE's gated shared expert
+    "Qwen3_5MoeForCausalLM": ("qwen3_5_moe", QWEN3_5_SWITCHES),
 }
 # transformers' config classes' defaults for the fields a config may leave out, where they are
 # not the reader's (hf_folder.py)
 LFM_ROPE = {"rope_theta": 1_000_000.0}
+QWEN3_5_DEFAULTS = {"head_dim": 256, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+                    "linear_value_head_dim": 128, "linear_num_key_heads": 16,
+                    "linear_num_value_heads": 32}
 CONFIG_DEFAULTS = {
     "lfm2": LFM_ROPE, "lfm2_moe": LFM_ROPE,
     "lfm3": {"head_dim": 128, "sliding_window": 256, "conv_L_cache": 7, "rope_parameters": {
@@ -99,9 +107,7 @@ CONFIG_DEFAULTS = {
         "full_attention": {"rope_type": "proportional", "rope_theta": 1_000_000.0,
                            "partial_rotary_factor": 0.5}}},
     "helium": {"head_dim": 128, "rms_norm_eps": 1e-8},
-    "qwen3_5": {"head_dim": 256, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
-                "linear_value_head_dim": 128, "linear_num_key_heads": 16,
-                "linear_num_value_heads": 32},
+    "qwen3_5": QWEN3_5_DEFAULTS, "qwen3_5_moe": QWEN3_5_DEFAULTS,
 }
 GRANITES = ("granite", "granitemoe", "granitemoehybrid")  # with Granite's scalars
 # A mixture's config field for its experts' width, and whether the chosen experts' weights are
@@ -109,7 +115,8 @@ GRANITES = ("granite", "granitemoe", "granitemoehybrid")  # with Granite's scala
 MIXTURES = {"mixtral": ("intermediate_size", True), "qwen2_moe": ("moe_intermediate_size", False),
             "qwen3_moe": ("moe_intermediate_size", False), "olmoe": ("intermediate_size", False),
             "granitemoe": ("intermediate_size", True),  # its softmax is over the chosen
-            "lfm2_moe": ("moe_intermediate_size", False)}
+            "lfm2_moe": ("moe_intermediate_size", False),
+            "qwen3_5_moe": ("moe_intermediate_size", True)}
 LLAVA_TEXT = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
               "qwen2": "Qwen2ForCausalLM"}
 # Models that also see images, whose text model loads alone: its architecture (or by its
@@ -140,6 +147,7 @@ MULTIMODAL = {
     "Lfm2VlForConditionalGeneration": ("Lfm2ForCausalLM", {}),  # LFM2-VL's LFM2
     # Qwen3.5 as it ships (it sees images), its RoPE by sections the plain one for text
     "Qwen3_5ForConditionalGeneration": ("Qwen3_5ForCausalLM", {}),
+    "Qwen3_5MoeForConditionalGeneration": ("Qwen3_5MoeForCausalLM", {}),
 }
 # transformers' LlamaConfig defaults, which LLaVA 1.5's text_config leaves to it
 LLAMA_DEFAULTS = {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,

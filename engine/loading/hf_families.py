@@ -32,7 +32,7 @@ def experts(cfg: dict, path: Path, arch: str, layers: int) -> dict:
         fields |= {"sigmoid_routing": True, "dense_layers": tuple(range(dense)),
                    "expert_bias": boolean(cfg, path, "use_expert_bias", True),
                    "routed_scaling": number(cfg, path, "routed_scaling_factor", 1.0)}
-    if arch == "qwen2_moe":
+    if arch in ("qwen2_moe", "qwen3_5_moe"):
         fields["shared_expert_size"] = integer(cfg, path, "shared_expert_intermediate_size")
     if arch in ("qwen2_moe", "qwen3_moe"):
         step = integer(cfg, path, "decoder_sparse_step", 1)

@@ -13,7 +13,8 @@ from engine.config import ModelConfig
 from engine.errors import ModelLoadError
 from engine.loading.architectures import (ACTIVATIONS, COHERES, CONFIG_DEFAULTS, GRANITE,
                                           GRANITES, LLAMA_DEFAULTS, MIXTURES, MULTIMODAL,
-                                          NORM_EPS, ROTARY_SHARES, SUPPORTED, TIED_BY_DEFAULT)
+                                          NORM_EPS, QWEN3_5, ROTARY_SHARES, SUPPORTED,
+                                          TIED_BY_DEFAULT)
 from engine.loading.config_fields import boolean, integer, number, read_json, token_ids
 from engine.loading.hf_families import (cohere, experts, gated_delta, gemma, granite_hybrid,
                                         liquid, local_rope, query_scaling)
@@ -88,7 +89,7 @@ def read_config(folder: Path) -> ModelConfig:
     mixers = {}  # the fields of the layers that do not attend
     if arch in ("lfm2", "lfm2_moe", "lfm3"):
         cfg, mixers = liquid(cfg, path, arch)
-    if arch == "qwen3_5":
+    if arch in QWEN3_5:
         cfg, mixers = gated_delta(cfg, path)
     if arch == "olmoe" and cfg.get("clip_qkv") is not None:
         raise ModelLoadError(path, f"clip_qkv ({cfg['clip_qkv']}) is not supported")

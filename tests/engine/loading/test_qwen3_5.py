@@ -123,6 +123,27 @@ def test_a_fork_carries_the_state_and_a_freed_sequence_gives_its_slot_back(tmp_p
     assert kv.recurrent.capacity == 4 and kv.recurrent.reach(1) == range(0, 1)
 
 
+def test_qwen3_5_moe_matches_transformers(tmp_path):
+    """Qwen3.5's layers with every MLP a mixture (4 experts, 2 a token, weights normalized) and
+    a gated shared expert, fed whole and in pieces with guesses taken back."""
+    hf = hf_tiny("qwen3_5_moe", num_hidden_layers=4)
+    loaded = load(hf, tmp_path / "qwen3_5_moe")
+    c = loaded.config
+    assert (c.architecture, c.delta_layers, c.num_experts, c.experts_per_token,
+            c.shared_expert_size, c.normalize_expert_weights, c.dense_layers) == (
+        "qwen3_5_moe", (0, 1, 2), 4, 2, 48, True, ())
+    expected = reference(hf, PROMPT)
+    torch.testing.assert_close(engine_logits(loaded.model, PROMPT), expected, atol=1e-4, rtol=0)
+    kv = PagedKVCache(c, 32, 4)
+    runner, done = ModelRunner(loaded.model, kv), 0
+    while done < len(PROMPT):
+        piece = PROMPT[done:done + 5]
+        lane = LaneInput(0, piece, done, len(piece), guesses=len(piece) - 1)
+        logits = runner.forward([lane]).logits[0]
+        torch.testing.assert_close(logits, expected[done:lane.end_pos], atol=1e-4, rtol=0)
+        done = kv.truncate(0, lane.end_pos - (len(piece) > 1))  # a guess taken back
+
+
 def test_qwen3_5_as_it_ships_loads_its_text_model(tmp_path):
     """Qwen3_5ForConditionalGeneration: the text model under model.language_model, a vision
     tower and an MTP head beside it (neither read)."""
