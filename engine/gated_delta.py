@@ -76,11 +76,10 @@ class GatedDeltaNet(nn.Module):
         # after them
         reach = plan.certain_mask.shape[1]
         mask = plan.certain_mask
-        held = states[:plan.lanes]  # the lanes' states, in slot order as the plan lists them
+        # the lanes' states, in slot order as the plan lists them, written over in place
         out, state = delta_rule(q[:, :reach], k[:, :reach], v[:, :reach],
                                 g[:, :reach] * mask[..., None], beta[:, :reach] * mask[..., None],
-                                held)
-        held.copy_(state)
+                                states[:plan.lanes], update=True)
         start = plan.before.shape[1] - (span - 1)  # the pass's first column
         out = out[:, start:]
         if plan.guess_mask is not None:  # the guesses, from there: their outputs alone
@@ -116,29 +115,36 @@ def row_width(config: ModelConfig) -> int:
     return 2 * c.delta_key_heads * c.delta_key_dim + c.delta_value_heads * (c.delta_value_dim + 2)
 
 
-def delta_rule(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor
-               ) -> tuple[Tensor, Tensor]:
+def delta_rule(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor,
+               update: bool = False) -> tuple[Tensor, Tensor]:
     """The gated delta rule over T positions of B sequences from `state`: q, k [B, T, H, Dk]
     (L2-normed, q scaled), v [B, T, H, Dv], g (log decay) and beta [B, T, H], state
-    [B, H, Dk, Dv], all fp32. A position with g = beta = 0 leaves the state as it was.
-    Returns (outputs [B, T, H, Dv], the state after the last position)."""
-    if q.shape[1] <= 1:
-        return _stepwise(q, k, v, g, beta, state)
-    return _chunked(q, k, v, g, beta, state, size=min(q.shape[1], CHUNK))
+    [B, H, Dk, Dv] (contiguous), all fp32. A position with g = beta = 0 leaves the state as it
+    was. Returns (outputs [B, T, H, Dv], the state after the last position), which is `state`
+    itself, written over, where `update`."""
+    if not q.shape[1]:  # none certain: a pass of guesses alone
+        return v[:, :0], state
+    if q.shape[1] == 1:
+        return _stepwise(q, k, v, g, beta, state if update else state.clone())
+    out, last = _chunked(q, k, v, g, beta, state, size=min(q.shape[1], CHUNK))
+    return out, state.copy_(last) if update else last
 
 
 def _stepwise(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor
               ) -> tuple[Tensor, Tensor]:
-    """Token by token, as the rule reads (a decode step's one position)."""
-    if not q.shape[1]:  # none certain: a pass of guesses alone
-        return v[:, :0], state
-    decay, outs = g.exp(), []
+    """Token by token, as the rule reads (a decode step's one position), writing over `state`:
+    S^T k and S^T q read in one pass over it, the decay and the write in two more (a state is
+    64 KB a head, and the passes over it are most of the step's time in these layers)."""
+    batch, _, heads, key = k.shape
+    outs = []
     for t in range(q.shape[1]):
-        state = state * decay[:, t, :, None, None]
-        recalled = (k[:, t, :, None, :] @ state)[:, :, 0]                  # [B, H, Dv]
-        delta = (v[:, t] - recalled) * beta[:, t, :, None]
-        state = state + k[:, t, :, :, None] * delta[:, :, None, :]
-        outs.append((q[:, t, :, None, :] @ state)[:, :, 0])
+        decay = g[:, t].exp()[..., None]                                  # [B, H, 1]
+        read = torch.stack((k[:, t], q[:, t]), dim=2) @ state             # [B, H, 2, Dv]
+        delta = (v[:, t] - read[:, :, 0] * decay) * beta[:, t, :, None]   # [B, H, Dv]
+        # o = S'^T q, S' = decay S + k delta^T
+        outs.append(read[:, :, 1] * decay + (k[:, t] * q[:, t]).sum(-1, keepdim=True) * delta)
+        state.mul_(decay[..., None]).view(batch * heads, key, -1).baddbmm_(
+            k[:, t].reshape(batch * heads, key, 1), delta.reshape(batch * heads, 1, -1))
     return torch.stack(outs, dim=1), state
 
 
