@@ -1,7 +1,8 @@
 """Answers held to a grammar, by llguidance (the grammar engine of llama.cpp, vLLM and SGLang): a
 JSON schema (OpenAI's `response_format`, a workload category's tool call) or calls of the tools a
-request forces (serve/call_forms.py writes their grammars), compiled once; a matcher per lane
-that follows its answer token by token; and the masks that keep the target's choice inside it.
+request forces (each call form writes its grammar: serve/call_forms.py), compiled once; a matcher
+per lane that follows its answer token by token; and the masks that keep the target's choice
+inside it.
 
 Speculation stays lossless: the target a lane is verified against is the model's distribution
 with the tokens the grammar forbids removed, at every row. Row j of a lane's logits follows its

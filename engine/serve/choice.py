@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from engine.serve.call_forms import CallStream, ToolCall
+from engine.serve.call_form import CallStream, ToolCall
 from engine.serve.completion import AnswerText, Completion
 from engine.serve.logprobs import AnswerLogprobs
 from engine.serve.reasoning import ReasoningSplit

@@ -12,7 +12,8 @@ from engine.errors import SwarmscopeError
 from engine.output_format import OutputFormat, json_rule, lark_tag
 from engine.sampling import SamplingParams
 from engine.sequence import Prediction
-from engine.serve.call_forms import CallForm, form_of
+from engine.serve.call_form import CallForm
+from engine.serve.call_forms import form_of
 from engine.serve.infill import NoInfill, infill_prompt
 from engine.serve.tool_calls import offered_tools, template_calls
 from engine.thinking import answer_format, json_answer, opened, reasons

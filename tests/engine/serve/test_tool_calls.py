@@ -8,8 +8,10 @@ import pytest
 
 from engine.errors import ModelLoadError
 from engine.loading import load_model
-from engine.serve.call_forms import (CallStream, GraniteCalls, JsonCalls, ListedCalls,
-                                     NamedCalls, PythonicCalls, TaggedCalls, XmlCalls, form_of)
+from engine.serve.call_form import CallStream
+from engine.serve.call_forms import form_of
+from engine.serve.json_calls import GraniteCalls, JsonCalls, ListedCalls, NamedCalls, TaggedCalls
+from engine.serve.keyword_calls import PythonicCalls, XmlCalls
 from engine.serve.http_api import ApiServer
 from engine.serve.request import ApiRequest, RequestError
 from engine.serve.tool_calls import template_calls
