@@ -12,6 +12,7 @@ from gguf import GGUFReader
 from engine import rope
 from engine.errors import ModelLoadError
 from engine.loading.architectures import NORM_EPS, SUPPORTED
+from engine.loading.gguf_delta import DELTA_ARCHITECTURES, delta_fields
 
 # GGUF architecture -> config.json's, and whether llama.cpp stored Q/K rows permuted for its
 # interleaved RoPE (the llama architecture's; the others rotate halves as transformers does)
@@ -40,17 +41,20 @@ ARCHITECTURES = {"llama": ("LlamaForCausalLM", True), "qwen2": ("Qwen2ForCausalL
                  # models, whose multimodal RoPE is plain RoPE on text
                  "qwen2vl": ("Qwen2ForCausalLM", False), "qwen25vl": ("Qwen2ForCausalLM", False),
                  "qwen3vl": ("Qwen3ForCausalLM", False),
-                 "lfm2": ("Lfm2ForCausalLM", False)}
+                 "lfm2": ("Lfm2ForCausalLM", False),
+                 # Qwen3.5's, with gated DeltaNet (gguf_delta.py); its mixtures
+                 "qwen35": ("Qwen3_5ForCausalLM", False),
+                 "qwen35moe": ("Qwen3_5MoeForCausalLM", False)}
 COHERES = ("command-r", "cohere2")  # logits scaled
 _ACTIVATIONS = {"starcoder2": "gelu_pytorch_tanh", "arcee": "relu2", "nemotron": "relu2",
                 "phi2": "gelu_new"}  # the others' SiLU
 # Mixtral is llama.cpp's llama with experts; these are mixtures always
 MIXTRAL = "MixtralForCausalLM"
-MIXTURES = ("qwen2moe", "qwen3moe", "olmoe", "granitemoe")
+MIXTURES = ("qwen2moe", "qwen3moe", "olmoe", "granitemoe", "qwen35moe")
 # Whether llama.cpp rescales the chosen experts' weights to sum to 1 (it decides by architecture,
 # whatever a file's expert_weights_norm says): Mixtral's, Qwen3-MoE's and GraniteMoE's it does
 _EXPERT_WEIGHTS_NORMED = {"llama": True, "qwen3moe": True, "qwen2moe": False, "olmoe": False,
-                          "granitemoe": True}
+                          "granitemoe": True, "qwen35moe": True}
 GEMMAS = ("gemma", "gemma2", "gemma3")
 # Gemma 2's and 3's norms around each sublayer: ffn_norm is the one before the MLP
 SANDWICHED = ("gemma2", "gemma3")
@@ -113,7 +117,8 @@ def gguf_config(g: Gguf) -> dict:
                _longrope_scaling(g, arch) if "rope_factors_short.weight" in names else
                _named_scaling(g, arch))
     window = int(g.get(f"{arch}.attention.sliding_window", 0))
-    layers = int(g.get(f"{arch}.block_count"))
+    # (llama.cpp counts a multi-token-prediction block, Qwen3.5's, as a last layer)
+    layers = int(g.get(f"{arch}.block_count")) - int(g.get(f"{arch}.nextn_predict_layers", 0))
     experts = _experts(g, arch)
     olmo3 = arch == "olmo2" and window > 0  # llama.cpp's olmo2 with windows is OLMo 3
     return {
@@ -121,11 +126,14 @@ def gguf_config(g: Gguf) -> dict:
                           "Olmo3ForCausalLM" if olmo3 else ARCHITECTURES[arch][0]],
         "model_type": arch, **experts,
         "vocab_size": vocab, "hidden_size": hidden,
-        "intermediate_size": int(g.get(f"{arch}.feed_forward_length")),
+        # (where every layer's MLP is a mixture, Qwen3.5's, the experts' width stands for it)
+        "intermediate_size": int(g.get(f"{arch}.feed_forward_length", 0)
+                                 or g.get(f"{arch}.expert_feed_forward_length")),
         "num_hidden_layers": layers,
         "num_attention_heads": heads,
         **_kv_heads(g, arch, heads, layers),
         **(_lfm2_fields(g, names) if arch == "lfm2" else {}),
+        **(delta_fields(g, arch) if arch in DELTA_ARCHITECTURES else {}),
         # (said where whole too: these architectures' configs default to part of a head)
         "head_dim": head_dim, **({"partial_rotary_factor": _share(g, rotary, head_dim)}
                                  if rotary != head_dim else
@@ -217,15 +225,15 @@ def _experts(g: Gguf, arch: str) -> dict:
     if arch == "granitemoe" and int(g.get("granitemoe.expert_shared_feed_forward_length", 0)):
         raise ModelLoadError(g.path, "GraniteMoE's shared expert (GraniteMoeShared) is not "
                                      "supported")
-    ff = int(g.get(f"{arch}.feed_forward_length"))
+    ff = g.get(f"{arch}.feed_forward_length", 0) or None  # (none where no layer is dense)
     fields = {"num_local_experts" if arch == "llama" else "num_experts": count,
               "num_experts_per_tok": int(g.get(f"{arch}.expert_used_count")),
               "norm_topk_prob": _EXPERT_WEIGHTS_NORMED[arch]}
     if arch.startswith("qwen"):
         fields["moe_intermediate_size"] = int(g.get(f"{arch}.expert_feed_forward_length", ff))
-    if arch == "qwen2moe":
+    if arch in ("qwen2moe", "qwen35moe"):
         fields["shared_expert_intermediate_size"] = int(
-            g.get("qwen2moe.expert_shared_feed_forward_length", ff))
+            g.get(f"{arch}.expert_shared_feed_forward_length", ff))
     return fields
 
 

@@ -5,8 +5,8 @@ llama.cpp's llama (Llama, Mistral, SmolLM; Mixtral with its experts), smollm3, g
 qwen3, olmo2, phi3 (Phi-3, Phi-3.5, Phi-4-mini), gemma, gemma2, gemma3, exaone4, ernie4_5, glm4
 (the 0414 models), command-r (Cohere's: Aya, Command R), cohere2 (Command R7B), stablelm,
 starcoder2, arcee, nemotron, phi2 (its q, k and v one tensor or three), lfm2 (its short
-convolutions), the text models of qwen2vl, qwen25vl and qwen3vl, and the mixtures qwen2moe,
-qwen3moe, olmoe and granitemoe are read, with the tokenizers gguf_tokenizer.py rebuilds; other
+convolutions), qwen35 (its gated DeltaNet: gguf_delta.py), the text models of qwen2vl, qwen25vl
+and qwen3vl, and the mixtures qwen2moe, qwen3moe, olmoe, granitemoe and qwen35moe are read, with the tokenizers gguf_tokenizer.py rebuilds; other
 architectures are refused naming theirs."""
 from __future__ import annotations
 
@@ -25,12 +25,14 @@ from safetensors.torch import save_file
 from engine.errors import ModelLoadError
 from engine.loading.gguf_config import (ARCHITECTURES, GEMMAS, ROPE_TENSORS, SANDWICHED, Gguf,
                                          gguf_config)
+from engine.loading.gguf_delta import DELTA_ARCHITECTURES, DELTA_NAMES, hugging_face_layout
 from engine.loading.gguf_tokenizer import gguf_tokenizer
 
 Progress = Callable[[str, float], None]
 
 FUSED = ("phi3",)  # architectures whose q/k/v and gate/up are one tensor each, as Phi-3's
-PLUS_ONE_NORMS = GEMMAS + ("nemotron",)  # llama.cpp stored their norms' 1 + weight
+# llama.cpp stored their norms' 1 + weight (Qwen3.5's but its DeltaNet's: gguf_delta.py)
+PLUS_ONE_NORMS = GEMMAS + ("nemotron",) + DELTA_ARCHITECTURES
 # GLM-4's names for its norms around each sublayer and its fused gate and up, as its Hugging Face
 # folders have them (weights.py reads those as the others')
 _GLM4_NAMES = {"post_attention_norm": "post_self_attn_layernorm",
@@ -82,6 +84,9 @@ def hf_name(gguf_name: str, arch: str) -> str | None:
         return _GLOBAL_NAMES[gguf_name]
     if gguf_name == "token_embd_norm.weight" and arch == "lfm2":  # LFM2's last norm
         return "model.norm.weight"
+    delta = re.fullmatch(r"blk\.(\d+)\.(.+)", gguf_name) if arch in DELTA_ARCHITECTURES else None
+    if delta and delta.group(2) in DELTA_NAMES:
+        return f"model.layers.{delta.group(1)}.{DELTA_NAMES[delta.group(2)]}"
     m = re.fullmatch(r"blk\.(\d+)\.(\w+(?:\.\w+)?)\.(weight|bias)", gguf_name)
     names = {**_LAYER_NAMES, **(_FUSED_NAMES if arch in FUSED else {}),
              **({"ffn_norm": "pre_feedforward_layernorm"} if arch in SANDWICHED else {}),
@@ -90,6 +95,13 @@ def hf_name(gguf_name: str, arch: str) -> str | None:
     if m and m.group(2) in names:
         return f"model.layers.{m.group(1)}.{names[m.group(2)]}.{m.group(3)}"
     return None
+
+
+def _past_the_layers(gguf_name: str, layers: int) -> bool:
+    """Whether the tensor is of a layer past the model's (Qwen3.5's multi-token prediction
+    block, which llama.cpp writes as one more: not read)."""
+    layer = re.match(r"blk\.(\d+)\.", gguf_name)
+    return layer is not None and int(layer.group(1)) >= layers
 
 
 def unpermute_rope(w: np.ndarray, n_heads: int) -> np.ndarray:
@@ -119,8 +131,10 @@ def _tensors(g: Gguf, t, config: dict, dequantized: torch.dtype,
     if permuted and re.search(r"[qk]_proj\.(weight|bias)$", name):
         w = unpermute_rope(w, config["num_attention_heads" if "q_proj" in name
                                      else "num_key_value_heads"])
-    if arch in PLUS_ONE_NORMS and name.endswith("norm.weight"):
+    if arch in PLUS_ONE_NORMS and name.endswith("norm.weight") and ".linear_attn." not in name:
         w = w - 1  # back to the checkpoint's weight, which the model scales by 1 + it
+    if arch in DELTA_ARCHITECTURES:
+        w = hugging_face_layout(name, w, config)
     if name.endswith("shared_expert_gate.weight"):
         w = w.reshape(1, -1)  # llama.cpp keeps the gate's one row as a vector
     if name.endswith("conv.conv.weight"):
@@ -148,7 +162,8 @@ def _write_weights(g: Gguf, config: dict, out: Path, progress: Progress,
     converting holds no more than that), with the index that names them where there are
     several; the files written."""
     tensors = [t for t in g.reader.tensors  # the RoPE ones are in the config
-               if t.name not in ROPE_TENSORS and not t.name.startswith(_VISION_PREFIXES)]
+               if t.name not in ROPE_TENSORS and not t.name.startswith(_VISION_PREFIXES)
+               and not _past_the_layers(t.name, config["num_hidden_layers"])]
     sizes = [int(np.prod(t.shape)) * _STORED.get(GGMLQuantizationType(t.tensor_type),
                                                  dequantized).itemsize for t in tensors]
     shards, room = [], 0

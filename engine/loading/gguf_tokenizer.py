@@ -22,17 +22,21 @@ _LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
            r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 _QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
           r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Qwen3.5's: a letter run takes the combining marks in it, and punctuation leaves them out
+_QWEN35 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
+           r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 _TEKKEN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
            r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
            r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 SPLITS = {"llama-bpe": _LLAMA3, "llama3": _LLAMA3, "llama-v3": _LLAMA3, "smaug-bpe": _LLAMA3,
           "dbrx": _LLAMA3, "falcon3": _LLAMA3, "pixtral": _LLAMA3, "glm4": _LLAMA3,
           "chatglm-bpe": _LLAMA3, "lfm2": _LLAMA3, "qwen2": _QWEN2, "deepseek-r1-qwen": _QWEN2,
-          "tekken": _TEKKEN}
+          "qwen35": _QWEN35, "tekken": _TEKKEN}
 # GPT-2's own regex (ByteLevel's), and the same after every digit is made a word of its own
 GPT2_SPLITS = ("gpt2", "gpt-2", "default", "olmo", "mpt", "jais", "trillion", "exaone4")
 DIGIT_SPLITS = ("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva")
-NFC_SPLITS = ("qwen2", "deepseek-r1-qwen")  # Qwen's tokenizer.json composes characters first
+# Qwen's tokenizer.json composes characters first
+NFC_SPLITS = ("qwen2", "deepseek-r1-qwen", "qwen35")
 
 
 def gguf_tokenizer(path: Path, get) -> tuple[Tokenizer, bool]:

@@ -5,8 +5,10 @@ feeds it."""
 import json
 import random
 
+import numpy as np
 import pytest
 import torch
+from gguf import GGUFWriter
 from safetensors.torch import load_file, save_file
 
 from engine.controls import Controls
@@ -15,13 +17,15 @@ from engine.errors import ModelLoadError
 from engine.forward_batch import LaneInput
 from engine.kv_cache import PagedKVCache, recurrent_bytes_per_sequence
 from engine.loading import load_model
+from engine.loading.gguf_delta import DELTA_NAMES
 from engine.loading.hf_folder import read_config
 from engine.runner import ModelRunner
 from engine.spec.calibration import Calibration
 from engine.swarm.agent import Agent
 from engine.swarm.config import SwarmConfig
 
-from .conftest import VOCAB, engine_logits, hf_tiny, save_hf_folder
+from .conftest import (GGUF_TEMPLATE, MERGES, SPECIALS, VOCAB, engine_logits, hf_tiny,
+                       save_hf_folder, vocab_tokens)
 
 PROMPT = [5, 70, 80, 100, 3, 9, 200, 150, 12, 13, 14, 40, 41, 42, 43, 44, 45, 46, 47, 48] * 2
 
@@ -250,3 +254,129 @@ def test_the_caches_bytes_count_each_sequences_states_beside_its_blocks(tmp_path
     runner.forward([LaneInput(0, PROMPT[10:11], 10, 1)])
     assert kv.held_bytes == 3 * block + per_sequence
     assert kv.peak_bytes == 4 * block + 2 * per_sequence
+
+
+def write_qwen35_gguf(hf, path, mtp_layers: int = 1):
+    """What llama.cpp's converter writes for a Qwen3.5 (as transformers' GGUF reader undoes it):
+    ggml's names, the zero-centred norms as 1 + weight but the DeltaNet's, A_log as -exp(A_log),
+    the convolution squeezed, value heads tiled rather than grouped by key head, and a
+    multi-token-prediction block counted as a last layer (here a stand-in norm)."""
+    c = hf.config
+    arch = "qwen35moe" if c.model_type == "qwen3_5_moe_text" else "qwen35"
+    w = GGUFWriter(str(path), arch)
+    key_heads, per_key = c.linear_num_key_heads, c.linear_num_value_heads // c.linear_num_key_heads
+    for add, value in (
+            ("block_count", c.num_hidden_layers + mtp_layers), ("nextn_predict_layers", mtp_layers),
+            ("context_length", c.max_position_embeddings), ("embedding_length", c.hidden_size),
+            ("attention.head_count", c.num_attention_heads),
+            ("attention.head_count_kv", c.num_key_value_heads),
+            ("attention.key_length", c.head_dim), ("attention.value_length", c.head_dim),
+            ("rope.dimension_count", int(c.head_dim * c.rope_parameters["partial_rotary_factor"])),
+            ("full_attention_interval", 4), ("ssm.conv_kernel", c.linear_conv_kernel_dim),
+            ("ssm.state_size", c.linear_key_head_dim), ("ssm.group_count", key_heads),
+            ("ssm.time_step_rank", c.linear_num_value_heads),
+            ("ssm.inner_size", c.linear_num_value_heads * c.linear_value_head_dim),
+            ("vocab_size", c.vocab_size)):
+        w.add_uint32(f"{arch}.{add}", value)
+    w.add_float32(f"{arch}.rope.freq_base", c.rope_parameters["rope_theta"])
+    w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", c.rms_norm_eps)
+    w.add_array(f"{arch}.rope.dimension_sections", [*c.rope_parameters["mrope_section"], 0])
+    if arch == "qwen35moe":
+        w.add_uint32(f"{arch}.expert_count", c.num_experts)
+        w.add_uint32(f"{arch}.expert_used_count", c.num_experts_per_tok)
+        w.add_uint32(f"{arch}.expert_feed_forward_length", c.moe_intermediate_size)
+        w.add_uint32(f"{arch}.expert_shared_feed_forward_length",
+                     c.shared_expert_intermediate_size)
+    else:
+        w.add_uint32(f"{arch}.feed_forward_length", c.intermediate_size)
+    tokens = vocab_tokens()
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen35")
+    w.add_token_list(tokens)
+    w.add_token_types([3 if t in SPECIALS else 1 for t in tokens])
+    w.add_token_merges([" ".join(m) for m in MERGES])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_chat_template(GGUF_TEMPLATE)
+
+    def tiled(width: int) -> np.ndarray:  # grouped -> tiled, as ggml repeats the key heads
+        return np.arange(key_heads * per_key * width).reshape(key_heads, per_key, width) \
+            .transpose(1, 0, 2).reshape(-1)
+    names = {"input_layernorm.weight": "attn_norm.weight",
+             "post_attention_layernorm.weight": "post_attention_norm.weight",
+             "self_attn.q_norm.weight": "attn_q_norm.weight",
+             "self_attn.k_norm.weight": "attn_k_norm.weight",
+             **{f"self_attn.{x}_proj.weight": f"attn_{x}.weight" for x in "qkv"},
+             "self_attn.o_proj.weight": "attn_output.weight",
+             **{f"mlp.{x}_proj.weight": f"ffn_{x}.weight" for x in ("gate", "up", "down")},
+             "mlp.gate.weight": "ffn_gate_inp.weight",
+             **{f"mlp.shared_expert.{x}_proj.weight": f"ffn_{x}_shexp.weight"
+                for x in ("gate", "up", "down")}}
+    ours = {value: key for key, value in DELTA_NAMES.items()}
+    qk = 2 * key_heads * c.linear_key_head_dim
+    for name, t in hf.state_dict().items():
+        a = t.float().numpy()
+        if name.endswith("norm.weight") and ".linear_attn." not in name:
+            a = a + 1
+        if name == "model.embed_tokens.weight":
+            w.add_tensor("token_embd.weight", a)
+        elif name == "lm_head.weight":
+            if not c.tie_word_embeddings:
+                w.add_tensor("output.weight", a)
+        elif name == "model.norm.weight":
+            w.add_tensor("output_norm.weight", a)
+        else:
+            layer, rest = name.removeprefix("model.layers.").split(".", 1)
+            if rest == "mlp.experts.gate_up_proj":  # a layer's experts, gate and up, as one
+                for kind, half in zip(("gate", "up"), np.split(a, 2, axis=1)):
+                    w.add_tensor(f"blk.{layer}.ffn_{kind}_exps.weight", np.ascontiguousarray(half))
+                continue
+            if rest == "mlp.experts.down_proj":
+                w.add_tensor(f"blk.{layer}.ffn_down_exps.weight", a)
+                continue
+            if rest.startswith("linear_attn."):
+                leaf = rest.removeprefix("linear_attn.")
+                if leaf == "A_log":
+                    a = -np.exp(a)
+                if leaf in ("A_log", "dt_bias", "in_proj_a.weight", "in_proj_b.weight"):
+                    a = a[tiled(1)]
+                elif leaf == "in_proj_z.weight":
+                    a = a[tiled(c.linear_value_head_dim)]
+                elif leaf in ("in_proj_qkv.weight", "conv1d.weight"):
+                    a = np.concatenate((a[:qk], a[qk:][tiled(c.linear_value_head_dim)]))
+                elif leaf == "out_proj.weight":
+                    a = a[:, tiled(c.linear_value_head_dim)]
+                if leaf == "conv1d.weight":
+                    a = a.squeeze(1)
+                w.add_tensor(f"blk.{layer}.{ours['linear_attn.' + leaf]}", np.ascontiguousarray(a))
+            elif rest == "mlp.shared_expert_gate.weight":
+                w.add_tensor(f"blk.{layer}.ffn_gate_inp_shexp.weight", a.reshape(-1))
+            else:
+                w.add_tensor(f"blk.{layer}.{names[rest]}", np.ascontiguousarray(a))
+    w.add_tensor(f"blk.{c.num_hidden_layers}.attn_norm.weight",
+                 np.ones(c.hidden_size, np.float32))  # the MTP block's, not read
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@pytest.mark.parametrize("arch", ["qwen3_5", "qwen3_5_moe"])
+def test_a_qwen35_gguf_loads_as_the_model_it_holds(tmp_path, arch):
+    """llama.cpp's qwen35 and qwen35moe: the model's logits, and transformers' own GGUF reader's
+    on the same file."""
+    # (RoPE on half of each head: four frequencies, one section or more for each of its axes)
+    hf = hf_tiny(arch, num_hidden_layers=4, tie_word_embeddings=arch == "qwen3_5",
+                 rope_parameters=SECTIONS | {"partial_rotary_factor": 0.5,
+                                             "mrope_section": [2, 1, 1]})
+    path = write_qwen35_gguf(hf, tmp_path / f"{arch}.gguf")
+    loaded = load_model(str(path), dtype="fp32", device="cpu")
+    assert (loaded.config.architecture, loaded.config.delta_layers, loaded.config.num_layers) == (
+        arch, (0, 1, 2), 4)
+    ours = engine_logits(loaded.model, PROMPT)
+    torch.testing.assert_close(ours, reference(hf, PROMPT), atol=1e-4, rtol=0)
+    transformers = pytest.importorskip("transformers")
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(
+        str(tmp_path), gguf_file=path.name, dtype=torch.float32).eval()
+    torch.testing.assert_close(ours, reference(theirs, PROMPT), atol=1e-4, rtol=0)
