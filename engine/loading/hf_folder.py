@@ -63,6 +63,8 @@ def read_config(folder: Path) -> ModelConfig:
                                    f"{', '.join(SUPPORTED)}")
     arch, switches = SUPPORTED[named]
     cfg = CONFIG_DEFAULTS.get(arch, {}) | cfg
+    if arch in MIXTURES and "intermediate_size" not in cfg:  # no dense MLP (Qwen3.5's mixtures)
+        cfg = cfg | {"intermediate_size": cfg.get(MIXTURES[arch][0])}
     quantization = read_quantization(cfg, path)  # one not read is refused here
     activation = _activation(cfg, path, arch)
     if arch in ("seed_oss", "glm4"):  # their attention_bias is q's, k's and v's

@@ -131,11 +131,15 @@ def test_qwen3_5_moe_matches_transformers(tmp_path):
     """Qwen3.5's layers with every MLP a mixture (4 experts, 2 a token, weights normalized) and
     a gated shared expert, fed whole and in pieces with guesses taken back."""
     hf = hf_tiny("qwen3_5_moe", num_hidden_layers=4)
-    loaded = load(hf, tmp_path / "qwen3_5_moe")
+    folder = save_hf_folder(hf, tmp_path / "qwen3_5_moe")
+    cfg = json.loads((folder / "config.json").read_text())
+    del cfg["intermediate_size"]  # (its config names no dense MLP's width: it has none)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    loaded = load_model(str(folder), dtype="fp32", device="cpu")
     c = loaded.config
-    assert (c.architecture, c.delta_layers, c.num_experts, c.experts_per_token,
+    assert (c.architecture, c.delta_layers, c.num_experts, c.experts_per_token, c.expert_size,
             c.shared_expert_size, c.normalize_expert_weights, c.dense_layers) == (
-        "qwen3_5_moe", (0, 1, 2), 4, 2, 48, True, ())
+        "qwen3_5_moe", (0, 1, 2), 4, 2, 32, 48, True, ())
     expected = reference(hf, PROMPT)
     torch.testing.assert_close(engine_logits(loaded.model, PROMPT), expected, atol=1e-4, rtol=0)
     kv = PagedKVCache(c, 32, 4)
