@@ -54,6 +54,7 @@ class KvUsage:
     total_bytes: int    # the whole cache
     shared_tokens: int  # prompt tokens sequences started with from a shared prefix's blocks
     preemptions: int    # times a sequence lost its KV for want of room (it is fed again)
+    sharing: bool = True  # prefixes may be shared (not where recurrent layers keep states)
 
 
 class Engine:
@@ -303,7 +304,7 @@ class Engine:
     def kv_usage(self) -> KvUsage:
         kv = self.runner.kv
         return KvUsage(kv.held_bytes, kv.peak_bytes, kv.num_bytes, self._shared_tokens,
-                       self.scheduler.num_preemptions)
+                       self.scheduler.num_preemptions, self.scheduler.share_prefixes)
 
     @property
     def trace_error(self) -> str | None:

@@ -210,7 +210,8 @@ def test_a_qwen3_5_swarm_writes_with_drafts_what_it_writes_without(tmp_path, mon
                         calibration=Calibration.make_dummy())
         engine.run(steps=120)
         totals = engine.totals.snapshot()
-        assert engine.kv_usage().shared_tokens == 0 and not engine.scheduler.share_prefixes
+        usage = engine.kv_usage()
+        assert usage.shared_tokens == 0 and not usage.sharing
         runs[policy] = (emitted, sum(totals.accepted.values()))
     (plain, _), (drafted, accepted) = runs["off"], runs["fixed"]
     assert accepted > 20
