@@ -95,7 +95,7 @@ class GatedDeltaNet(nn.Module):
 
     def _heads(self, x: Tensor) -> Tensor:
         """[lanes, T, key_heads x key_dim] -> [lanes, T, value_heads, key_dim]: each key head
-        serves value_heads / key_heads value heads in turn."""
+        serves value_heads / key_heads consecutive value heads."""
         x = x.unflatten(-1, (self.key_heads, self.key_dim))
         groups = self.value_heads // self.key_heads
         return x if groups == 1 else x.repeat_interleave(groups, dim=2)

@@ -13,7 +13,8 @@ end is nobody's), and a sequence cut back past its last certain token starts aga
 
 Bookkeeping in plain Python beside the tensors, as the block manager's: per slot the sequence,
 its certain positions and its written ones. A slot whose sequence the block manager no longer
-holds is freed at the next step."""
+holds is freed at the next step; a pass's lanes are moved to the first slots, so that its layers
+read and write their states as one view."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -127,14 +127,19 @@ class XmlCalls(TaggedCalls):
         for i, tool in enumerate(tools):
             properties, ordered, required = _in_order(tool)
             items = [f"arg{i}_{k}" for k in range(len(ordered))]
-            rules += [f"{item}: {json.dumps(f'<parameter={name}>' + chr(10))} "
-                      + ("TEXT" if _is_text(properties[name]) else
-                         f'{json_rule(properties[name], CALL_SPACING)} {NEWLINE} "</parameter>"')
-                      + f" {NEWLINE}" for item, name in zip(items, ordered)]
+            rules += [_element(item, name, properties[name]) for item, name in zip(items, ordered)]
             arguments = _arguments(items, required, "") if properties else "any*"
             rules.append(f"call{i}: {json.dumps('<function=' + tool['function']['name'] + '>')} "
                          f"{NEWLINE} {arguments} \"</function>\"")
         return "\n".join(rules)
+
+
+def _element(rule: str, name: str, schema: dict) -> str:
+    """The Lark rule `rule` for an argument's element: its value text up to the closing tag, or
+    JSON under `schema` and then the closing tag."""
+    value = ("TEXT" if _is_text(schema) else
+             f'{json_rule(schema, CALL_SPACING)} {NEWLINE} "</parameter>"')
+    return f"{rule}: {json.dumps(f'<parameter={name}>')} {NEWLINE} {value} {NEWLINE}"
 
 
 def _in_order(tool: dict) -> tuple[dict, list[str], int]:
