@@ -246,6 +246,19 @@ GGUF_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['cont
                  "<|im_end|>\n{% endfor %}{{ '<|im_start|>assistant\\n' }}")
 
 
+def write_gguf_vocabulary(w: GGUFWriter, pre: str) -> None:
+    """The byte-level vocabulary of vocab_tokens, as llama.cpp writes a BPE tokenizer split as
+    `pre`."""
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    tokens = vocab_tokens()
+    w.add_token_list(tokens)
+    w.add_token_types([3 if t in SPECIALS else 1 for t in tokens])
+    w.add_token_merges([" ".join(m) for m in MERGES])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+
+
 def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smollm",
                     tokenizer=None, extra=None, template: str = GGUF_TEMPLATE,
                     vocab_size: bool = True, fused_qkv: bool = False) -> Path:
@@ -320,14 +333,7 @@ def write_tiny_gguf(hf_model, path: Path, arch: str = "llama", pre: str = "smoll
     if tokenizer:
         tokenizer(w)
     else:
-        w.add_tokenizer_model("gpt2")
-        w.add_tokenizer_pre(pre)
-        tokens = vocab_tokens()
-        w.add_token_list(tokens)
-        w.add_token_types([3 if t in SPECIALS else 1 for t in tokens])
-        w.add_token_merges([" ".join(m) for m in MERGES])
-        w.add_bos_token_id(1)
-        w.add_eos_token_id(2)
+        write_gguf_vocabulary(w, pre)
     w.add_chat_template(template)
     if extra:
         extra(w)

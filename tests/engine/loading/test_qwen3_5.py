@@ -24,8 +24,8 @@ from engine.spec.calibration import Calibration
 from engine.swarm.agent import Agent
 from engine.swarm.config import SwarmConfig
 
-from .conftest import (GGUF_TEMPLATE, MERGES, SPECIALS, VOCAB, engine_logits, hf_tiny,
-                       save_hf_folder, vocab_tokens)
+from .conftest import (GGUF_TEMPLATE, VOCAB, engine_logits, hf_tiny, save_hf_folder,
+                       write_gguf_vocabulary)
 
 PROMPT = [5, 70, 80, 100, 3, 9, 200, 150, 12, 13, 14, 40, 41, 42, 43, 44, 45, 46, 47, 48] * 2
 
@@ -294,14 +294,7 @@ def write_qwen35_gguf(hf, path, mtp_layers: int = 1):
                      c.shared_expert_intermediate_size)
     else:
         w.add_uint32(f"{arch}.feed_forward_length", c.intermediate_size)
-    tokens = vocab_tokens()
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen35")
-    w.add_token_list(tokens)
-    w.add_token_types([3 if t in SPECIALS else 1 for t in tokens])
-    w.add_token_merges([" ".join(m) for m in MERGES])
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
+    write_gguf_vocabulary(w, "qwen35")
     w.add_chat_template(GGUF_TEMPLATE)
 
     def tiled(width: int) -> np.ndarray:  # grouped -> tiled, as ggml repeats the key heads

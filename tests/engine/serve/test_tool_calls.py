@@ -169,14 +169,16 @@ def test_an_lfm2_answer_writes_its_calls_as_a_python_list(text, content, calls):
     _reads(PythonicCalls(), text, content, calls)
 
 
-@pytest.mark.parametrize("step", [1, 4])
-def test_an_lfm2_stream_never_sends_part_of_a_call(step):
-    answer = "Let me <look>. " + LFM2_CALL
-    stream, sent = CallStream(PythonicCalls()), []
+@pytest.mark.parametrize("form, call, opening", [(PythonicCalls(), LFM2_CALL, "<|"),
+                                                (XmlCalls(), QWEN35_CALL, "<tool")])
+@pytest.mark.parametrize("step", [1, 4, 5])
+def test_a_stream_of_lfm2s_or_qwen3_5s_calls_never_sends_part_of_one(form, call, opening, step):
+    answer = "Let me <look>. " + call
+    stream, sent = CallStream(form), []
     for i in range(0, len(answer), step):
         sent.append(stream.add(answer[i:i + step]))
     rest, calls = stream.end()
-    assert "".join(sent) + rest == "Let me <look>. " and "<|" not in "".join(sent)
+    assert "".join(sent) + rest == "Let me <look>. " and opening not in "".join(sent)
     assert [c.name for c in calls] == ["read_file"]
 
 
@@ -228,17 +230,6 @@ WRITE = {"type": "function", "function": {"name": "write", "parameters": {
 ])
 def test_a_qwen3_5_answer_writes_its_calls_as_xml(text, content, calls):
     _reads(XmlCalls().for_tools(TOOLS + [WRITE]), text, content, calls)
-
-
-@pytest.mark.parametrize("step", [1, 5])
-def test_a_qwen3_5_stream_never_sends_part_of_a_call(step):
-    answer = "Let me <look>. " + QWEN35_CALL
-    stream, sent = CallStream(XmlCalls()), []
-    for i in range(0, len(answer), step):
-        sent.append(stream.add(answer[i:i + step]))
-    rest, calls = stream.end()
-    assert "".join(sent) + rest == "Let me <look>. " and "<tool" not in "".join(sent)
-    assert [c.name for c in calls] == ["read_file"]
 
 
 def test_a_qwen3_5_models_past_calls_go_back_as_it_writes_them(tmp_path):
