@@ -45,7 +45,8 @@ def hf_sources(model: LlamaModel) -> list[tuple[Tensor, tuple[str, ...]]]:
         sources += [(param, (f"{p}{name}.bias",)) for name, param in biases.items()
                     if param is not None]
         sources += (_conv_sources(layer.short_conv, p + "conv.") if layer.short_conv is not None
-                    else _delta_sources(layer.delta, p + "linear_attn.")
+                    else _delta_sources(layer.delta, p + "linear_attn.",
+                                        model.config.delta_by_key_head)
                     if layer.delta is not None else _attention_sources(layer, p, fused))
         if layer.moe is None and not model.config.gated_mlp:
             sources += [(layer.up, (p + "mlp.up_proj.weight",)),
@@ -96,10 +97,13 @@ def _conv_sources(conv: nn.Module, prefix: str) -> list[tuple[Tensor, tuple[str,
         if param is not None]
 
 
-def _delta_sources(delta: nn.Module, prefix: str) -> list[tuple[Tensor, tuple[str, ...]]]:
+def _delta_sources(delta: nn.Module, prefix: str, by_key_head: bool
+                   ) -> list[tuple[Tensor, tuple[str, ...]]]:
     """A gated DeltaNet's parameters (engine/gated_delta.py) and the HF tensors they are made
-    of, under `prefix`: Qwen3.5's names."""
-    return [(delta.in_proj, tuple(f"{prefix}in_proj_{x}.weight" for x in ("qkv", "b", "a", "z"))),
+    of, under `prefix`: Qwen3.5's names, or Qwen3-Next's where its projections are stored by
+    key head (`fused_rows` orders them)."""
+    projections = ("qkvz", "ba") if by_key_head else ("qkv", "b", "a", "z")
+    return [(delta.in_proj, tuple(f"{prefix}in_proj_{x}.weight" for x in projections)),
             (delta.kernel, (prefix + "conv1d.weight",)), (delta.a_log, (prefix + "A_log",)),
             (delta.dt_bias, (prefix + "dt_bias",)), (delta.norm, (prefix + "norm.weight",)),
             (delta.out_proj, (prefix + "out_proj.weight",))]
@@ -113,8 +117,10 @@ def one_plus_weight(config: ModelConfig, name: str) -> bool:
 
 def fused_rows(config: ModelConfig, names: tuple[str, ...]) -> Tensor | None:
     """The order of a fused parameter's rows, concatenated from `names`, where it is not theirs:
-    q_proj's output gates (Qwen3.5's, beside each head's queries) moved past k and v. None for
-    the others."""
+    q_proj's output gates (Qwen3.5's, beside each head's queries) moved past k and v; Qwen3-Next's
+    DeltaNet projections by kind (q, k, v, b, a, z) from by key head. None for the others."""
+    if names[0].endswith("in_proj_qkvz.weight"):
+        return _by_kind(config)
     if not config.output_gate or not names[0].endswith(("q_proj.weight", "q_proj.bias")):
         return None
     c = config
@@ -123,6 +129,23 @@ def fused_rows(config: ModelConfig, names: tuple[str, ...]) -> Tensor | None:
     queries, gates = (heads + within).flatten(), (heads + c.head_dim + within).flatten()
     rest = 2 * c.num_heads * c.head_dim + torch.arange(2 * c.num_kv_heads * c.head_dim)
     return torch.cat((queries, rest, gates))
+
+
+def _by_kind(config: ModelConfig) -> Tensor:
+    """Qwen3-Next's in_proj_qkvz and in_proj_ba rows (each key head's q, k, then its value
+    heads' v and z; each key head's value heads' b, then a) in GatedDeltaNet's order: all q,
+    all k, all v, all b, all a, all z."""
+    c = config
+    per_key = c.delta_value_heads // c.delta_key_heads
+    group = 2 * c.delta_key_dim + 2 * per_key * c.delta_value_dim  # a key head's qkvz rows
+    widths = (c.delta_key_dim, c.delta_key_dim, per_key * c.delta_value_dim,
+              per_key * c.delta_value_dim)
+
+    def kind(start: int, width: int, step: int, base: int = 0) -> list[Tensor]:
+        return [base + h * step + start + torch.arange(width) for h in range(c.delta_key_heads)]
+    q, k, v, z = (kind(sum(widths[:i]), widths[i], group) for i in range(4))
+    b, a = (kind(i * per_key, per_key, 2 * per_key, c.delta_key_heads * group) for i in range(2))
+    return torch.cat(q + k + v + b + a + z)
 
 
 def _mlp_sources(mlp: nn.Module, prefix: str, fused: bool
@@ -269,15 +292,20 @@ def _conv_shapes(prefix: str, c: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 
 def _delta_shapes(prefix: str, c: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """A gated DeltaNet's tensors under `prefix` (Qwen3.5's names), with their shapes."""
+    """A gated DeltaNet's tensors under `prefix` (Qwen3.5's names, or Qwen3-Next's), with their
+    shapes."""
     h, heads = c.hidden_size, c.delta_value_heads
     values = heads * c.delta_value_dim
     conv = 2 * c.delta_key_heads * c.delta_key_dim + values
-    return {prefix + "in_proj_qkv.weight": (conv, h), prefix + "in_proj_z.weight": (values, h),
-            prefix + "in_proj_b.weight": (heads, h), prefix + "in_proj_a.weight": (heads, h),
-            prefix + "conv1d.weight": (conv, 1, c.conv_kernel), prefix + "dt_bias": (heads,),
-            prefix + "A_log": (heads,), prefix + "norm.weight": (c.delta_value_dim,),
-            prefix + "out_proj.weight": (h, values)}
+    if c.delta_by_key_head:
+        projections = {"in_proj_qkvz": conv + values, "in_proj_ba": 2 * heads}
+    else:
+        projections = {"in_proj_qkv": conv, "in_proj_z": values, "in_proj_b": heads,
+                       "in_proj_a": heads}
+    return {f"{prefix}{name}.weight": (rows, h) for name, rows in projections.items()} | {
+        prefix + "conv1d.weight": (conv, 1, c.conv_kernel), prefix + "dt_bias": (heads,),
+        prefix + "A_log": (heads,), prefix + "norm.weight": (c.delta_value_dim,),
+        prefix + "out_proj.weight": (h, values)}
 
 
 def _mlp_shapes(prefix: str, hidden: int, width: int, fused: bool) -> dict[str, tuple[int, ...]]:

@@ -111,6 +111,9 @@ class ModelConfig:
     delta_value_heads: int = 0
     delta_key_dim: int = 128
     delta_value_dim: int = 128
+    # its input projections stored by key head (Qwen3-Next's in_proj_qkvz and in_proj_ba: each
+    # key head's q, k, and its value heads' v and z, then b and a), not by kind (Qwen3.5's)
+    delta_by_key_head: bool = False
     # each attention output scaled by the sigmoid of a gate q_proj computes beside each head's
     # queries, as wide (Qwen3.5's)
     output_gate: bool = False

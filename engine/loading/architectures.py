@@ -17,9 +17,9 @@ TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3", "cohere", "cohere2", "starcoder2
                    "lfm2_moe", "lfm3")
 # The share of a head RoPE turns where a config leaves it out (transformers' defaults)
 ROTARY_SHARES = {"stablelm": 0.25, "glm4": 0.5, "phi": 0.5, "nemotron": 0.5, "qwen3_5": 0.25,
-                 "qwen3_5_moe": 0.25}
+                 "qwen3_5_moe": 0.25, "qwen3_next": 0.25}
 # The families with gated DeltaNet layers (hf_families.gated_delta)
-QWEN3_5 = ("qwen3_5", "qwen3_5_moe")
+QWEN3_5 = ("qwen3_5", "qwen3_5_moe", "qwen3_next")
 QWEN3_5_SWITCHES = {"qk_norm": True, "gemma_norms": True, "output_gate": True}
 # architectures[0] in config.json -> (our architecture name, its switches).
 SUPPORTED = {
@@ -93,6 +93,9 @@ SUPPORTED = {
     "Qwen3_5ForCausalLM": ("qwen3_5", QWEN3_5_SWITCHES),
     # Qwen3.5's, every MLP a mixture with Qwen2-MoE's gated shared expert
     "Qwen3_5MoeForCausalLM": ("qwen3_5_moe", QWEN3_5_SWITCHES),
+    # Qwen3-Next: Qwen3.5's mixture, its DeltaNet's projections stored by key head, some layers'
+    # MLPs dense (decoder_sparse_step, mlp_only_layers)
+    "Qwen3NextForCausalLM": ("qwen3_next", QWEN3_5_SWITCHES | {"delta_by_key_head": True}),
 }
 # transformers' config classes' defaults for the fields a config may leave out, where they are
 # not the reader's (hf_folder.py)
@@ -108,6 +111,7 @@ CONFIG_DEFAULTS = {
                            "partial_rotary_factor": 0.5}}},
     "helium": {"head_dim": 128, "rms_norm_eps": 1e-8},
     "qwen3_5": QWEN3_5_DEFAULTS, "qwen3_5_moe": QWEN3_5_DEFAULTS,
+    "qwen3_next": QWEN3_5_DEFAULTS | {"norm_topk_prob": True},
 }
 GRANITES = ("granite", "granitemoe", "granitemoehybrid")  # with Granite's scalars
 # A mixture's config field for its experts' width, and whether the chosen experts' weights are
@@ -116,7 +120,8 @@ MIXTURES = {"mixtral": ("intermediate_size", True), "qwen2_moe": ("moe_intermedi
             "qwen3_moe": ("moe_intermediate_size", False), "olmoe": ("intermediate_size", False),
             "granitemoe": ("intermediate_size", True),  # its softmax is over the chosen
             "lfm2_moe": ("moe_intermediate_size", False),
-            "qwen3_5_moe": ("moe_intermediate_size", True)}
+            "qwen3_5_moe": ("moe_intermediate_size", True),
+            "qwen3_next": ("moe_intermediate_size", False)}
 LLAVA_TEXT = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
               "qwen2": "Qwen2ForCausalLM"}
 # Models that also see images, whose text model loads alone: its architecture (or by its

@@ -32,9 +32,9 @@ def experts(cfg: dict, path: Path, arch: str, layers: int) -> dict:
         fields |= {"sigmoid_routing": True, "dense_layers": tuple(range(dense)),
                    "expert_bias": boolean(cfg, path, "use_expert_bias", True),
                    "routed_scaling": number(cfg, path, "routed_scaling_factor", 1.0)}
-    if arch in ("qwen2_moe", "qwen3_5_moe"):
+    if arch in ("qwen2_moe", "qwen3_5_moe", "qwen3_next"):
         fields["shared_expert_size"] = integer(cfg, path, "shared_expert_intermediate_size")
-    if arch in ("qwen2_moe", "qwen3_moe"):
+    if arch in ("qwen2_moe", "qwen3_moe", "qwen3_next"):
         step = integer(cfg, path, "decoder_sparse_step", 1)
         dense = cfg.get("mlp_only_layers") or []
         if step < 1 or not isinstance(dense, list) or not all(

@@ -80,7 +80,9 @@ MIXTURES = {"mixtral": {"num_local_experts": 4, "num_experts_per_tok": 2},
             "olmoe": {"num_experts": 4, "num_experts_per_tok": 2},
             "granitemoe": {"num_local_experts": 4, "num_experts_per_tok": 2},
             "qwen3_5_moe": {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
-                            "shared_expert_intermediate_size": 48}}
+                            "shared_expert_intermediate_size": 48},
+            "qwen3_next": {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                           "shared_expert_intermediate_size": 48}}
 
 
 def hf_tiny(arch: str, **overrides):
@@ -120,7 +122,8 @@ def hf_tiny(arch: str, **overrides):
                "lfm3": ("Lfm3Config", "Lfm3ForCausalLM"),
                "helium": ("HeliumConfig", "HeliumForCausalLM"),
                "qwen3_5": ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM"),
-               "qwen3_5_moe": ("Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM")}
+               "qwen3_5_moe": ("Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM"),
+               "qwen3_next": ("Qwen3NextConfig", "Qwen3NextForCausalLM")}
     config_cls, model_cls = (getattr(transformers, n) for n in classes[arch])
     kwargs = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
@@ -130,7 +133,7 @@ def hf_tiny(arch: str, **overrides):
         kwargs["head_dim"] = 24  # Qwen3's head_dim is its own field, not hidden / heads
     if arch == "helium":
         kwargs["head_dim"] = 16  # its default, 128, is its 2B's (whose o_proj takes hidden_size)
-    if arch.startswith("qwen3_5"):  # heads of 256, DeltaNet heads of 128 (16 and 32) unless told
+    if arch.startswith(("qwen3_5", "qwen3_next")):  # heads of 256, DeltaNet's of 128 unless told
         kwargs.update(head_dim=16, linear_key_head_dim=8, linear_value_head_dim=12,
                       linear_num_key_heads=2, linear_num_value_heads=4)
     if arch in MIXTURES:  # four experts, two a token, so that tokens choose differently

@@ -152,6 +152,25 @@ def test_qwen3_5_moe_matches_transformers(tmp_path):
         done = kv.truncate(0, lane.end_pos - (len(piece) > 1))  # a guess taken back
 
 
+def test_qwen3_next_matches_transformers(tmp_path):
+    """Qwen3-Next: Qwen3.5's layers, its DeltaNet's projections stored by key head (in_proj_qkvz,
+    in_proj_ba: reordered at load), mixtures of experts in every other layer (decoder_sparse_step)
+    but those mlp_only_layers keeps dense."""
+    hf = hf_tiny("qwen3_next", num_hidden_layers=4, decoder_sparse_step=2, mlp_only_layers=[3])
+    loaded = load(hf, tmp_path / "qwen3_next")
+    c = loaded.config
+    assert (c.architecture, c.delta_layers, c.delta_by_key_head, c.dense_layers,
+            c.shared_expert_size, c.normalize_expert_weights) == (
+        "qwen3_next", (0, 1, 2), True, (0, 2, 3), 48, True)
+    for prompt in (PROMPT, PROMPT[:12]):
+        torch.testing.assert_close(engine_logits(loaded.model, prompt), reference(hf, prompt),
+                                   atol=1e-4, rtol=0)
+    # and saved back under its own names, in its own order
+    tensors = loaded.model.hf_state_dict()
+    name = "model.layers.0.linear_attn.in_proj_qkvz.weight"
+    torch.testing.assert_close(tensors[name], hf.state_dict()[name], atol=0, rtol=0)
+
+
 def test_qwen3_5_as_it_ships_loads_its_text_model(tmp_path):
     """Qwen3_5ForConditionalGeneration: the text model under model.language_model, a vision
     tower and an MTP head beside it (neither read)."""
