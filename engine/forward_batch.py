@@ -21,6 +21,9 @@ class LaneInput:
     # trailing tokens that are guesses a later pass may go back on (drafts, a timing pass's
     # tokens): recurrent layers keep their state from before them (engine/recurrent_state.py)
     guesses: int = 0
+    # the state after the certain tokens is a checkpoint a later cut may go back to (a client's
+    # turn's prompt's end)
+    checkpoint: bool = False
 
     def __post_init__(self) -> None:
         if not self.token_ids:

@@ -94,12 +94,12 @@ class PagedKVCache:
 
     def truncate(self, seq_id: int, num_tokens: int) -> int:
         """Drop what `seq_id` holds past its first `num_tokens` tokens; the tokens it still holds:
-        fewer where its last block is shared (BlockManager.truncate), none where recurrent layers
-        cannot go on from there (the sequence is then fed again from its first token)."""
+        fewer where its last block is shared (BlockManager.truncate), or where recurrent layers
+        cannot go on from there: as many as their checkpoint holds, or none (the rest are fed
+        again)."""
         kept = self.blocks.truncate(seq_id, num_tokens)
         if self.recurrent is not None and kept not in self.recurrent.reach(seq_id):
-            self.recurrent.release(seq_id)
-            kept = self.blocks.truncate(seq_id, 0)
+            kept = self.blocks.truncate(seq_id, self.recurrent.rewind(seq_id, kept))
         return kept
 
     def copy_sequence(self, source_id: int, target_id: int, num_tokens: int) -> None:

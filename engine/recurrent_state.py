@@ -9,7 +9,10 @@ its lane has since accepted. The ring holds the last conv_kernel - 1 + MAX_GUESS
 enough for both. Hence what a sequence of such a model can do: go on from any position between
 its last certain token and the end of its last pass (`reach`), or start again from its first;
 it can fork there too, but it cannot share another sequence's prompt blocks (the state at their
-end is nobody's), and a sequence cut back past its last certain token starts again.
+end is nobody's), and a sequence cut back past its last certain token starts again, or from its
+checkpoint where it has one: an API client's conversation keeps its state as of each turn's
+prompt's end (`LaneInput.checkpoint`), where the next turn goes on (its template may write the
+answer back otherwise), so that a turn does not feed the whole conversation again.
 
 Bookkeeping in plain Python beside the tensors, as the block manager's: per slot the sequence,
 its certain positions and its written ones. A slot whose sequence the block manager no longer
@@ -63,7 +66,9 @@ class RecurrentStates:
         self._certain: dict[int, int] = {}   # seq_id -> positions the state holds
         self._written: dict[int, int] = {}   # seq_id -> positions the ring's rows reach
         self._free: list[int] = []
-        self._peak = 0  # the most sequences held at once
+        self._peak = 0  # the most states held at once
+        # seq_id -> (its states and ring as of a checkpoint, the checkpoint's position)
+        self._checkpoints: dict[int, tuple[Tensor, Tensor, int]] = {}
 
     @property
     def capacity(self) -> int:
@@ -80,11 +85,16 @@ class RecurrentStates:
 
     @property
     def num_bytes(self) -> int:
-        return self.capacity * self.bytes_per_sequence
+        return (self.capacity + len(self._checkpoints)) * self.bytes_per_sequence
 
     @property
     def held_bytes(self) -> int:
-        return len(self._slot) * self.bytes_per_sequence
+        return self._held_count * self.bytes_per_sequence
+
+    @property
+    def _held_count(self) -> int:
+        """States held: the sequences' and their checkpoints'."""
+        return len(self._slot) + len(self._checkpoints)
 
     @property
     def peak_bytes(self) -> int:
@@ -122,10 +132,32 @@ class RecurrentStates:
         return self._layout(lanes, cu_q_lens, [self._slot[lane.seq_id] for lane in lanes], fold)
 
     def commit(self, lanes) -> None:
-        """After a pass over `lanes` went through: each state holds its certain rows."""
+        """After a pass over `lanes` went through: each state holds its certain rows (kept as a
+        checkpoint too where the lane asks)."""
         for lane in lanes:
             self._certain[lane.seq_id] = lane.end_pos - lane.guesses
             self._written[lane.seq_id] = _kept_end(lane)
+            if lane.checkpoint:
+                states, rows = self._held(self._slot[lane.seq_id])
+                self._checkpoints[lane.seq_id] = (states.clone(), rows.clone(),
+                                                  self._certain[lane.seq_id])
+                self._peak = max(self._peak, self._held_count)
+
+    def rewind(self, seq_id: int, num_tokens: int) -> int:
+        """`seq_id` back at its checkpoint, where that is at most `num_tokens` in: the positions it
+        goes on from (0 where it has no such checkpoint: it is fed again from its first)."""
+        checkpoint = self._checkpoints.get(seq_id)
+        if checkpoint is None or checkpoint[2] > num_tokens or seq_id not in self._slot:
+            self.release(seq_id)
+            return 0
+        states, rows, position = checkpoint
+        held_states, held_rows = self._held(self._slot[seq_id])
+        with torch.inference_mode():  # (the tensors may be inference tensors: forward made them)
+            held_states.copy_(states)
+            held_rows.copy_(rows)
+        # (the ring's rows past the checkpoint were a pass's guesses: none can be folded in)
+        self._certain[seq_id] = self._written[seq_id] = position
+        return position
 
     def lose(self, lanes) -> None:
         """After a pass over `lanes` failed part way: their states are of no position."""
@@ -158,6 +190,7 @@ class RecurrentStates:
         self._written[target_id] = self._written[source_id]
 
     def release(self, seq_id: int) -> None:
+        self._checkpoints.pop(seq_id, None)
         slot = self._slot.pop(seq_id, None)
         if slot is not None:
             self._free.append(slot)
@@ -173,8 +206,12 @@ class RecurrentStates:
             self._free = list(range(self.capacity - 1, old - 1, -1))
         slot = self._slot[seq_id] = self._free.pop()
         self._certain[seq_id] = self._written[seq_id] = 0
-        self._peak = max(self._peak, len(self._slot))
+        self._peak = max(self._peak, self._held_count)
         return slot
+
+    def _held(self, slot: int) -> tuple[Tensor, Tensor]:
+        """A slot's states and ring rows, every layer's (views)."""
+        return self.states[:, slot], self.rows[:, slot * self.ring:(slot + 1) * self.ring]
 
     def _to_front(self, seq_ids: list[int]) -> None:
         """Give the pass's sequences slots 0 to len(seq_ids) - 1, trading slots with the

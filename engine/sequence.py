@@ -43,6 +43,9 @@ class Sequence:
     # row j), where a client asks for them (echo); None: not wanted. Its rows are fed, never
     # taken from a shared prefix or an earlier turn.
     prompt_logprobs: list | None = None
+    # Where an API client's turn's prompt ends: its conversation goes on from there, so recurrent
+    # layers keep their state as of it (recurrent_state.py); None: not a client's
+    turn_end: int | None = None
 
     @property
     def pending(self) -> int:

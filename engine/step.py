@@ -230,7 +230,9 @@ class StepExecutor:
             rows = 1 + len(extra) if dec else 0
             if prompt := _prompt_rows(seq, len(tokens)):  # and the rows after them: trailing
                 rows = seq.num_cached + len(tokens) - prompt.start + len(extra)
-            lanes.append(LaneInput(seq.seq_id, tokens + extra, seq.num_cached, rows, len(extra)))
+            end = seq.num_cached + len(tokens)
+            lanes.append(LaneInput(seq.seq_id, tokens + extra, seq.num_cached, rows, len(extra),
+                                   checkpoint=dec and seq.turn_end == end))
         return lanes
 
     def _verify(self, seq: Sequence, draft: Draft, logits, top: list[int] | None) -> Verdict:

@@ -41,7 +41,8 @@ class ClientAgent(Agent):
         request = self._take(completion)
         self.seq = Sequence(seq_id=seq_id, token_ids=list(request.prompt_ids),
                             prompt_len=len(request.prompt_ids), sampling=request.sampling,
-                            stop_ids=tuple(self.tokenizer.eos_ids), agent=self.id, cat=self.cat)
+                            stop_ids=tuple(self.tokenizer.eos_ids), agent=self.id, cat=self.cat,
+                            turn_end=len(request.prompt_ids))
         text = self.tokenizer.decode(request.prompt_ids)
         self._add_segment(text, "prompt")
         self._note(text, "prompt")
@@ -56,6 +57,7 @@ class ClientAgent(Agent):
         new_ids = request.prompt_ids[len(self.seq.token_ids):]
         self.seq.sampling = request.sampling
         self.resume(self.tokenizer.decode(new_ids), new_ids, t)
+        self.seq.turn_end = len(self.seq.token_ids)
 
     def _take(self, completion: Completion):
         self.completion = completion

@@ -20,6 +20,8 @@ from engine.loading import load_model
 from engine.loading.gguf_delta import DELTA_NAMES
 from engine.loading.hf_folder import read_config
 from engine.runner import ModelRunner
+from engine.serve.completion import Completion
+from engine.serve.request import ApiRequest
 from engine.spec.calibration import Calibration
 from engine.swarm.agent import Agent
 from engine.swarm.config import SwarmConfig
@@ -397,3 +399,62 @@ def test_a_qwen35_gguf_loads_as_the_model_it_holds(tmp_path, arch):
     theirs = transformers.AutoModelForCausalLM.from_pretrained(
         str(tmp_path), gguf_file=path.name, dtype=torch.float32).eval()
     torch.testing.assert_close(ours, reference(theirs, PROMPT), atol=1e-4, rtol=0)
+
+
+def test_a_sequence_cut_back_past_its_state_goes_on_from_its_checkpoint(tmp_path):
+    """A client's turn keeps its state as of its prompt's end: cut back past the answer written
+    after it (a template that writes the answer back otherwise), the sequence goes on from
+    there, and what follows is transformers' whole-prompt logits; without one, from its first
+    token."""
+    hf = hf_qwen3_5()
+    model = load(hf, tmp_path / "qwen3_5").model
+    kv = PagedKVCache(model.config, 64, 4)
+    runner = ModelRunner(model, kv)
+    runner.forward([LaneInput(0, PROMPT[:10], 0, 1, guesses=2, checkpoint=True)])  # 8 certain
+    for start in range(10, 16):  # an answer, and drafts taken back
+        runner.forward([LaneInput(0, PROMPT[start:start + 3], start, 3, guesses=2)])
+        kv.truncate(0, start + 1)
+    other = PROMPT[:8] + [7, 8, 9, 10, 11, 12]  # the conversation as the next turn writes it
+    assert kv.truncate(0, 11) == 8 and kv.recurrent.reach(0) == range(8, 9)
+    logits = runner.forward([LaneInput(0, other[8:], 8, 6)]).logits[0]
+    torch.testing.assert_close(logits, reference(hf, other)[8:], atol=1e-4, rtol=0)
+    per_sequence = kv.recurrent.bytes_per_sequence
+    assert kv.held_bytes == 4 * PagedKVCache.bytes_per_block(model.config, 4, torch.float32) \
+        + 2 * per_sequence  # its state and its checkpoint's
+    assert kv.truncate(0, 5) == 0  # before the checkpoint: fed again from its first token
+    assert kv.held_bytes == 0
+
+
+def test_a_qwen3_5_clients_next_turn_goes_on_from_its_last_prompt(tmp_path):
+    """Over the API, a conversation's second turn, its first answer written back otherwise (as
+    a template dropping reasoning does), reuses the first turn's prompt (its DeltaNet's state
+    kept there) and answers as a fresh engine does."""
+    loaded = load(hf_qwen3_5(), tmp_path / "qwen3_5")
+
+    def engine():
+        return Engine(loaded, SwarmConfig(clock="virtual", max_context=512, client_lanes=2),
+                      Controls(swarm_size=0, policy="fixed", k=3, drafter="self"),
+                      calibration=Calibration.make_dummy())
+
+    def answer(engine, messages):
+        completion = Completion(ApiRequest.parse(
+            {"messages": messages, "temperature": 0, "max_tokens": 12}, loaded.tokenizer, 512))
+        engine.submit(completion)
+        ids = []
+        for _ in range(200):
+            engine.step()
+            while (event := completion.next_event(0)) is not None:
+                if event[1] != "tokens":
+                    return ids, completion
+                ids += event[2]
+        raise AssertionError("no answer")
+
+    first = [{"role": "user", "content": "the cat sat on the mat"}]
+    going = engine()
+    answer(going, first)
+    second = first + [{"role": "assistant", "content": "(an answer written back otherwise)"},
+                      {"role": "user", "content": "and then?"}]
+    again, completion = answer(going, second)
+    prompt_len = len(ApiRequest.parse({"messages": first}, loaded.tokenizer, 512).prompt_ids)
+    assert completion.reused_tokens == prompt_len
+    assert answer(engine(), second)[0] == again
