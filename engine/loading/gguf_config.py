@@ -104,6 +104,7 @@ def gguf_config(g: Gguf) -> dict:
         hidden // heads if arch in PARTIAL_ROPE else
         g.get(f"{arch}.rope.dimension_count", hidden // heads)))
     rotary = int(g.get(f"{arch}.rope.dimension_count", head_dim))
+    bos = int(g.get("tokenizer.ggml.bos_token_id", -1))  # (a file may name none: Qwen's)
     eos = [int(g.get("tokenizer.ggml.eos_token_id"))] + [
         int(g.get(f"tokenizer.ggml.{key}_token_id", -1)) for key in ("eot", "eom")]
     if arch in GEMMAS and "<end_of_turn>" in tokens:  # llama.cpp ends a turn there by its text
@@ -161,7 +162,7 @@ def gguf_config(g: Gguf) -> dict:
            if arch in ("granite", "granitemoe") else {}),
         # (GLM-4's are q's, k's and v's; Qwen2's are implied)
         "attention_bias": arch == "glm4" and "blk.0.attn_q.bias" in names, "mlp_bias": False,
-        "bos_token_id": int(g.get("tokenizer.ggml.bos_token_id")),
+        "bos_token_id": bos if bos >= 0 else None,
         "eos_token_id": list(dict.fromkeys(i for i in eos if i >= 0)),
         "torch_dtype": "float32",
     }

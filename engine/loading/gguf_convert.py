@@ -246,10 +246,11 @@ def _write_metadata(g: Gguf, out: Path) -> dict:
     tok, add_bos = gguf_tokenizer(g.path, _vocabulary_within(g, config["vocab_size"]))
     tok.save(str(out / "tokenizer.json"))
     tokens = g.get("tokenizer.ggml.tokens")
-    eos_id = config["eos_token_id"][0]
+    bos_id, eos_id = config["bos_token_id"], config["eos_token_id"][0]
     tokenizer_config = {
         "tokenizer_class": "GPT2Tokenizer", "add_bos_token": add_bos,
-        "bos_token": tokens[config["bos_token_id"]], "eos_token": tokens[eos_id],
+        # (a file may name no BOS token: Qwen's)
+        "bos_token": None if bos_id is None else tokens[bos_id], "eos_token": tokens[eos_id],
         "pad_token": tokens[int(g.get("tokenizer.ggml.padding_token_id", eos_id))],
         "chat_template": _templates(g),
         "model_max_length": config["max_position_embeddings"],

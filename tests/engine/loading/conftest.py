@@ -249,16 +249,17 @@ GGUF_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['cont
                  "<|im_end|>\n{% endfor %}{{ '<|im_start|>assistant\\n' }}")
 
 
-def write_gguf_vocabulary(w: GGUFWriter, pre: str) -> None:
+def write_gguf_vocabulary(w: GGUFWriter, pre: str, bos: bool = True) -> None:
     """The byte-level vocabulary of vocab_tokens, as llama.cpp writes a BPE tokenizer split as
-    `pre`."""
+    `pre` (`bos`: with a BOS token's id, which some files leave out)."""
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre(pre)
     tokens = vocab_tokens()
     w.add_token_list(tokens)
     w.add_token_types([3 if t in SPECIALS else 1 for t in tokens])
     w.add_token_merges([" ".join(m) for m in MERGES])
-    w.add_bos_token_id(1)
+    if bos:
+        w.add_bos_token_id(1)
     w.add_eos_token_id(2)
 
 

@@ -282,11 +282,12 @@ def test_the_caches_bytes_count_each_sequences_states_beside_its_blocks(tmp_path
     assert kv.peak_bytes == 4 * block + 2 * per_sequence
 
 
-def write_qwen35_gguf(hf, path, mtp_layers: int = 1):
+def write_qwen35_gguf(hf, path, mtp_layers: int = 1, bos: bool = True):
     """What llama.cpp's converter writes for a Qwen3.5 (as transformers' GGUF reader undoes it):
     ggml's names, the zero-centred norms as 1 + weight but the DeltaNet's, A_log as -exp(A_log),
     the convolution squeezed, value heads tiled rather than grouped by key head, and a
-    multi-token-prediction block counted as a last layer (here a stand-in norm)."""
+    multi-token-prediction block counted as a last layer (here a stand-in norm); `bos`: the
+    vocabulary names a BOS token (Qwen's files may not)."""
     c = hf.config
     arch = "qwen35moe" if c.model_type == "qwen3_5_moe_text" else "qwen35"
     w = GGUFWriter(str(path), arch)
@@ -315,7 +316,7 @@ def write_qwen35_gguf(hf, path, mtp_layers: int = 1):
                      c.shared_expert_intermediate_size)
     else:
         w.add_uint32(f"{arch}.feed_forward_length", c.intermediate_size)
-    write_gguf_vocabulary(w, "qwen35")
+    write_gguf_vocabulary(w, "qwen35", bos)
     w.add_chat_template(GGUF_TEMPLATE)
 
     def tiled(width: int) -> np.ndarray:  # grouped -> tiled, as ggml repeats the key heads
@@ -384,13 +385,14 @@ def write_qwen35_gguf(hf, path, mtp_layers: int = 1):
 @pytest.mark.parametrize("arch", ["qwen3_5", "qwen3_5_moe"])
 def test_a_qwen35_gguf_loads_as_the_model_it_holds(tmp_path, arch):
     """llama.cpp's qwen35 and qwen35moe: the model's logits, and transformers' own GGUF reader's
-    on the same file."""
+    on the same file (the mixture's naming no BOS token)."""
     # (RoPE on half of each head: four frequencies, one section or more for each of its axes)
     hf = hf_tiny(arch, num_hidden_layers=4, tie_word_embeddings=arch == "qwen3_5",
                  rope_parameters=SECTIONS | {"partial_rotary_factor": 0.5,
                                              "mrope_section": [2, 1, 1]})
-    path = write_qwen35_gguf(hf, tmp_path / f"{arch}.gguf")
+    path = write_qwen35_gguf(hf, tmp_path / f"{arch}.gguf", bos=arch == "qwen3_5")
     loaded = load_model(str(path), dtype="fp32", device="cpu")
+    assert loaded.config.bos_token_id == (1 if arch == "qwen3_5" else None)
     assert (loaded.config.architecture, loaded.config.delta_layers, loaded.config.num_layers) == (
         arch, (0, 1, 2), 4)
     ours = engine_logits(loaded.model, PROMPT)
