@@ -198,7 +198,9 @@ class DecoderLayer(nn.Module):
         c = self.config
         n = h.shape[0]                                                    # h: [n, hidden]
         qkv = linear(h, self.qkv, self.qkv_bias)                  # [n, q + 2 kv (+ q)]
-        qk, v, gate = qkv.split((self.q_size + self.kv_size, self.kv_size, self.gate_size), dim=-1)
+        if self.gate_size:  # (split off only where there are gates: most models have none)
+            qkv, gate = qkv.split((self.q_size + 2 * self.kv_size, self.gate_size), dim=-1)
+        qk, v = qkv.split((self.q_size + self.kv_size, self.kv_size), dim=-1)
         if c.qk_norm_whole:  # across the heads, before RoPE
             q, k = qk.split((self.q_size, self.kv_size), dim=-1)
             qk = torch.cat((rms_norm(q, self.q_norm, c.rms_norm_eps),

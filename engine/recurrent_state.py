@@ -180,12 +180,9 @@ class RecurrentStates:
             raise ValueError(f"sequence {source_id} cannot be forked at {num_tokens}: its "
                              f"recurrent layers' state can go on only from "
                              f"{_positions(self.reach(source_id))}")
-        source = self._slot[source_id]
-        target = self._slot_of(target_id)
-        self.states[:, target] = self.states[:, source]
-        ring = self.ring
-        self.rows[:, target * ring:(target + 1) * ring] = self.rows[:, source * ring:
-                                                                    (source + 1) * ring]
+        target = self._slot_of(target_id)  # (first: a new slot may grow the tensors)
+        for held, copied in zip(self._held(target), self._held(self._slot[source_id])):
+            held.copy_(copied)
         self._certain[target_id] = self._certain[source_id]
         self._written[target_id] = self._written[source_id]
 
@@ -226,12 +223,10 @@ class RecurrentStates:
         owners = {slot: seq_id for seq_id, slot in self._slot.items()}
         for seq_id, spot in zip(movers, (i for i in range(front) if i not in taken)):
             old = self._slot[seq_id]
-            pair = [old, spot]
-            self.states[:, pair] = self.states[:, pair[::-1]]
-            ring = self.ring
-            rows = self.rows[:, old * ring:(old + 1) * ring].clone()
-            self.rows[:, old * ring:(old + 1) * ring] = self.rows[:, spot * ring:(spot + 1) * ring]
-            self.rows[:, spot * ring:(spot + 1) * ring] = rows
+            for at_old, at_spot in zip(self._held(old), self._held(spot)):
+                moved = at_old.clone()
+                at_old.copy_(at_spot)
+                at_spot.copy_(moved)
             self._slot[seq_id] = spot
             if spot in owners:
                 self._slot[owners[spot]] = old
@@ -257,6 +252,7 @@ class RecurrentStates:
         q_lens = [len(lane.token_ids) for lane in lanes]
         width = max(q_lens)
         certain = [n - lane.guesses for lane, n in zip(lanes, q_lens)]
+        columns = reach + max(certain)  # of the certain rows' mask
         before, rows, certain_mask, guess_mask = [], [], [], []
         ring_to, ring_from, out_lane, out_row = [], [], [], []
         for i in sorted(range(len(lanes)), key=slots.__getitem__):  # in slot order
@@ -266,7 +262,7 @@ class RecurrentStates:
             before.append([zero] * (reach - f) + [slot * ring + p % ring if p >= 0 else zero
                                                   for p in range(s - f - back, s)])
             rows.append([row0 + j for j in range(n)] + [cu_q_lens[-1]] * (width - n))
-            certain_mask.append([reach - f <= col < reach + c for col in range(reach + max(certain))])
+            certain_mask.append([reach - f <= col < reach + c for col in range(columns)])
             guess_mask.append([c <= j < n for j in range(width)])
             # the newest positions the lane can go on from alone fit the ring
             stop = _kept_end(lane) - s

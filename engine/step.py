@@ -230,9 +230,9 @@ class StepExecutor:
             rows = 1 + len(extra) if dec else 0
             if prompt := _prompt_rows(seq, len(tokens)):  # and the rows after them: trailing
                 rows = seq.num_cached + len(tokens) - prompt.start + len(extra)
-            end = seq.num_cached + len(tokens)
+            # (a decoding lane's fed tokens end at its last: the turn's prompt's, on its first)
             lanes.append(LaneInput(seq.seq_id, tokens + extra, seq.num_cached, rows, len(extra),
-                                   checkpoint=dec and seq.turn_end == end))
+                                   checkpoint=dec and seq.turn_end == len(seq.token_ids)))
         return lanes
 
     def _verify(self, seq: Sequence, draft: Draft, logits, top: list[int] | None) -> Verdict:
