@@ -15,6 +15,7 @@ BENCHES = {
     "serve": "engine.bench.serve",
     "experts": "engine.bench.experts",
     "dequant": "engine.bench.dequant",
+    "recurrent": "engine.bench.recurrent",
     "gui": "app.bench",
 }
 
@@ -22,7 +23,7 @@ BENCHES = {
 def register(subparsers) -> None:
     parser = subparsers.add_parser("bench", help="run a benchmark (decode, attention, spec, swarm, "
                                                   "threads, memory, serve, experts, dequant, "
-                                                  "gui)")
+                                                  "recurrent, gui)")
     benches = parser.add_subparsers(dest="bench", metavar="NAME", required=True)
     for name, module_name in BENCHES.items():
         module = importlib.import_module(module_name)

@@ -256,3 +256,23 @@ def test_bench_dequant_reads_each_format_back_beside_the_plain_matrix(capsys):
 def test_bench_dequant_bad_options_are_messages_that_name_them(capsys, option, message):
     assert main(["bench", "dequant", "--rows", "256", "--columns", "256", *option]) == 2
     assert capsys.readouterr().err == f"swarmscope bench dequant: {message}\n"
+
+
+def test_bench_recurrent_times_the_hybrid_beside_the_model_attending(capsys):
+    report = _json_out(capsys, ["bench", "recurrent", "--hidden", "256", "--layers", "4",
+                                "--vocab", "300", "--ctx", "20", "--lanes", "2", "--rounds", "1",
+                                "--dtype", "fp32", "--json"])
+    assert [row["step"] for row in report["steps"]] == [
+        "1 lane, 1 token", "1 lane verifying 5", "1 lane verifying 9", "2 lanes, 1 token each"]
+    assert all(row["hybrid_ms"] > 0 and row["attention_ms"] > 0 and row["x_attention"] > 0
+               for row in report["steps"])
+    # three DeltaNet layers of 4 heads: states of 128 x 128 fp32, a ring of 67 rows of q, k, v,
+    # b and a (3 x 512 + 8 values); one attention layer's KV against four's
+    assert report["state_bytes_per_lane"] == 3 * (4 * 4 * 128 * 128 + 67 * (3 * 512 + 8) * 4)
+    assert report["kv_bytes_per_token"] == {"hybrid": 2 * 2 * 256 * 4,
+                                            "attention": 4 * 2 * 2 * 256 * 4}
+
+
+def test_bench_recurrent_bad_shapes_are_messages_that_name_them(capsys):
+    assert main(["bench", "recurrent", "--hidden", "384"]) == 2
+    assert "--hidden must be a multiple of 256" in capsys.readouterr().err
