@@ -179,15 +179,15 @@ class LiveSessionMixin:
         KV for want of room: the headroom a larger swarm or batch ceiling has."""
         kv = engine.kv_usage()
         self.kv_label.setText(f"KV cache {kv.held_bytes / kv.total_bytes:.0%} held · "
-                              + (f"{kv.shared_tokens:,} prompt tokens shared · " if kv.sharing else
-                                 "no prompt sharing (recurrent layers) · ")
-                              + f"{kv.preemptions} preempted")
+                              f"{kv.shared_tokens:,} prompt tokens shared · "
+                              f"{kv.preemptions} preempted")
         self.kv_label.setToolTip(
             f"The KV cache holds {kv.held_bytes / 1e6:.1f} of {kv.total_bytes / 1e6:.1f} MB now, "
             f"{kv.peak_bytes / 1e6:.1f} MB at most so far (a recurrent model's per-sequence "
             "states included). Shared: prompt tokens new sequences started with from the KV "
-            "blocks of a prefix another holds, neither fed nor held again (never with recurrent "
-            "layers, Qwen3.5's: the state at a shared block's end is no sequence's). Preempted: "
+            "blocks of a prefix another holds, neither fed nor held again (with recurrent "
+            "layers, Qwen3.5's, only from a holder whose state stands at the prefix's end: "
+            "agents that start together). Preempted: "
             "times a sequence lost its KV for want of room (it is fed again).")
         self.kv_label.show()
 

@@ -54,7 +54,6 @@ class KvUsage:
     total_bytes: int    # the whole cache
     shared_tokens: int  # prompt tokens sequences started with from a shared prefix's blocks
     preemptions: int    # times a sequence lost its KV for want of room (it is fed again)
-    sharing: bool = True  # prefixes may be shared (not where recurrent layers keep states)
 
 
 class Engine:
@@ -75,8 +74,7 @@ class Engine:
                                      measures_cost=config.clock != "virtual")
         self.scheduler = Scheduler(
             SchedulerConfig(config.max_step_tokens, config.rotate_after_steps), kv.blocks,
-            # a recurrent layer's state at a shared block's end is nobody's (recurrent_state.py)
-            share_prefixes=config.share_prefixes and kv.recurrent is None)
+            share_prefixes=config.share_prefixes, states=kv.recurrent)
         self.workload = Workload(config.workload_dir or WORKLOAD_DIR)
         for cat in CATEGORIES:  # compiled before any step (the vocabulary read takes 0.4 s)
             self.workload.answer_format(cat, loaded.tokenizer)
@@ -304,7 +302,7 @@ class Engine:
     def kv_usage(self) -> KvUsage:
         kv = self.runner.kv
         return KvUsage(kv.held_bytes, kv.peak_bytes, kv.num_bytes, self._shared_tokens,
-                       self.scheduler.num_preemptions, self.scheduler.share_prefixes)
+                       self.scheduler.num_preemptions)
 
     @property
     def trace_error(self) -> str | None:

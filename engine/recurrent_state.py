@@ -8,11 +8,12 @@ state is kept after the certain ones, and the next pass folds in, from the ring,
 its lane has since accepted. The ring holds the last conv_kernel - 1 + MAX_GUESSES positions,
 enough for both. Hence what a sequence of such a model can do: go on from any position between
 its last certain token and the end of its last pass (`reach`), or start again from its first;
-it can fork there too, but it cannot share another sequence's prompt blocks (the state at their
-end is nobody's), and a sequence cut back past its last certain token starts again, or from its
-checkpoint where it has one: an API client's conversation keeps its state as of each turn's
-prompt's end (`LaneInput.checkpoint`), where the next turn goes on (its template may write the
-answer back otherwise), so that a turn does not feed the whole conversation again.
+it can fork there too (so another sequence shares its prompt's blocks only where its state
+stands at their end: swarm/scheduler.py), and a sequence cut back past its last certain token
+starts again, or from its checkpoint where it has one: an API client's conversation keeps its
+state as of each turn's prompt's end (`LaneInput.checkpoint`), where the next turn goes on (its
+template may write the answer back otherwise), so that a turn does not feed the whole
+conversation again.
 
 Bookkeeping in plain Python beside the tensors, as the block manager's: per slot the sequence,
 its certain positions and its written ones. A slot whose sequence the block manager no longer

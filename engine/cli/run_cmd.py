@@ -233,10 +233,7 @@ def _session(args, controls: Controls, changes: list[tuple[float, dict]],
     else:
         print(format_summary(summary))
         print(f"{'preemptions':<22}  {kv.preemptions}")
-        print(f"{'shared prefixes':<22}  "
-              + (f"{kv.shared_tokens} prompt tokens' KV shared, not fed"
-                 if kv.sharing else
-                 "none: the model's recurrent layers share no prompt blocks"))
+        print(f"{'shared prefixes':<22}  {kv.shared_tokens} prompt tokens' KV shared, not fed")
         print(f"{'KV cache':<22}  at most {kv.peak_bytes / 1e6:.1f} MB held of "
               f"{kv.total_bytes / 1e6:.1f} MB")
         print(f"{'telemetry cost':<22}  {100 * overhead:.2f}% of step time")

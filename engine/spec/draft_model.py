@@ -148,7 +148,7 @@ class DraftModelDrafter:
         whose draft KV holds it; the tokens it then holds (0: none shared)."""
         blocks = self.runner.kv.blocks
         blocks.free(seq.seq_id)
-        if self.runner.kv.recurrent is not None:  # nobody's state is at another's block's end
+        if self.runner.kv.recurrent is not None:  # the others' states are past such blocks
             return 0
         source, shared = longest_held_prefix(seq.token_ids, (
             (other, text, self._valid[other]) for other, text in self._texts.items()

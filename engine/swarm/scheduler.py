@@ -21,13 +21,21 @@ blocks of the longest prefix it shares with a sequence holding KV, a block of it
 swarm's system prompt, an agent framework's instructions and tools): those tokens are neither
 fed again nor held twice (BlockManager.share). Where a running sequence is still feeding a
 block more of that prefix than any holds, the new one waits for it rather than feeding it too
-(agents that start at once share one prefill)."""
+(agents that start at once share one prefill).
+
+A recurrent model's sequence (Qwen3.5's DeltaNet layers, `states`) needs, besides the blocks, the
+holder's state as of the shared prefix's end, and a state cannot be taken back to a position
+(recurrent_state.py). So it shares only from a holder whose state stands at the end of the whole
+blocks they share, and its copy of that state goes with the blocks (`RecurrentStates.fork`); a
+prompt being fed that starts as a waiting one does stops its chunk at the end of their common
+blocks, so that agents that start at once still feed their system prompt once. A sequence that
+comes after the holders have gone past it feeds its prefix again."""
 from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from engine.errors import KVCacheFull
-from engine.sequence import Sequence, longest_held_prefix
+from engine.sequence import Sequence, common_prefix, longest_held_prefix
 
 
 @dataclass(slots=True)
@@ -56,10 +64,12 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, blocks, share_prefixes: bool = False) -> None:
+    def __init__(self, config: SchedulerConfig, blocks, share_prefixes: bool = False,
+                 states=None) -> None:
         self.config = config
         self.blocks = blocks  # engine.block_manager.BlockManager
         self.share_prefixes = share_prefixes
+        self.states = states  # a recurrent model's RecurrentStates; None without such layers
         self.running: list[Sequence] = []
         self.waiting: deque[Sequence] = deque()
         self.idle: OrderedDict[int, Sequence] = OrderedDict()
@@ -107,6 +117,8 @@ class Scheduler:
             seq = self.waiting.popleft()
             if shared:
                 seq.num_cached = self.blocks.share(source, seq.seq_id, shared)
+                if self.states is not None:
+                    self.states.fork(source, seq.seq_id, shared)
                 shared_prefixes.append((seq, seq.num_cached))
             self._admit(seq)
         self.waiting.extendleft(reversed(held_back))
@@ -118,7 +130,7 @@ class Scheduler:
         for seq in sorted(self.running, key=lambda s: s.pending > 1):
             if self._place.get(seq.seq_id) != "running":  # preempted for an earlier lane
                 continue
-            n = min(seq.pending, budget)
+            n = min(seq.pending, budget, self._state_stop(seq) - seq.num_cached)
             if n <= 0:
                 continue
             if not self._reserve(seq, seq.num_cached + n, preempted):
@@ -165,6 +177,8 @@ class Scheduler:
         block more of `seq`'s prefix than that: `seq` had better wait for it."""
         if not self.share_prefixes or seq.num_cached or seq.prompt_logprobs is not None:
             return None, 0
+        if self.states is not None:
+            return self._shared_state(seq)
         source, cached = longest_held_prefix(seq.token_ids, (
             (other.seq_id, other.token_ids, other.num_cached)
             for other in (*self.running, *self.waiting, *self.idle.values()) if other.num_cached))
@@ -177,6 +191,38 @@ class Scheduler:
         if fed >= cached + block:
             return None, None
         return (source, cached) if cached else (None, 0)
+
+    def _shared_state(self, seq: Sequence) -> tuple[int | None, int | None]:
+        """`_shared_prefix` for a recurrent model: only from a holder whose state stands at the
+        end of the whole blocks it shares with `seq`; waits for a running sequence still short
+        of a longer such end (`_state_stop` stops its chunk there)."""
+        block, last = self.blocks.block_size, len(seq.token_ids) - 1
+        source, cached = None, 0
+        for other in (*self.running, *self.waiting, *self.idle.values()):
+            common = _whole_blocks(other.token_ids, seq.token_ids, min(other.num_cached, last),
+                                   block)
+            if cached < common and common in self.states.reach(other.seq_id):
+                source, cached = other.seq_id, common
+        if any(other.num_cached < common and cached < common
+               for other in self.running
+               for common in [_whole_blocks(other.token_ids, seq.token_ids, last, block)]):
+            return None, None
+        return (source, cached) if cached else (None, 0)
+
+    def _state_stop(self, seq: Sequence) -> int:
+        """Where `seq`'s chunk ends at most: for a recurrent model, the nearest end past its
+        cached tokens of the whole blocks it starts with alike with a waiting sequence that holds
+        nothing (which shares them from there); its last token otherwise."""
+        stop = len(seq.token_ids)
+        if self.states is None or not self.share_prefixes or seq.pending <= 1:
+            return stop
+        for other in self.waiting:
+            if not other.num_cached:
+                common = _whole_blocks(seq.token_ids, other.token_ids, len(other.token_ids) - 1,
+                                       self.blocks.block_size)
+                if seq.num_cached < common < stop:
+                    stop = common
+        return stop
 
     def _reserve(self, seq: Sequence, num_tokens: int, preempted: list[Sequence]) -> bool:
         """Blocks for `num_tokens` of `seq`, preempting others as needed. False when `seq`
@@ -238,3 +284,9 @@ class Scheduler:
         elif place == "idle":
             del self.idle[seq.seq_id]
         self._ran_for.pop(seq.seq_id, None)
+
+
+def _whole_blocks(a: list[int], b: list[int], limit: int, block: int) -> int:
+    """Tokens of the whole blocks `a` and `b` start with alike, `limit` tokens at most."""
+    common = common_prefix(a, b, max(limit, 0))
+    return common - common % block

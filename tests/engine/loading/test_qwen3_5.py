@@ -209,11 +209,12 @@ def test_a_config_without_layer_types_attends_every_fourth_layer_and_bad_ones_ar
         read_config(folder)
 
 
-def test_a_qwen3_5_swarm_writes_with_drafts_what_it_writes_without(tmp_path, monkeypatch):
+def test_a_qwen3_5_swarm_writes_with_drafts_and_shared_prompts_what_it_writes_without(
+        tmp_path, monkeypatch):
     """Agents decoding greedily, in and out of tool calls, self-drafting 4 tokens a step (their
     guesses folded into the DeltaNet's state once accepted, taken back otherwise), emit the
-    tokens they emit without drafts; no agent starts from another's prompt blocks, as none
-    could go on from them."""
+    tokens they emit without drafts; and agents that start at once, sharing their system
+    prompt's blocks and a copy of the state at their end, the tokens they emit feeding it each."""
     loaded = load(hf_qwen3_5(), tmp_path / "qwen3_5")
     emitted, on_tokens = {}, Agent.on_tokens
 
@@ -222,23 +223,26 @@ def test_a_qwen3_5_swarm_writes_with_drafts_what_it_writes_without(tmp_path, mon
         return on_tokens(agent, token_ids, *args)
     monkeypatch.setattr(Agent, "on_tokens", recorded)
     runs = {}
-    for policy in ("off", "fixed"):
+    for policy, share in (("off", False), ("off", True), ("fixed", True)):
         emitted = {}
-        engine = Engine(loaded, SwarmConfig(seed=3, clock="virtual", max_context=160,
-                                            temperature=0.0),
+        engine = Engine(loaded, SwarmConfig(seed=3, clock="virtual", max_context=400,
+                                            temperature=0.0, share_prefixes=share),
                         Controls(swarm_size=6, tool_latency_s=0.3, policy=policy, k=4,
                                  drafter="self", mix={"chat": 1.0, "json": 1.0}),
                         calibration=Calibration.make_dummy())
         engine.run(steps=120)
         totals = engine.totals.snapshot()
-        usage = engine.kv_usage()
-        assert usage.shared_tokens == 0 and not usage.sharing
-        runs[policy] = (emitted, sum(totals.accepted.values()))
-    (plain, _), (drafted, accepted) = runs["off"], runs["fixed"]
-    assert accepted > 20
-    for agent, tokens in drafted.items():
-        shorter = min(len(tokens), len(plain[agent]))
-        assert shorter > 80 and tokens[:shorter] == plain[agent][:shorter]
+        runs[policy, share] = (emitted, sum(totals.accepted.values()),
+                               engine.kv_usage().shared_tokens)
+    plain, _, unshared = runs["off", False]
+    assert unshared == 0
+    for policy in ("off", "fixed"):
+        tokens_of, accepted, shared = runs[policy, True]
+        assert shared >= 5 * 16  # five agents started from the first one's system prompt
+        assert accepted > 20 if policy == "fixed" else accepted == 0
+        for agent, tokens in tokens_of.items():
+            shorter = min(len(tokens), len(plain[agent]))
+            assert shorter > 80 and tokens[:shorter] == plain[agent][:shorter]
 
 
 def test_a_passs_lanes_take_the_first_slots_their_states_and_rows_moving_with_them(tmp_path):

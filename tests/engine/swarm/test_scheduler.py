@@ -224,3 +224,61 @@ def test_an_idle_sequence_whose_blocks_are_all_shared_is_not_preempted_for_nothi
     # the least recently parked would free nothing: the next one goes, and frees its blocks
     assert sched.preempt_one() is own and sched.blocks.num_free_blocks == free + 3
     assert alike.num_cached == 12
+
+
+class StatesAt:
+    """A recurrent model's states as the scheduler sees them (RecurrentStates' reach and fork):
+    each sequence's state stands where its cached tokens end."""
+
+    def __init__(self, *seqs: Sequence) -> None:
+        self.seqs = {seq.seq_id: seq for seq in seqs}
+        self.forks: list[tuple[int, int, int]] = []
+
+    def reach(self, seq_id: int) -> range:
+        seq = self.seqs.get(seq_id)
+        return range(seq.num_cached, seq.num_cached + 1) if seq else range(0, 1)
+
+    def fork(self, source_id: int, target_id: int, num_tokens: int) -> None:
+        assert num_tokens in self.reach(source_id)
+        self.forks.append((source_id, target_id, num_tokens))
+
+
+def sharing_states(*seqs: Sequence, max_step_tokens=32) -> Scheduler:
+    return Scheduler(SchedulerConfig(max_step_tokens), BlockManager(64, 4), share_prefixes=True,
+                     states=StatesAt(*seqs))
+
+
+def test_a_recurrent_prompt_stops_where_a_waiting_one_diverges_and_hands_it_its_state_there():
+    first = Sequence(seq_id=0, token_ids=SYSTEM + [1, 2, 3, 4, 5], prompt_len=17)
+    second = Sequence(seq_id=1, token_ids=SYSTEM + [6, 7], prompt_len=14)
+    longer = Sequence(seq_id=2, token_ids=SYSTEM + [1, 2, 3, 4, 9, 9], prompt_len=18)
+    sched = sharing_states(first, second, longer)
+    for seq in (first, second, longer):
+        sched.add(seq)
+    out = sched.schedule(batch_ceiling=8)
+    # the others wait; the first feeds its prompt up to the end of the three blocks it shares
+    # with the second, though the token budget would take all 17
+    assert out.scheduled == [(first, 12)] and list(sched.waiting) == [second, longer]
+    feed(out)
+    out = sched.schedule(batch_ceiling=8)
+    # the second starts there with a copy of the first's state; the longer one waits for the
+    # first's next stop, four tokens on, where they part
+    assert out.shared == [(second, 12)] and sched.states.forks == [(0, 1, 12)]
+    assert dict((s.seq_id, n) for s, n in out.scheduled) == {0: 4, 1: 2}
+    feed(out)
+    out = sched.schedule(batch_ceiling=8)
+    assert out.shared == [(longer, 16)] and sched.states.forks[-1] == (0, 2, 16)
+
+
+def test_a_recurrent_holder_past_a_shared_prefix_shares_nothing():
+    holder = Sequence(seq_id=0, token_ids=SYSTEM + [1, 2], prompt_len=14, num_cached=14)
+    sched = sharing_states(holder)
+    sched.blocks.ensure(0, 14)
+    sched.add(holder)
+    sched.park(holder)
+    newcomer = Sequence(seq_id=1, token_ids=SYSTEM + [3, 4], prompt_len=14)
+    sched.add(newcomer)
+    out = sched.schedule(batch_ceiling=8)
+    # its state holds 14 tokens, none of which can be taken out: the 12 alike are fed again
+    assert out.shared == [] and out.scheduled == [(newcomer, 14)]
+    assert sched.states.forks == []
