@@ -186,8 +186,8 @@ class LiveSessionMixin:
             f"{kv.peak_bytes / 1e6:.1f} MB at most so far (a recurrent model's per-sequence "
             "states included). Shared: prompt tokens new sequences started with from the KV "
             "blocks of a prefix another holds, neither fed nor held again (with recurrent "
-            "layers, Qwen3.5's, only from a holder whose state stands at the prefix's end: "
-            "agents that start together). Preempted: "
+            "layers, Qwen3.5's, only where a holder's state, or one kept for later tasks, "
+            "stands at the prefix's end). Preempted: "
             "times a sequence lost its KV for want of room (it is fed again).")
         self.kv_label.show()
 

@@ -22,6 +22,7 @@ from engine.controls import CATEGORIES, ControlMailbox, Controls
 from engine.devices import dtype_name, free_memory_bytes, others_cpu_seconds, set_cpu_threads
 from engine.errors import SwarmscopeError
 from engine.kv_cache import PagedKVCache, recurrent_bytes_per_sequence
+from engine.recurrent_state import MAX_PREFIXES
 from engine.native_memory import MemoryTrimmer
 from engine.runner import ModelRunner
 from engine.sequence import Sequence
@@ -108,8 +109,9 @@ class Engine:
         tokens = config.kv_tokens or max_context * lanes
         blocks = -(-tokens // config.block_size)
         free = free_memory_bytes(loaded.device)
-        if free is not None:  # (a recurrent model's lanes each hold states beside their blocks)
-            free -= lanes * recurrent_bytes_per_sequence(loaded.config, loaded.dtype)
+        if free is not None:  # (a recurrent model's lanes and kept prefixes hold states)
+            free -= (lanes + MAX_PREFIXES) * recurrent_bytes_per_sequence(loaded.config,
+                                                                          loaded.dtype)
         if config.kv_tokens is None and free is not None and blocks * per_block > KV_SHARE * free:
             blocks = int(KV_SHARE * free) // per_block
             if blocks * config.block_size < max_context:

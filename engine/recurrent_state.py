@@ -8,8 +8,10 @@ state is kept after the certain ones, and the next pass folds in, from the ring,
 its lane has since accepted. The ring holds the last conv_kernel - 1 + MAX_GUESSES positions,
 enough for both. Hence what a sequence of such a model can do: go on from any position between
 its last certain token and the end of its last pass (`reach`), or start again from its first;
-it can fork there too (so another sequence shares its prompt's blocks only where its state
-stands at their end: swarm/scheduler.py), and a sequence cut back past its last certain token
+it can fork there too, and so another sequence shares its prompt's blocks only where its state
+stands at their end (swarm/scheduler.py), or from a copy of the state kept there for those that
+come later (`share`, `kept_prefix`: a few prompt prefixes, the least recently used let go). A
+sequence cut back past its last certain token
 starts again, or from its checkpoint where it has one: an API client's conversation keeps its
 state as of each turn's prompt's end (`LaneInput.checkpoint`), where the next turn goes on (its
 template may write the answer back otherwise), so that a turn does not feed the whole
@@ -21,6 +23,7 @@ holds is freed at the next step; a pass's lanes are moved to the first slots, so
 read and write their states as one view."""
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +34,9 @@ from engine.config import ModelConfig
 # most guessed rows of a pass the ring keeps (Controls.k's ceiling): past them a lane cannot go
 # on from its guesses (calibration's passes of up to 128 tokens go back to their first)
 MAX_GUESSES = 64
+# prompt prefixes whose states are kept for sequences that start with them later (a swarm's
+# system prompts, an agent framework's tools), each as much memory as a sequence's states
+MAX_PREFIXES = 8
 
 
 @dataclass(slots=True)
@@ -70,6 +76,8 @@ class RecurrentStates:
         self._peak = 0  # the most states held at once
         # seq_id -> (its states and ring as of a checkpoint, the checkpoint's position)
         self._checkpoints: dict[int, tuple[Tensor, Tensor, int]] = {}
+        # a prompt prefix's tokens -> the states and ring as of its end, least recently used first
+        self._prefixes: OrderedDict[tuple[int, ...], tuple[Tensor, Tensor]] = OrderedDict()
 
     @property
     def capacity(self) -> int:
@@ -86,7 +94,8 @@ class RecurrentStates:
 
     @property
     def num_bytes(self) -> int:
-        return (self.capacity + len(self._checkpoints)) * self.bytes_per_sequence
+        return (self.capacity + len(self._checkpoints) + len(self._prefixes)) \
+            * self.bytes_per_sequence
 
     @property
     def held_bytes(self) -> int:
@@ -94,8 +103,8 @@ class RecurrentStates:
 
     @property
     def _held_count(self) -> int:
-        """States held: the sequences' and their checkpoints'."""
-        return len(self._slot) + len(self._checkpoints)
+        """States held: the sequences', their checkpoints' and the kept prefixes'."""
+        return len(self._slot) + len(self._checkpoints) + len(self._prefixes)
 
     @property
     def peak_bytes(self) -> int:
@@ -181,11 +190,41 @@ class RecurrentStates:
             raise ValueError(f"sequence {source_id} cannot be forked at {num_tokens}: its "
                              f"recurrent layers' state can go on only from "
                              f"{_positions(self.reach(source_id))}")
-        target = self._slot_of(target_id)  # (first: a new slot may grow the tensors)
-        for held, copied in zip(self._held(target), self._held(self._slot[source_id])):
-            held.copy_(copied)
+        self._copy_into(target_id, *self._held(self._slot[source_id]))
         self._certain[target_id] = self._certain[source_id]
         self._written[target_id] = self._written[source_id]
+
+    def share(self, source_id: int, target_id: int, prefix: list[int]) -> None:
+        """Let `target_id` go on from the end of `prefix`, the tokens it starts with alike with
+        `source_id`: from a copy of the source's state where that stands there, else from the
+        state kept for `prefix` (`keep`)."""
+        n, key = len(prefix), tuple(prefix)
+        if n in self.reach(source_id):
+            self.fork(source_id, target_id, n)
+        elif key in self._prefixes:
+            self._prefixes.move_to_end(key)
+            self._copy_into(target_id, *self._prefixes[key])
+            self._certain[target_id] = self._written[target_id] = n
+        else:
+            raise ValueError(f"sequence {target_id} cannot start from sequence {source_id}'s "
+                             f"first {n} tokens: no state stands there")
+
+    def keep(self, seq_id: int, prefix: list[int]) -> None:
+        """Keep `seq_id`'s state as of the end of `prefix`, its first tokens, where it stands
+        there, for sequences that start with them later (`share`)."""
+        key = tuple(prefix)
+        if key in self._prefixes or self._certain.get(seq_id) != len(prefix):
+            return
+        self._prefixes[key] = tuple(held.clone() for held in self._held(self._slot[seq_id]))
+        if len(self._prefixes) > MAX_PREFIXES:
+            self._prefixes.popitem(last=False)
+        self._peak = max(self._peak, self._held_count)
+
+    def kept_prefix(self, tokens: list[int], limit: int) -> int:
+        """The longest prefix of `tokens`, `limit` tokens at most, whose state is kept (0:
+        none)."""
+        return max((len(key) for key in self._prefixes
+                    if len(key) <= limit and tuple(tokens[:len(key)]) == key), default=0)
 
     def release(self, seq_id: int) -> None:
         self._checkpoints.pop(seq_id, None)
@@ -206,6 +245,15 @@ class RecurrentStates:
         self._certain[seq_id] = self._written[seq_id] = 0
         self._peak = max(self._peak, self._held_count)
         return slot
+
+    @torch.inference_mode()
+    def _copy_into(self, seq_id: int, states: Tensor, rows: Tensor) -> None:
+        """`seq_id`'s slot (a new one where it has none) holding a copy of `states` and `rows`."""
+        # (a new slot may grow the tensors; views of the old ones, as a fork's source, still
+        # hold their values)
+        slot = self._slot_of(seq_id)
+        for held, copied in zip(self._held(slot), (states, rows)):
+            held.copy_(copied)
 
     def _held(self, slot: int) -> tuple[Tensor, Tensor]:
         """A slot's states and ring rows, every layer's (views)."""

@@ -28,14 +28,22 @@ holder's state as of the shared prefix's end, and a state cannot be taken back t
 (recurrent_state.py). So it shares only from a holder whose state stands at the end of the whole
 blocks they share, and its copy of that state goes with the blocks (`RecurrentStates.fork`); a
 prompt being fed that starts as a waiting one does stops its chunk at the end of their common
-blocks, so that agents that start at once still feed their system prompt once. A sequence that
-comes after the holders have gone past it feeds its prefix again."""
+blocks, so that agents that start at once still feed their system prompt once. A state at the
+end of a prefix of KEPT_PREFIX_BLOCKS or more is also kept (`RecurrentStates.keep`) for the
+sequences that start with it later: the one that shares it, and one being fed that starts as a
+holder does, whose chunk stops there for it (the second to come feeds a prefix again, the rest
+share it)."""
 from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from engine.errors import KVCacheFull
 from engine.sequence import Sequence, common_prefix, longest_held_prefix
+
+
+# Least whole blocks of a prompt prefix whose recurrent state is kept for later sequences: each
+# kept state is as much memory as a sequence's, and a short prefix saves little feeding.
+KEPT_PREFIX_BLOCKS = 4
 
 
 @dataclass(slots=True)
@@ -118,7 +126,7 @@ class Scheduler:
             if shared:
                 seq.num_cached = self.blocks.share(source, seq.seq_id, shared)
                 if self.states is not None:
-                    self.states.fork(source, seq.seq_id, shared)
+                    self._share_state(source, seq, shared)
                 shared_prefixes.append((seq, seq.num_cached))
             self._admit(seq)
         self.waiting.extendleft(reversed(held_back))
@@ -180,8 +188,7 @@ class Scheduler:
         if self.states is not None:
             return self._shared_state(seq)
         source, cached = longest_held_prefix(seq.token_ids, (
-            (other.seq_id, other.token_ids, other.num_cached)
-            for other in (*self.running, *self.waiting, *self.idle.values()) if other.num_cached))
+            (other.seq_id, other.token_ids, other.num_cached) for other in self._holders()))
         # a running sequence feeds all its tokens
         _, fed = longest_held_prefix(seq.token_ids, ((other.seq_id, other.token_ids,
                                                       len(other.token_ids))
@@ -197,12 +204,17 @@ class Scheduler:
         end of the whole blocks it shares with `seq`; waits for a running sequence still short
         of a longer such end (`_state_stop` stops its chunk there)."""
         block, last = self.blocks.block_size, len(seq.token_ids) - 1
-        source, cached = None, 0
-        for other in (*self.running, *self.waiting, *self.idle.values()):
+        source, cached = holder, held = None, 0  # held: the most any holder's blocks hold
+        for other in self._holders():
             common = _whole_blocks(other.token_ids, seq.token_ids, min(other.num_cached, last),
                                    block)
             if cached < common and common in self.states.reach(other.seq_id):
                 source, cached = other.seq_id, common
+            if held < common:
+                holder, held = other.seq_id, common
+        kept = self.states.kept_prefix(seq.token_ids, held)
+        if cached < kept:
+            source, cached = holder, kept
         if any(other.num_cached < common and cached < common
                for other in self.running
                for common in [_whole_blocks(other.token_ids, seq.token_ids, last, block)]):
@@ -212,17 +224,44 @@ class Scheduler:
     def _state_stop(self, seq: Sequence) -> int:
         """Where `seq`'s chunk ends at most: for a recurrent model, the nearest end past its
         cached tokens of the whole blocks it starts with alike with a waiting sequence that holds
-        nothing (which shares them from there); its last token otherwise."""
+        nothing (which shares them from there), or of KEPT_PREFIX_BLOCKS or more alike with a
+        holder, where no state is kept yet (kept there, for later ones); its last token
+        otherwise."""
         stop = len(seq.token_ids)
         if self.states is None or not self.share_prefixes or seq.pending <= 1:
             return stop
+        block = self.blocks.block_size
         for other in self.waiting:
             if not other.num_cached:
                 common = _whole_blocks(seq.token_ids, other.token_ids, len(other.token_ids) - 1,
-                                       self.blocks.block_size)
+                                       block)
                 if seq.num_cached < common < stop:
                     stop = common
+        for other in self._holders():
+            if other is seq:
+                continue
+            common = _whole_blocks(seq.token_ids, other.token_ids, other.num_cached, block)
+            if common < KEPT_PREFIX_BLOCKS * block:
+                continue
+            if common == seq.num_cached:  # it stands there now
+                self.states.keep(seq.seq_id, seq.token_ids[:common])
+            elif (seq.num_cached < common < stop
+                  and self.states.kept_prefix(seq.token_ids, common) < common):
+                stop = common
         return stop
+
+    def _share_state(self, source: int, seq: Sequence, shared: int) -> None:
+        """`seq`'s recurrent state as of the `shared` tokens it starts with from `source`'s
+        blocks, kept for later ones too where that is a prefix worth keeping."""
+        prefix = seq.token_ids[:shared]
+        self.states.share(source, seq.seq_id, prefix)
+        if shared >= KEPT_PREFIX_BLOCKS * self.blocks.block_size:
+            self.states.keep(seq.seq_id, prefix)
+
+    def _holders(self):
+        """The sequences holding KV."""
+        return (other for other in (*self.running, *self.waiting, *self.idle.values())
+                if other.num_cached)
 
     def _reserve(self, seq: Sequence, num_tokens: int, preempted: list[Sequence]) -> bool:
         """Blocks for `num_tokens` of `seq`, preempting others as needed. False when `seq`

@@ -19,6 +19,7 @@ from engine.kv_cache import PagedKVCache, recurrent_bytes_per_sequence
 from engine.loading import load_model
 from engine.loading.gguf_delta import DELTA_NAMES
 from engine.loading.hf_folder import read_config
+from engine.recurrent_state import RecurrentStates
 from engine.runner import ModelRunner
 from engine.serve.completion import Completion
 from engine.serve.request import ApiRequest
@@ -129,6 +130,33 @@ def test_a_fork_carries_the_state_and_a_freed_sequence_gives_its_slot_back(tmp_p
     assert kv.recurrent.capacity == 4 and kv.recurrent.reach(1) == range(0, 1)
 
 
+def test_a_state_kept_at_a_prefixs_end_starts_a_later_sequence_there_exactly(tmp_path):
+    """A sequence whose state stood at the end of a prompt prefix kept it there; another that
+    starts with that prefix, after the first has gone past it, goes on from the kept state and a
+    share of the first's blocks to transformers' logits for its whole prompt. A state that does
+    not stand at a prefix's end is not kept as that prefix's."""
+    hf = hf_qwen3_5()
+    model = load(hf, tmp_path / "qwen3_5").model
+    kv = PagedKVCache(model.config, 32, 4)
+    runner = ModelRunner(model, kv)
+    states = kv.recurrent
+    runner.forward([LaneInput(0, PROMPT[:8], 0, 0)])
+    states.keep(0, PROMPT[:4])  # its state stands at 8, not 4
+    states.keep(0, PROMPT[:8])
+    assert states.kept_prefix(PROMPT, len(PROMPT)) == 8 and states.kept_prefix(PROMPT, 7) == 0
+    assert states.held_bytes == 2 * states.bytes_per_sequence  # the sequence's and the kept one
+    runner.forward([LaneInput(0, PROMPT[8:12], 8, 0)])  # the holder goes past the prefix
+    later = PROMPT[:8] + PROMPT[2:9]
+    kv.blocks.share(0, 1, 8)
+    states.share(0, 1, later[:8])
+    rows = runner.forward([LaneInput(1, later[8:], 8, len(later) - 8)]).logits[0]
+    with torch.no_grad():
+        expected = hf(input_ids=torch.tensor([later]), use_cache=False).logits[0, 8:].float()
+    torch.testing.assert_close(rows, expected, atol=1e-4, rtol=0)
+    with pytest.raises(ValueError, match="no state stands there"):
+        states.share(0, 2, PROMPT[:12] + [5])
+
+
 def test_qwen3_5_moe_matches_transformers(tmp_path):
     """Qwen3.5's layers with every MLP a mixture (4 experts, 2 a token, weights normalized) and
     a gated shared expert, fed whole and in pieces with guesses taken back."""
@@ -213,32 +241,40 @@ def test_a_qwen3_5_swarm_writes_with_drafts_and_shared_prompts_what_it_writes_wi
         tmp_path, monkeypatch):
     """Agents decoding greedily, in and out of tool calls, self-drafting 4 tokens a step (their
     guesses folded into the DeltaNet's state once accepted, taken back otherwise), emit the
-    tokens they emit without drafts; and agents that start at once, sharing their system
-    prompt's blocks and a copy of the state at their end, the tokens they emit feeding it each."""
+    tokens they emit without drafts; and agents whose tasks start with a system prompt another
+    holds, sharing its blocks and a copy of the DeltaNet's state at their end (the holder's,
+    where they start at once, else one kept there for later tasks), the tokens they emit
+    feeding it each."""
     loaded = load(hf_qwen3_5(), tmp_path / "qwen3_5")
     emitted, on_tokens = {}, Agent.on_tokens
+    kept_shares, share = [], RecurrentStates.share
 
     def recorded(agent, token_ids, *args):
         emitted.setdefault(agent.id, []).extend(token_ids)
         return on_tokens(agent, token_ids, *args)
+
+    def shared_state(states, source_id, target_id, prefix):  # from a kept state, or the source's
+        kept_shares.append(len(prefix) not in states.reach(source_id))
+        return share(states, source_id, target_id, prefix)
     monkeypatch.setattr(Agent, "on_tokens", recorded)
+    monkeypatch.setattr(RecurrentStates, "share", shared_state)
     runs = {}
-    for policy, share in (("off", False), ("off", True), ("fixed", True)):
+    for policy, sharing in (("off", False), ("off", True), ("fixed", True)):
         emitted = {}
         engine = Engine(loaded, SwarmConfig(seed=3, clock="virtual", max_context=400,
-                                            temperature=0.0, share_prefixes=share),
+                                            temperature=0.0, share_prefixes=sharing),
                         Controls(swarm_size=6, tool_latency_s=0.3, policy=policy, k=4,
                                  drafter="self", mix={"chat": 1.0, "json": 1.0}),
                         calibration=Calibration.make_dummy())
         engine.run(steps=120)
         totals = engine.totals.snapshot()
-        runs[policy, share] = (emitted, sum(totals.accepted.values()),
+        runs[policy, sharing] = (emitted, sum(totals.accepted.values()),
                                engine.kv_usage().shared_tokens)
     plain, _, unshared = runs["off", False]
-    assert unshared == 0
+    assert unshared == 0 and True in kept_shares and False in kept_shares
     for policy in ("off", "fixed"):
         tokens_of, accepted, shared = runs[policy, True]
-        assert shared >= 5 * 16  # five agents started from the first one's system prompt
+        assert shared >= 8 * 64  # of the chat agents' 64 tokens alike, the json ones' 112-176
         assert accepted > 20 if policy == "fixed" else accepted == 0
         for agent, tokens in tokens_of.items():
             shorter = min(len(tokens), len(plain[agent]))

@@ -227,20 +227,29 @@ def test_an_idle_sequence_whose_blocks_are_all_shared_is_not_preempted_for_nothi
 
 
 class StatesAt:
-    """A recurrent model's states as the scheduler sees them (RecurrentStates' reach and fork):
-    each sequence's state stands where its cached tokens end."""
+    """A recurrent model's states as the scheduler sees them (RecurrentStates): each sequence's
+    state stands where its cached tokens end; a prefix's state is kept where one stands there."""
 
     def __init__(self, *seqs: Sequence) -> None:
         self.seqs = {seq.seq_id: seq for seq in seqs}
-        self.forks: list[tuple[int, int, int]] = []
+        self.shares: list[tuple[int, int, int]] = []  # (source, target, tokens)
+        self.kept: set[tuple[int, ...]] = set()
 
     def reach(self, seq_id: int) -> range:
         seq = self.seqs.get(seq_id)
         return range(seq.num_cached, seq.num_cached + 1) if seq else range(0, 1)
 
-    def fork(self, source_id: int, target_id: int, num_tokens: int) -> None:
-        assert num_tokens in self.reach(source_id)
-        self.forks.append((source_id, target_id, num_tokens))
+    def share(self, source_id: int, target_id: int, prefix: list[int]) -> None:
+        assert len(prefix) in self.reach(source_id) or tuple(prefix) in self.kept
+        self.shares.append((source_id, target_id, len(prefix)))
+
+    def keep(self, seq_id: int, prefix: list[int]) -> None:
+        if len(prefix) in self.reach(seq_id):
+            self.kept.add(tuple(prefix))
+
+    def kept_prefix(self, tokens: list[int], limit: int) -> int:
+        return max((len(key) for key in self.kept
+                    if len(key) <= limit and tuple(tokens[:len(key)]) == key), default=0)
 
 
 def sharing_states(*seqs: Sequence, max_step_tokens=32) -> Scheduler:
@@ -263,11 +272,11 @@ def test_a_recurrent_prompt_stops_where_a_waiting_one_diverges_and_hands_it_its_
     out = sched.schedule(batch_ceiling=8)
     # the second starts there with a copy of the first's state; the longer one waits for the
     # first's next stop, four tokens on, where they part
-    assert out.shared == [(second, 12)] and sched.states.forks == [(0, 1, 12)]
+    assert out.shared == [(second, 12)] and sched.states.shares == [(0, 1, 12)]
     assert dict((s.seq_id, n) for s, n in out.scheduled) == {0: 4, 1: 2}
     feed(out)
     out = sched.schedule(batch_ceiling=8)
-    assert out.shared == [(longer, 16)] and sched.states.forks[-1] == (0, 2, 16)
+    assert out.shared == [(longer, 16)] and sched.states.shares[-1] == (0, 2, 16)
 
 
 def test_a_recurrent_holder_past_a_shared_prefix_shares_nothing():
@@ -281,4 +290,28 @@ def test_a_recurrent_holder_past_a_shared_prefix_shares_nothing():
     out = sched.schedule(batch_ceiling=8)
     # its state holds 14 tokens, none of which can be taken out: the 12 alike are fed again
     assert out.shared == [] and out.scheduled == [(newcomer, 14)]
-    assert sched.states.forks == []
+    assert sched.states.shares == [] and sched.states.kept == set()  # 3 blocks: not worth it
+
+
+def test_a_recurrent_prompt_that_starts_as_a_holders_keeps_its_state_there_for_later_ones():
+    system = list(range(200, 220))  # 5 blocks of 4: a prefix worth keeping
+    holder = Sequence(seq_id=0, token_ids=system + [1, 2], prompt_len=22, num_cached=22)
+    second = Sequence(seq_id=1, token_ids=system + [3, 4, 5], prompt_len=23)
+    third = Sequence(seq_id=2, token_ids=system + [6], prompt_len=21)
+    sched = sharing_states(holder, second, third)
+    sched.blocks.ensure(0, 22)
+    sched.add(holder)
+    sched.park(holder)  # its state holds all 22 tokens: the first 20 cannot be shared
+    sched.add(second)
+    out = sched.schedule(batch_ceiling=8)
+    # fed again, but only to the end of the 20 alike, where its state is kept next step
+    assert out.shared == [] and out.scheduled == [(second, 20)]
+    feed(out)
+    out = sched.schedule(batch_ceiling=8)
+    assert out.scheduled == [(second, 3)] and sched.states.kept == {tuple(system)}
+    feed(out)
+    sched.add(third)
+    out = sched.schedule(batch_ceiling=8)
+    # the third starts from the kept state and a holder's blocks
+    assert out.shared == [(third, 20)] and sched.states.shares[-1][1:] == (2, 20)
+    assert dict((s.seq_id, n) for s, n in out.scheduled)[2] == 1
