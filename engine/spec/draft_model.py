@@ -107,7 +107,6 @@ class DraftModelDrafter:
         active = [i for i, k in enumerate(ks) if k > 0]
         if not active:
             return [Draft([]) for _ in seqs]
-        blocks = self.runner.kv.blocks
         lanes = []
         for i in active:
             seq = seqs[i]
