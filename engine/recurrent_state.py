@@ -11,11 +11,10 @@ its last certain token and the end of its last pass (`reach`), or start again fr
 it can fork there too, and so another sequence shares its prompt's blocks only where its state
 stands at their end (swarm/scheduler.py), or from a copy of the state kept there for those that
 come later (`share`, `kept_prefix`: a few prompt prefixes, the least recently used let go). A
-sequence cut back past its last certain token
-starts again, or from its checkpoint where it has one: an API client's conversation keeps its
-state as of each turn's prompt's end (`LaneInput.checkpoint`), where the next turn goes on (its
-template may write the answer back otherwise), so that a turn does not feed the whole
-conversation again.
+sequence cut back past its last certain token starts again, or from its checkpoint where it has
+one: an API client's conversation keeps its state as of each turn's prompt's end
+(`LaneInput.checkpoint`), where the next turn goes on (its template may write the answer back
+otherwise), so that a turn does not feed the whole conversation again.
 
 Bookkeeping in plain Python beside the tensors, as the block manager's: per slot the sequence,
 its certain positions and its written ones. A slot whose sequence the block manager no longer
