@@ -1,5 +1,6 @@
 """Scheduler unit tests on dummy sequences and a real (pure Python) block manager; no model."""
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from engine.block_manager import BlockManager
 from engine.errors import KVCacheFull
@@ -241,6 +242,7 @@ class StatesAt:
 
     def share(self, source_id: int, target_id: int, prefix: list[int]) -> None:
         assert len(prefix) in self.reach(source_id) or tuple(prefix) in self.kept
+        assert self.seqs[source_id].token_ids[:len(prefix)] == prefix
         self.shares.append((source_id, target_id, len(prefix)))
 
     def keep(self, seq_id: int, prefix: list[int]) -> None:
@@ -315,3 +317,37 @@ def test_a_recurrent_prompt_that_starts_as_a_holders_keeps_its_state_there_for_l
     # the third starts from the kept state and a holder's blocks
     assert out.shared == [(third, 20)] and sched.states.shares[-1][1:] == (2, 20)
     assert dict((s.seq_id, n) for s, n in out.scheduled)[2] == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_recurrent_sequences_coming_and_going_share_only_states_that_stand_at_their_prefix(data):
+    """Sequences starting with one of a few system prompts, arriving over time, decoding a few
+    tokens and leaving: each shares only a prefix whose state stands at its end, in a holder or
+    kept (StatesAt checks both), every chunk feeds something, and every sequence finishes."""
+    systems = [list(range(100 * s, 100 * s + n))
+               for s, n in enumerate(data.draw(st.lists(st.integers(0, 40), min_size=1,
+                                                        max_size=3)), start=1)]
+    seqs = [Sequence(seq_id=i, token_ids=data.draw(st.sampled_from(systems))
+                     + data.draw(st.lists(st.integers(1, 9), min_size=1, max_size=12)),
+                     prompt_len=0, max_new_tokens=data.draw(st.integers(1, 4)))
+            for i in range(data.draw(st.integers(1, 8)))]
+    for seq in seqs:
+        seq.prompt_len = len(seq.token_ids)
+    arrivals = sorted(data.draw(st.integers(0, 30)) for _ in seqs)
+    sched = sharing_states(*seqs, max_step_tokens=data.draw(st.integers(4, 32)))
+    done = set()
+    for step in range(400):
+        for seq, at in zip(seqs, arrivals):
+            if at == step:
+                sched.add(seq)
+        out = sched.schedule(batch_ceiling=data.draw(st.integers(1, 8)))
+        assert all(n > 0 for _, n in out.scheduled)
+        feed(out)
+        for seq, _ in out.scheduled:
+            if seq.num_output >= seq.max_new_tokens:
+                sched.drop(seq)
+                done.add(seq.seq_id)
+        if len(done) == len(seqs):
+            break
+    assert len(done) == len(seqs)
