@@ -18,8 +18,12 @@ padded, at the price of gathering a lane's keys once per query (`GATHER_COST_PAI
 what a batch with a lane or two drafting a few tokens wants: in a whole forward pass of 16 chat
 lanes (bf16, ctx ~80), one lane drafting one token cost 3.5 ms more than none when merged (every
 lane padded to two queries, rows gathered and scattered), 0.7 ms unfolded; two lanes drafting
-two, 6.8 ms against 2.9. The grouping depends only on the step's lane shapes,
-so it is planned once per step (`plan_attention`) and reused by every layer.
+two, 6.8 ms against 2.9. A call's lanes are padded to its longest context too, and it gathers
+copies of all their keys: so a call is parted by context where padding costs more than another
+call, or where its copies would outgrow the CPU's caches (`split_by_context`): a swarm's lanes
+sit at contexts far apart, and sixteen at 3072 tokens decoded in half the time in calls of a
+few lanes each. The grouping depends only on the step's lane shapes, so it is planned once per
+step (`plan_attention`) and reused by every layer.
 
 In bf16 on a CPU with bf16 dot instructions, a call of two or more lanes with many query rows may
 be two matmuls instead (`_matmul_attention`: scores rounded to bf16 and a softmax computed in fp32
@@ -35,6 +39,7 @@ arithmetic, so those calls keep SDPA and its cheaper gather of blocks."""
 from __future__ import annotations
 
 import functools
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -80,6 +85,12 @@ KEY_BUCKET = 64
 # of QUERY_ROW_BUCKET, so that at most 8 x 8 block shapes recur.
 PACKED_SDPA_MIN = 64
 QUERY_ROW_BUCKET = 32
+# Most bytes of keys and values (every KV head's) one call gathers, but for a lone lane's: a call
+# gathers copies of its lanes' blocks and SDPA reads them back, which past the CPU's caches goes
+# to memory twice more. SmolLM2-135M, bf16, on the 2-core EPYC: 8 lanes at 3072 tokens (19 MB a
+# layer) decoded at 25 ms a lane, 16 (38 MB) at 45, and 16 took 0.53x that time in calls of at
+# most 2, 8 or 16 MB (paired passes); 32 lanes at 1024 tokens (25 MB), 0.47x in calls of 16.
+GATHER_MAX_BYTES = 16 << 20
 
 
 @dataclass(slots=True)
@@ -149,12 +160,47 @@ def merge_query_lengths(q_lens: list[int], ctx_lens: list[int],
     return calls[::-1]
 
 
+def split_by_context(ctxs: list[int], q_len: int, key_bytes: int = 0,
+                     call_cost_pairs: float = CALL_COST_PAIRS,
+                     max_bytes: int = GATHER_MAX_BYTES) -> list[list[int]]:
+    """A call's entries (their contexts `ctxs`, `q_len` queries each at most) parted into calls of
+    neighbouring contexts, minimising calls x `call_cost_pairs` + the query-key pairs each
+    computes, its entries padded to its longest context; no call of several entries gathers
+    more than `max_bytes` at `key_bytes` a position (0: no such bound). A swarm's lanes sit at
+    contexts far apart (one at 3000 tokens among fifteen at 300 took 7x the time in one call as
+    in two). Indexes into `ctxs`, each part in their order; exact dynamic programming over the
+    entries by context."""
+    n = len(ctxs)
+    most = max(ctxs)
+    if (n * most - sum(ctxs)) * q_len <= call_cost_pairs and n * most * key_bytes <= max_bytes:
+        return [list(range(n))]  # no part could save what another call costs
+    order = sorted(range(n), key=ctxs.__getitem__)
+    best = [0.0] + [math.inf] * n  # best[j]: the cost of the j shortest entries' calls
+    cut = [0] * (n + 1)
+    for end in range(1, n + 1):
+        longest = ctxs[order[end - 1]]
+        for start in range(end - 1, -1, -1):  # a call of the entries start .. end - 1
+            size = end - start
+            if size > 1 and size * longest * key_bytes > max_bytes:
+                break  # (longer calls gather more still)
+            cost = best[start] + call_cost_pairs + size * q_len * longest
+            if cost < best[end]:
+                best[end], cut[end] = cost, start
+    parts, end = [], n
+    while end:
+        parts.append(sorted(order[cut[end]:end]))
+        end = cut[end]
+    return parts[::-1]
+
+
 def plan_attention(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens: torch.Tensor,
                    block_size: int, group_size: int, dtype: torch.dtype,
                    call_cost_pairs: float = CALL_COST_PAIRS,
                    gather_cost_pairs: float = GATHER_COST_PAIRS, window: int | None = None,
-                   softcap: bool = False) -> AttentionPlan:
-    """Group lanes into calls (`merge_query_lengths`), build their index tensors and masks. The
+                   softcap: bool = False, key_bytes: int = 0) -> AttentionPlan:
+    """Group lanes into calls (`merge_query_lengths` at `call_cost_pairs`, then
+    `split_by_context` with `key_bytes`, what a cached position's keys and values take), build
+    their index tensors and masks. The
     masks are additive in the queries' `dtype`: SDPA converts a bool mask on every call, ~20 us
     of a 150-600 us call at SmolLM2 shapes, bf16. With a `window` a query sees only the `window`
     keys up to its own (sliding-window attention); `softcap`: every call is matmuls, the only
@@ -176,57 +222,62 @@ def plan_attention(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens
     for call in merge_query_lengths(q_lens, ctx_list, call_cost_pairs, gather_cost_pairs):
         # Each entry attends as a lane: (first packed row, queries, context, lane it reads).
         if call.unfolded:  # query j of lane i sits at ctx - q_len + j and sees keys up to it
-            entries = [(cu[i] + j, 1, ctx_list[i] - q_lens[i] + 1 + j, i)
-                       for i in call.lanes for j in range(q_lens[i])]
+            everyone = [(cu[i] + j, 1, ctx_list[i] - q_lens[i] + 1 + j, i)
+                        for i in call.lanes for j in range(q_lens[i])]
         else:
-            entries = [(cu[i], q_lens[i], ctx_list[i], i) for i in call.lanes]
-        q_len = max(q for _, q, _, _ in entries)
-        ctx = max(c for _, _, c, _ in entries)
-        scores = len(entries) * group_size * q_len * ctx
-        matmul = softcap or (may_matmul and group_size * q_len >= MATMUL_MIN_ROWS
-                             and len(entries) >= MATMUL_MIN_LANES
-                             and MATMUL_MIN_SCORES <= scores <= MATMUL_MAX_SCORES)
-        bucketed = matmul or (packs and group_size * q_len >= PACKED_SDPA_MIN
-                              and ctx >= PACKED_SDPA_MIN)
-        if bucketed:
-            ctx = -(-ctx // KEY_BUCKET) * KEY_BUCKET
-        pad_rows = -group_size * q_len % QUERY_ROW_BUCKET if bucketed and not matmul else 0
-        max_blocks = -(-ctx // block_size)
-        # An entry with fewer queries is padded in front: its padding rows repeat its first query
-        # (any finite row) and write to the scratch row past the last token.
-        rows, out_rows = [], []
-        for row, q, _, _ in entries:
-            pad = q_len - q
-            padded |= pad > 0
-            rows += [row] * pad + list(range(row, row + q))
-            out_rows += [num_tokens] * pad + list(range(row, row + q))
-        # keys past a lane's blocks (to the longest context, or KEY_BUCKET's) come from block 0,
-        # masked
-        read = [tables[i][skipped[i]:skipped[i] + max_blocks] for *_, i in entries]
-        blocks = [b for table in read for b in table + [0] * (max_blocks - len(table))]
-        ctxs = torch.tensor([c for _, _, c, _ in entries], device=device)
-        mask = None
-        if q_len > 1 or any(c != ctx for _, _, c, _ in entries) or window and ctx > window:
-            # Query row j of an entry sits at position ctx - q_len + j and sees keys up to it; a
-            # padding row before position 0 sees key 0, so that no row is empty.
-            last = (ctxs[:, None] - q_len + torch.arange(q_len, device=device)).clamp(min=0)
-            keys = torch.arange(ctx, device=device)
-            hidden = keys > last[:, :, None]                                    # [G, q_len, ctx]
-            if window:
-                hidden |= keys <= last[:, :, None] - window
-            mask = torch.zeros(hidden.shape, dtype=dtype, device=device).masked_fill_(
-                hidden, float("-inf"))
-            mask = mask[:, None].expand(len(entries), group_size, q_len, ctx)
-            mask = mask.reshape(len(entries), 1, group_size * q_len, ctx)
-            if pad_rows:  # padding query rows see every key: finite, and dropped
-                mask = F.pad(mask, (0, 0, 0, pad_rows))
-        consecutive = blocks == list(range(blocks[0], blocks[0] + len(blocks)))
-        groups.append(LaneGroup(rows=torch.tensor(rows, device=device),
-                                out_rows=torch.tensor(out_rows, device=device),
-                                blocks=torch.tensor(blocks, device=device),
-                                num_lanes=len(entries), q_len=q_len, max_blocks=max_blocks,
-                                ctx=ctx, mask=mask, pad_rows=pad_rows,
-                                first_block=blocks[0] if consecutive else None, matmul=matmul))
+            everyone = [(cu[i], q_lens[i], ctx_list[i], i) for i in call.lanes]
+        # entries far apart in context, or too many to gather at once, attend in calls of
+        # their own (`split_by_context`)
+        for part in split_by_context([c for _, _, c, _ in everyone],
+                                     max(q for _, q, _, _ in everyone), key_bytes):
+            entries = [everyone[i] for i in part]
+            q_len = max(q for _, q, _, _ in entries)
+            ctx = max(c for _, _, c, _ in entries)
+            scores = len(entries) * group_size * q_len * ctx
+            matmul = softcap or (may_matmul and group_size * q_len >= MATMUL_MIN_ROWS
+                                 and len(entries) >= MATMUL_MIN_LANES
+                                 and MATMUL_MIN_SCORES <= scores <= MATMUL_MAX_SCORES)
+            bucketed = matmul or (packs and group_size * q_len >= PACKED_SDPA_MIN
+                                  and ctx >= PACKED_SDPA_MIN)
+            if bucketed:
+                ctx = -(-ctx // KEY_BUCKET) * KEY_BUCKET
+            pad_rows = -group_size * q_len % QUERY_ROW_BUCKET if bucketed and not matmul else 0
+            max_blocks = -(-ctx // block_size)
+            # An entry with fewer queries is padded in front: its padding rows repeat its first
+            # query (any finite row) and write to the scratch row past the last token.
+            rows, out_rows = [], []
+            for row, q, _, _ in entries:
+                pad = q_len - q
+                padded |= pad > 0
+                rows += [row] * pad + list(range(row, row + q))
+                out_rows += [num_tokens] * pad + list(range(row, row + q))
+            # keys past a lane's blocks (to the longest context, or KEY_BUCKET's) come from block
+            # 0, masked
+            read = [tables[i][skipped[i]:skipped[i] + max_blocks] for *_, i in entries]
+            blocks = [b for table in read for b in table + [0] * (max_blocks - len(table))]
+            ctxs = torch.tensor([c for _, _, c, _ in entries], device=device)
+            mask = None
+            if q_len > 1 or any(c != ctx for _, _, c, _ in entries) or window and ctx > window:
+                # Query row j of an entry sits at position ctx - q_len + j and sees keys up to
+                # it; a padding row before position 0 sees key 0, so that no row is empty.
+                last = (ctxs[:, None] - q_len + torch.arange(q_len, device=device)).clamp(min=0)
+                keys = torch.arange(ctx, device=device)
+                hidden = keys > last[:, :, None]                              # [G, q_len, ctx]
+                if window:
+                    hidden |= keys <= last[:, :, None] - window
+                mask = torch.zeros(hidden.shape, dtype=dtype, device=device).masked_fill_(
+                    hidden, float("-inf"))
+                mask = mask[:, None].expand(len(entries), group_size, q_len, ctx)
+                mask = mask.reshape(len(entries), 1, group_size * q_len, ctx)
+                if pad_rows:  # padding query rows see every key: finite, and dropped
+                    mask = F.pad(mask, (0, 0, 0, pad_rows))
+            consecutive = blocks == list(range(blocks[0], blocks[0] + len(blocks)))
+            groups.append(LaneGroup(rows=torch.tensor(rows, device=device),
+                                    out_rows=torch.tensor(out_rows, device=device),
+                                    blocks=torch.tensor(blocks, device=device),
+                                    num_lanes=len(entries), q_len=q_len, max_blocks=max_blocks,
+                                    ctx=ctx, mask=mask, pad_rows=pad_rows,
+                                    first_block=blocks[0] if consecutive else None, matmul=matmul))
     in_order = len(groups) == 1 and groups[0].rows.tolist() == list(range(num_tokens))
     return AttentionPlan(groups=groups, num_tokens=num_tokens, in_order=in_order, padded=padded)
 
@@ -337,7 +388,8 @@ def torch_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
     assert num_heads % num_kv_heads == 0 and k_cache.shape[3] == head_dim
     if plan is None:
         plan = plan_attention(block_tables, cu_q_lens, ctx_lens, block_size, group, q.dtype,
-                              window=window, softcap=softcap is not None)
+                              window=window, softcap=softcap is not None,
+                              key_bytes=2 * k_cache[0, 0].numel() * k_cache.element_size())
     assert softcap is None or all(g.matmul for g in plan.groups), "SDPA cannot cap scores"
     assert plan.num_tokens == num_tokens, (plan.num_tokens, num_tokens)
     out = None if plan.in_order else q.new_empty(num_tokens + plan.padded, num_heads, head_dim)

@@ -67,7 +67,9 @@ class ModelRunner:
         def plan(window: int | None = None):
             return plan_attention(block_tables, cu_q_lens, ctx_lens, bs, c.group_size,
                                   self.model.dtype, window=window,
-                                  softcap=c.attention_softcap is not None)
+                                  softcap=c.attention_softcap is not None,
+                                  key_bytes=2 * c.num_kv_heads * c.head_dim
+                                  * self.model.dtype.itemsize)
 
         # The kernels need no plan (making one reads the tables back from the GPU), but they
         # neither cap scores nor slide a window.

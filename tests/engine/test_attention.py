@@ -3,15 +3,16 @@ changes the output."""
 from __future__ import annotations
 
 import itertools
+import math
 import random
 import time
 
 import pytest
 import torch
 
-from engine.attention import (KEY_BUCKET, PACKED_SDPA_MIN, QUERY_ROW_BUCKET, matmuls_beat_sdpa,
-                              merge_query_lengths, paged_attention, plan_attention,
-                              runs_faster, write_kv)
+from engine.attention import (GATHER_MAX_BYTES, KEY_BUCKET, PACKED_SDPA_MIN, QUERY_ROW_BUCKET,
+                              matmuls_beat_sdpa, merge_query_lengths, paged_attention,
+                              plan_attention, runs_faster, split_by_context, write_kv)
 
 
 def _brute_force_cost(q_lens, ctx_lens, call_cost, gather_cost):
@@ -282,3 +283,55 @@ def test_which_bf16_kernel_wins_is_timed_once_a_process(monkeypatch):
         torch.testing.assert_close(matmul, sdpa, atol=3e-2, rtol=3e-2)
     finally:
         matmuls_beat_sdpa.cache_clear()  # the next caller times the real kernels
+
+
+def _contiguous_parts(n):
+    """Every way to cut 0..n-1 into runs."""
+    for cuts in itertools.product((False, True), repeat=max(0, n - 1)):
+        parts, start = [], 0
+        for i, cut in enumerate(cuts, start=1):
+            if cut:
+                parts.append(range(start, i))
+                start = i
+        yield parts + [range(start, n)]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_split_by_context_is_the_cheapest_cut_of_the_entries_by_context(seed):
+    """Against every cut of the entries, in order of context, into calls: the least calls x
+    their cost + padded query-key pairs, no call of several entries past the bytes bound."""
+    rng = random.Random(seed)
+    ctxs = [rng.choice((1, 5, 40, 300, 900, 3000)) + rng.randint(0, 50)
+            for _ in range(rng.randint(1, 9))]
+    q_len, call_cost = rng.choice((1, 3)), rng.choice((0, 500, 3000))
+    key_bytes, max_bytes = rng.choice((0, 1, 8)), rng.choice((2000, 20000))
+    parts = split_by_context(ctxs, q_len, key_bytes, call_cost, max_bytes)
+    assert sorted(i for part in parts for i in part) == list(range(len(ctxs)))
+
+    def cost(part):
+        longest = max(ctxs[i] for i in part)
+        fits = len(part) == 1 or len(part) * longest * key_bytes <= max_bytes
+        return call_cost + len(part) * q_len * longest if fits else math.inf
+
+    order = sorted(range(len(ctxs)), key=ctxs.__getitem__)
+    best = min(sum(cost([order[i] for i in run]) for run in cut)
+               for cut in _contiguous_parts(len(ctxs)))
+    assert sum(cost(part) for part in parts) == pytest.approx(best)
+    assert all(part == sorted(part) for part in parts)
+
+
+def test_a_lane_far_past_the_others_context_attends_in_a_call_of_its_own():
+    """Twenty lanes at 8 tokens and one at 400: one call would pad the twenty to 400 keys. Apart,
+    every row is still the textbook's (fp64); and a bound on the bytes a call gathers parts
+    lanes alike in context too."""
+    q_lens, ctx = [1] * 21, [8] * 10 + [400] + [8] * 10
+    q, k_cache, v_cache, tables, bt, cu, ctx_lens = _lanes(q_lens, ctx, nblocks=160)
+    plan = plan_attention(bt, cu, ctx_lens, 4, 3, q.dtype)
+    assert sorted(g.num_lanes for g in plan.groups) == [1, 20]
+    got = paged_attention(q, k_cache, v_cache, bt, cu, ctx_lens, 0.3, plan=plan)
+    torch.testing.assert_close(got, _one_lane_at_a_time(q, k_cache, v_cache, tables, q_lens, ctx,
+                                                        0.3), atol=1e-12, rtol=0)
+    # keys and values of 2 heads of 8 in fp64 take 256 bytes a position: a lane at 32768
+    # positions gathers 8 MB, and a call at most GATHER_MAX_BYTES
+    assert GATHER_MAX_BYTES == 16 << 20
+    assert sorted(len(p) for p in split_by_context([32768] * 5, 1, 256)) == [1, 2, 2]
