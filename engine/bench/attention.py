@@ -9,7 +9,10 @@ times both on the same inputs, side by side, so the kernel's worth is a ratio fr
 
 Each shape is B lanes of 1 + k query tokens at context ctx, in blocks of 16. Times are medians in
 ms of one call; the plan, made once per step for every layer, is timed apart. Where no kernel is
-built (a CPU) only the torch path is timed, and the report says why.
+built (a CPU) only the torch path is timed, and the report says why. Where the plan parts a
+shape's lanes into calls that each gather at most GATHER_MAX_BYTES of keys and values
+(attention.split_by_context), the torch path is timed with them in one call too ("whole"), the
+plan the engine made before: the parting's worth, again a ratio from one run.
 """
 from __future__ import annotations
 
@@ -69,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
     dtype = resolve_dtype(args.dtype, device)
     set_cpu_threads(args.threads)
     kernels = runs_kernels(torch.empty(0, device=device))  # as the engine decides
+    key_bytes = 2 * args.kv_heads * args.head_dim * torch.empty(0, dtype=dtype).element_size()
     scale = args.head_dim ** -0.5
     torch.manual_seed(0)
     rows = []
@@ -79,13 +83,20 @@ def run(args: argparse.Namespace) -> int:
                                      args.head_dim, dtype, BLOCK_SIZE, device)
                 plan_args = (batch[3], batch[4], batch[5], BLOCK_SIZE,
                              args.heads // args.kv_heads, dtype)
-                plan = plan_attention(*plan_args)
+                plan = plan_attention(*plan_args, key_bytes=key_bytes)
+                whole = plan_attention(*plan_args)  # no bound on what a call gathers
                 row = {"lanes": lanes, "drafts": drafts, "ctx": ctx,
                        "torch_ms": median_ms(lambda: torch_paged_attention(*batch, scale, plan),
                                              device, args.repeats),
-                       "plan_ms": median_ms(lambda: plan_attention(*plan_args), device,
-                                            args.repeats),
+                       "plan_ms": median_ms(lambda: plan_attention(*plan_args,
+                                                                   key_bytes=key_bytes),
+                                            device, args.repeats),
+                       "calls": len(plan.groups), "whole_ms": None, "parted_over_whole": None,
                        "kernel_ms": None, "kernel_over_torch": None}
+                if len(whole.groups) < len(plan.groups):
+                    row["whole_ms"] = median_ms(
+                        lambda: torch_paged_attention(*batch, scale, whole), device, args.repeats)
+                    row["parted_over_whole"] = row["torch_ms"] / row["whole_ms"]
                 if kernels:
                     row["kernel_ms"] = median_ms(lambda: hip_kernels.paged_attention(*batch, scale),
                                                  device, args.repeats)
@@ -105,11 +116,14 @@ def run(args: argparse.Namespace) -> int:
           f"medians of {args.repeats} calls")
     if not kernels:
         print(f"the kernel is not timed: {report['kernels_why_not']}")
-    print(f"{'B':>3} {'k':>2} {'ctx':>6} | {'kernel ms':>9} {'torch ms':>9} {'plan ms':>8} | "
-          f"{'kernel/torch':>12}")
+    print(f"{'B':>3} {'k':>2} {'ctx':>6} | {'kernel ms':>9} {'torch ms':>9} {'plan ms':>8} "
+          f"{'calls':>5} {'whole ms':>9} | {'kernel/torch':>12} {'parted/whole':>12}")
     for row in rows:
         kernel = "-" if row["kernel_ms"] is None else f"{row['kernel_ms']:.3f}"
         ratio = "-" if row["kernel_over_torch"] is None else f"{row['kernel_over_torch']:.2f}"
+        whole = "-" if row["whole_ms"] is None else f"{row['whole_ms']:.3f}"
+        parted = "-" if row["parted_over_whole"] is None else f"{row['parted_over_whole']:.2f}"
         print(f"{row['lanes']:>3} {row['drafts']:>2} {row['ctx']:>6} | {kernel:>9} "
-              f"{row['torch_ms']:>9.3f} {row['plan_ms']:>8.3f} | {ratio:>12}", flush=True)
+              f"{row['torch_ms']:>9.3f} {row['plan_ms']:>8.3f} {row['calls']:>5} {whole:>9} | "
+              f"{ratio:>12} {parted:>12}", flush=True)
     return 0

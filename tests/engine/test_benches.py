@@ -85,6 +85,18 @@ def test_bench_attention_times_the_torch_path_at_every_shape_and_says_why_not_th
     assert all(row["torch_ms"] > 0 and row["plan_ms"] > 0 for row in report["shapes"])
     assert not report["kernels"] and "GPU" in report["kernels_why_not"]
     assert all(row["kernel_ms"] is None for row in report["shapes"])
+    assert all(row["calls"] == 1 and row["whole_ms"] is None for row in report["shapes"])
+
+
+def test_bench_attention_times_lanes_parted_for_what_their_calls_gather_against_one_call(capsys):
+    # 3 lanes of 4096 positions at 2 KV heads of 128 in fp32: 8 MB each, 16 MB a call at most
+    report = _json_out(capsys, ["bench", "attention", "--device", "cpu", "--dtype", "fp32",
+                                "--heads", "2", "--kv-heads", "2", "--head-dim", "128",
+                                "--lanes", "3", "--drafts", "0", "--contexts", "4096",
+                                "--repeats", "1", "--json"])
+    [row] = report["shapes"]
+    assert row["calls"] == 2 and row["whole_ms"] > 0
+    assert row["parted_over_whole"] == row["torch_ms"] / row["whole_ms"]
 
 
 @pytest.mark.parametrize("option, message", [(["--lanes", "2", "0"], "--lanes must be >= 1, got 0"),
