@@ -167,7 +167,7 @@ def split_by_context(ctxs: list[int], q_len: int, key_bytes: int = 0,
     neighbouring contexts, minimising calls x `call_cost_pairs` + the query-key pairs each
     computes, its entries padded to its longest context; no call of several entries gathers
     more than `max_bytes` at `key_bytes` a position (0: no such bound). A swarm's lanes sit at
-    contexts far apart (one at 3000 tokens among fifteen at 300 took 7x the time in one call as
+    contexts far apart (one at 3000 tokens among fifteen at 300 took 9x the time in one call as
     in two). Indexes into `ctxs`, each part in their order; exact dynamic programming over the
     entries by context."""
     n = len(ctxs)
@@ -200,11 +200,10 @@ def plan_attention(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens
                    softcap: bool = False, key_bytes: int = 0) -> AttentionPlan:
     """Group lanes into calls (`merge_query_lengths` at `call_cost_pairs`, then
     `split_by_context` with `key_bytes`, what a cached position's keys and values take), build
-    their index tensors and masks. The
-    masks are additive in the queries' `dtype`: SDPA converts a bool mask on every call, ~20 us
-    of a 150-600 us call at SmolLM2 shapes, bf16. With a `window` a query sees only the `window`
-    keys up to its own (sliding-window attention); `softcap`: every call is matmuls, the only
-    path that can cap the scores."""
+    their index tensors and masks. The masks are additive in the queries' `dtype`: SDPA converts
+    a bool mask on every call, ~20 us of a 150-600 us call at SmolLM2 shapes, bf16. With a
+    `window` a query sees only the `window` keys up to its own (sliding-window attention);
+    `softcap`: every call is matmuls, the only path that can cap the scores."""
     device = block_tables.device
     may_matmul = (dtype == torch.bfloat16 and device.type == "cpu" and cpu_has_fast_bf16()
                   and matmuls_beat_sdpa())
