@@ -1,4 +1,4 @@
-"""The engine's attention at decode and verify shapes: the GPU kernel against the torch path.
+"""The engine's attention: the GPU kernel against the torch path, parted calls against one.
 
 On a GPU where hip_kernels built, the engine's attention runs its kernel; elsewhere, and as the
 fallback, its torch path (SDPA over gathered blocks, grouped by a plan made once per step). This
