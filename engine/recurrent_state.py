@@ -147,8 +147,7 @@ class RecurrentStates:
             self._certain[lane.seq_id] = lane.end_pos - lane.guesses
             self._written[lane.seq_id] = _kept_end(lane)
             if lane.checkpoint:
-                states, rows = self._held(self._slot[lane.seq_id])
-                self._checkpoints[lane.seq_id] = (states.clone(), rows.clone(),
+                self._checkpoints[lane.seq_id] = (*self._copy_of(lane.seq_id),
                                                   self._certain[lane.seq_id])
                 self._peak = max(self._peak, self._held_count)
 
@@ -160,10 +159,7 @@ class RecurrentStates:
             self.release(seq_id)
             return 0
         states, rows, position = checkpoint
-        held_states, held_rows = self._held(self._slot[seq_id])
-        with torch.inference_mode():  # (the tensors may be inference tensors: forward made them)
-            held_states.copy_(states)
-            held_rows.copy_(rows)
+        self._copy_into(seq_id, states, rows)
         # (the ring's rows past the checkpoint were a pass's guesses: none can be folded in)
         self._certain[seq_id] = self._written[seq_id] = position
         return position
@@ -214,7 +210,7 @@ class RecurrentStates:
         key = tuple(prefix)
         if key in self._prefixes or self._certain.get(seq_id) != len(prefix):
             return
-        self._prefixes[key] = tuple(held.clone() for held in self._held(self._slot[seq_id]))
+        self._prefixes[key] = self._copy_of(seq_id)
         if len(self._prefixes) > MAX_PREFIXES:
             self._prefixes.popitem(last=False)
         self._peak = max(self._peak, self._held_count)
@@ -245,6 +241,12 @@ class RecurrentStates:
         self._peak = max(self._peak, self._held_count)
         return slot
 
+    def _copy_of(self, seq_id: int) -> tuple[Tensor, Tensor]:
+        """Copies of `seq_id`'s states and ring rows (a checkpoint, a kept prefix)."""
+        states, rows = self._held(self._slot[seq_id])
+        return states.clone(), rows.clone()
+
+    # (the tensors may be made in a forward pass, as inference tensors: written in one alone)
     @torch.inference_mode()
     def _copy_into(self, seq_id: int, states: Tensor, rows: Tensor) -> None:
         """`seq_id`'s slot (a new one where it has none) holding a copy of `states` and `rows`."""

@@ -41,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="layers, a multiple of 4 (default 24)")
     parser.add_argument("--vocab", type=int, default=248_320, help="(default 248320)")
     parser.add_argument("--ctx", type=int, default=512, help="tokens each lane holds (default 512)")
-    parser.add_argument("--lanes", type=int, default=8, help="lanes of the batched step (default 8)")
+    parser.add_argument("--lanes", type=int, default=8,
+                        help="lanes of the batched step (default 8)")
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds (default 5)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
 

@@ -6,8 +6,8 @@ qwen3, olmo2, phi3 (Phi-3, Phi-3.5, Phi-4-mini), gemma, gemma2, gemma3, exaone4,
 (the 0414 models), command-r (Cohere's: Aya, Command R), cohere2 (Command R7B), stablelm,
 starcoder2, arcee, nemotron, phi2 (its q, k and v one tensor or three), lfm2 (its short
 convolutions), qwen35 (its gated DeltaNet: gguf_delta.py), the text models of qwen2vl, qwen25vl
-and qwen3vl, and the mixtures qwen2moe, qwen3moe, olmoe, granitemoe and qwen35moe are read, with the tokenizers gguf_tokenizer.py rebuilds; other
-architectures are refused naming theirs."""
+and qwen3vl, and the mixtures qwen2moe, qwen3moe, olmoe, granitemoe and qwen35moe are read,
+with the tokenizers gguf_tokenizer.py rebuilds; other architectures are refused naming theirs."""
 from __future__ import annotations
 
 import json
