@@ -1,6 +1,10 @@
 """The CPU linear (weight @ x.T, rows padded) equals F.linear, for any number of rows."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -64,3 +68,37 @@ def test_warm_up_runs_every_row_count_and_only_where_kernels_are_built():
     seen = []
     bf16.warm_up(max_rows=5, done=seen.append)
     assert seen == [1, 2, 3, 4, 5]
+
+
+def test_warm_up_keeps_every_row_count_it_ran():
+    """oneDNN caches two kernels a prepacked linear, 1024 by default: the tiny model's warm-up (5
+    weight shapes x 128 row counts) evicted its own first counts, those decode steps use, which
+    a step then built again. `import engine` makes room for them (engine/__init__.py). Run in a
+    fresh process, as oneDNN reads its cache's size at its first kernel."""
+    from engine.config import PRESETS
+    from engine.linear import SLOW_CPU_BF16_GEMM, prepacks
+    from engine.model import LlamaModel
+    dtype = ("bfloat16" if not SLOW_CPU_BF16_GEMM else
+             "float32" if prepacks(torch.device("cpu"), torch.float32) else None)
+    if dtype is None:
+        pytest.skip("this CPU builds no oneDNN kernels per row count (no prepacked weights)")
+    shapes = {tuple(w.shape) for w in LlamaModel.random(PRESETS["tiny-test"]).linear_weights()}
+    assert 2 * WARM_ROWS * len(shapes) > 1024  # more than oneDNN's default cache holds
+    code = f"""
+import torch, engine
+from engine.config import PRESETS
+from engine.linear import linear
+from engine.model import LlamaModel
+model = LlamaModel.random(PRESETS["tiny-test"], dtype=torch.{dtype})
+model.warm_up()
+print("warmed", flush=True)
+with torch.inference_mode():
+    for weight in model.linear_weights():
+        linear(torch.zeros(1, weight.shape[1], dtype=model.dtype), weight)
+"""
+    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
+    env["ONEDNN_VERBOSE"] = "profile_create"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=300, check=True).stdout
+    after = [line for line in out.split("warmed", 1)[1].splitlines() if "inner_product" in line]
+    assert after and all("cache_hit" in line for line in after), after[:3]
