@@ -193,13 +193,20 @@ def split_by_context(ctxs: list[int], q_len: int, key_bytes: int = 0,
     return parts[::-1]
 
 
+def position_bytes(num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
+    """What a cached position's keys and values take in one layer (`plan_attention`'s
+    `key_bytes`)."""
+    return 2 * num_kv_heads * head_dim * dtype.itemsize
+
+
 def plan_attention(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, ctx_lens: torch.Tensor,
                    block_size: int, group_size: int, dtype: torch.dtype,
                    call_cost_pairs: float = CALL_COST_PAIRS,
                    gather_cost_pairs: float = GATHER_COST_PAIRS, window: int | None = None,
                    softcap: bool = False, key_bytes: int = 0) -> AttentionPlan:
     """Group lanes into calls (`merge_query_lengths` at `call_cost_pairs`, then
-    `split_by_context` with `key_bytes`, what a cached position's keys and values take), build
+    `split_by_context` with `key_bytes`, what a cached position's keys and values take:
+    `position_bytes`), build
     their index tensors and masks. The masks are additive in the queries' `dtype`: SDPA converts
     a bool mask on every call, ~20 us of a 150-600 us call at SmolLM2 shapes, bf16. With a
     `window` a query sees only the `window` keys up to its own (sliding-window attention);
@@ -388,7 +395,7 @@ def torch_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
     if plan is None:
         plan = plan_attention(block_tables, cu_q_lens, ctx_lens, block_size, group, q.dtype,
                               window=window, softcap=softcap is not None,
-                              key_bytes=2 * k_cache[0, 0].numel() * k_cache.element_size())
+                              key_bytes=position_bytes(num_kv_heads, head_dim, k_cache.dtype))
     assert softcap is None or all(g.matmul for g in plan.groups), "SDPA cannot cap scores"
     assert plan.num_tokens == num_tokens, (plan.num_tokens, num_tokens)
     out = None if plan.in_order else q.new_empty(num_tokens + plan.padded, num_heads, head_dim)

@@ -22,8 +22,8 @@ from engine.controls import CATEGORIES, ControlMailbox, Controls
 from engine.devices import dtype_name, free_memory_bytes, others_cpu_seconds, set_cpu_threads
 from engine.errors import SwarmscopeError
 from engine.kv_cache import PagedKVCache, recurrent_bytes_per_sequence
-from engine.recurrent_state import MAX_PREFIXES
 from engine.native_memory import MemoryTrimmer
+from engine.recurrent_state import MAX_PREFIXES
 from engine.runner import ModelRunner
 from engine.sequence import Sequence
 from engine.serve.client_agent import ClientAgent

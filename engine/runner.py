@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.attention import plan_attention, runs_kernels
+from engine.attention import plan_attention, position_bytes, runs_kernels
 from engine.devices import synchronize
 from engine.errors import KVCacheFull
 from engine.forward_batch import ForwardOutput, LaneInput
@@ -68,8 +68,8 @@ class ModelRunner:
             return plan_attention(block_tables, cu_q_lens, ctx_lens, bs, c.group_size,
                                   self.model.dtype, window=window,
                                   softcap=c.attention_softcap is not None,
-                                  key_bytes=2 * c.num_kv_heads * c.head_dim
-                                  * self.model.dtype.itemsize)
+                                  key_bytes=position_bytes(c.num_kv_heads, c.head_dim,
+                                                           self.model.dtype))
 
         # The kernels need no plan (making one reads the tables back from the GPU), but they
         # neither cap scores nor slide a window.

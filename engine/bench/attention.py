@@ -25,7 +25,8 @@ import torch
 
 import hip_kernels
 from hip_kernels.bench import verify_batch
-from engine.attention import plan_attention, runs_kernels, torch_paged_attention
+from engine.attention import (plan_attention, position_bytes, runs_kernels,
+                              torch_paged_attention)
 from engine.cli.options import add_device_options, check_at_least
 from engine.devices import (cpu_threads, dtype_name, hardware, resolve_device, resolve_dtype,
                             set_cpu_threads, synchronize)
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     dtype = resolve_dtype(args.dtype, device)
     set_cpu_threads(args.threads)
     kernels = runs_kernels(torch.empty(0, device=device))  # as the engine decides
-    key_bytes = 2 * args.kv_heads * args.head_dim * torch.empty(0, dtype=dtype).element_size()
+    key_bytes = position_bytes(args.kv_heads, args.head_dim, dtype)
     scale = args.head_dim ** -0.5
     torch.manual_seed(0)
     rows = []
